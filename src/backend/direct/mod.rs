@@ -1,0 +1,402 @@
+//! The `direct` backend: a native subprocess.
+//!
+//! Invariants: the tool gets exactly the plan's environment, its stdin bytes or
+//! an empty stdin (never the host's), only fds 0-2, the plan's rlimits, and the
+//! plan's cwd entered by handle. Its output is captured with caps while it
+//! streams. When the call ends (exit, timeout, or the caller dropping the
+//! future) nothing the tool started is left running; on Linux this holds even
+//! for `setsid` and double-fork escapees (see `supervisor`), on other Unix
+//! systems for the tool's process group, on Windows for the tool itself.
+
+use std::io;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+use tokio::sync::watch;
+
+use crate::backend::{Backend, BackendKind};
+use crate::outcome::{Outcome, OutcomeKind, RunOutput};
+use crate::output::drain;
+use crate::sandbox::ExecPlan;
+
+#[cfg(target_os = "linux")]
+mod supervisor;
+
+#[cfg_attr(target_os = "linux", path = "linux.rs")]
+#[cfg_attr(all(unix, not(target_os = "linux")), path = "unix.rs")]
+#[cfg_attr(not(unix), path = "other.rs")]
+mod platform;
+
+/// How long output pipes are still read after the tool's tree is gone, for a
+/// process that could not be killed but holds them open.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
+/// How long a kill request may take before toolhost stops waiting politely.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs plans as native subprocesses.
+#[derive(Debug, Default)]
+pub struct DirectBackend {
+    _private: (),
+}
+
+impl DirectBackend {
+    /// The backend. It holds no state: all of it is in the plan.
+    pub fn new() -> Self {
+        DirectBackend::default()
+    }
+}
+
+impl Backend for DirectBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Direct
+    }
+
+    fn run(&self, plan: &ExecPlan) -> impl std::future::Future<Output = RunOutput> + Send {
+        run(plan)
+    }
+}
+
+/// How the tool's life ended, as the platform layer saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Termination {
+    Exited(i32),
+    #[cfg_attr(not(unix), allow(dead_code))]
+    Signalled(i32),
+    /// The supervisor vanished without a report.
+    Unknown,
+}
+
+/// What the platform layer reports once the tool is gone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Finished {
+    pub termination: Termination,
+    pub cpu_time: Option<Duration>,
+    pub survivors: u32,
+}
+
+async fn run(plan: &ExecPlan) -> RunOutput {
+    let start = Instant::now();
+    let mut cmd = Command::new(&plan.argv[0]);
+    cmd.args(&plan.argv[1..])
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .stdin(if plan.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+
+    let mut spawned = match platform::spawn(&mut cmd, plan) {
+        Ok(s) => s,
+        Err(e) => return launch_failure(plan, &e, start),
+    };
+    let stdout = spawned.child.stdout.take();
+    let stderr = spawned.child.stderr.take();
+    let stdin = spawned.child.stdin.take();
+
+    let (done_tx, done_rx) = watch::channel(false);
+    let stop = |mut rx: watch::Receiver<bool>, grace: Duration| async move {
+        let _ = rx.wait_for(|done| *done).await;
+        tokio::time::sleep(grace).await;
+    };
+
+    let feed = {
+        let stop = stop(done_rx.clone(), Duration::ZERO);
+        let data = plan.stdin.clone();
+        async move {
+            let (Some(mut w), Some(data)) = (stdin, data) else {
+                return;
+            };
+            tokio::select! {
+                // A tool that exits without reading makes this fail: that is fine.
+                _ = async { let _ = w.write_all(&data).await; } => {}
+                _ = stop => {}
+            }
+        }
+    };
+    let out = drain(
+        stdout,
+        plan.limits.stdout_cap,
+        stop(done_rx.clone(), DRAIN_GRACE),
+    );
+    let err = drain(stderr, plan.limits.stderr_cap, stop(done_rx, DRAIN_GRACE));
+    let wait = async {
+        let mut status = None;
+        let timed_out = tokio::select! {
+            r = spawned.child.wait() => { status = r.ok(); false }
+            _ = tokio::time::sleep(plan.limits.timeout) => true,
+        };
+        if timed_out {
+            spawned.control.kill_tree(&mut spawned.child);
+            match tokio::time::timeout(KILL_GRACE, spawned.child.wait()).await {
+                Ok(r) => status = r.ok(),
+                Err(_) => {
+                    tracing::error!("direct backend: the call did not end after a kill request");
+                    let _ = spawned.child.start_kill();
+                    status = spawned.child.wait().await.ok();
+                }
+            }
+        }
+        let finished = spawned.control.finish(status);
+        let _ = done_tx.send(true);
+        (timed_out, finished)
+    };
+    let ((timed_out, finished), out, err, ()) = tokio::join!(wait, out, err, feed);
+
+    if finished.survivors > 0 {
+        tracing::error!(
+            survivors = finished.survivors,
+            "direct backend: processes of a finished call could not be killed"
+        );
+    }
+    let truncated = out.truncated() || err.truncated();
+    let stdout = out.into_string();
+    let stderr = err.into_string();
+    let (outcome, returncode) = if timed_out {
+        (
+            Outcome::new(
+                OutcomeKind::TimedOut,
+                format!(
+                    "timed out after {}; the process tree was killed",
+                    fmt_secs(plan.limits.timeout)
+                ),
+            ),
+            None,
+        )
+    } else {
+        classify(plan, &finished, &stderr)
+    };
+    RunOutput {
+        stdout,
+        stderr,
+        returncode,
+        timed_out,
+        truncated,
+        outcome,
+        backend: BackendKind::Direct,
+        duration: start.elapsed(),
+    }
+}
+
+fn fmt_secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s:.3} s")
+    }
+}
+
+/// Phrases a program prints when an allocation failed.
+const OOM_MARKERS: &[&str] = &[
+    "cannot allocate memory",
+    "out of memory",
+    "memory allocation",
+    "memoryerror",
+    "bad_alloc",
+    "memory exhausted",
+    "failed to allocate",
+    "allocation failed",
+];
+
+fn looks_out_of_memory(stderr: &str) -> bool {
+    let tail_start = stderr.len().saturating_sub(4096);
+    let tail_start = (tail_start..=stderr.len())
+        .find(|&i| stderr.is_char_boundary(i))
+        .unwrap_or(stderr.len());
+    let tail = stderr[tail_start..].to_ascii_lowercase();
+    OOM_MARKERS.iter().any(|m| tail.contains(m))
+}
+
+fn classify(plan: &ExecPlan, f: &Finished, stderr: &str) -> (Outcome, Option<i32>) {
+    let memory_limited = plan.limits.memory_bytes.is_some() && looks_out_of_memory(stderr);
+    match f.termination {
+        Termination::Exited(code) if code != 0 && memory_limited => (
+            Outcome::new(
+                OutcomeKind::MemoryLimit,
+                format!(
+                    "ran out of memory under the {} MiB limit (exit code {code})",
+                    plan.limits.memory_bytes.unwrap_or(0) >> 20
+                ),
+            ),
+            Some(code),
+        ),
+        Termination::Exited(code) => (
+            Outcome::new(OutcomeKind::Exited, format!("exited with code {code}")),
+            Some(code),
+        ),
+        Termination::Signalled(sig) => {
+            let name = signal_name(sig);
+            let cpu_out = match (plan.limits.cpu_seconds, f.cpu_time) {
+                (Some(limit), Some(used)) => used.as_secs() >= limit,
+                _ => false,
+            };
+            let (kind, message) = if is_signal(sig, SignalKind::Xcpu)
+                || (is_signal(sig, SignalKind::Kill) && cpu_out)
+            {
+                (
+                    OutcomeKind::CpuLimit,
+                    format!(
+                        "killed by {name}: CPU time limit of {} s reached",
+                        plan.limits.cpu_seconds.unwrap_or(0)
+                    ),
+                )
+            } else if is_signal(sig, SignalKind::Xfsz) {
+                (
+                    OutcomeKind::FileSizeLimit,
+                    format!(
+                        "killed by {name}: file size limit of {} MiB reached",
+                        plan.limits.file_size_bytes.unwrap_or(0) >> 20
+                    ),
+                )
+            } else if memory_limited {
+                (
+                    OutcomeKind::MemoryLimit,
+                    format!(
+                        "killed by {name} after running out of memory under the {} MiB limit",
+                        plan.limits.memory_bytes.unwrap_or(0) >> 20
+                    ),
+                )
+            } else {
+                (
+                    OutcomeKind::Signalled,
+                    format!("killed by signal {sig} ({name})"),
+                )
+            };
+            (
+                Outcome {
+                    kind,
+                    message,
+                    signal: Some(sig),
+                },
+                None,
+            )
+        }
+        Termination::Unknown => (
+            Outcome::new(
+                OutcomeKind::LaunchFailed,
+                "the call's supervisor ended without reporting how the tool ended",
+            ),
+            None,
+        ),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum SignalKind {
+    Xcpu,
+    Xfsz,
+    Kill,
+}
+
+#[cfg(unix)]
+fn is_signal(sig: i32, k: SignalKind) -> bool {
+    sig == match k {
+        SignalKind::Xcpu => libc::SIGXCPU,
+        SignalKind::Xfsz => libc::SIGXFSZ,
+        SignalKind::Kill => libc::SIGKILL,
+    }
+}
+
+#[cfg(not(unix))]
+fn is_signal(_sig: i32, _k: SignalKind) -> bool {
+    false
+}
+
+/// Conventional name of a signal number.
+pub fn signal_name(sig: i32) -> &'static str {
+    const NAMES: &[&str] = &[
+        "?",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    if cfg!(target_os = "linux") {
+        NAMES.get(sig as usize).copied().unwrap_or("unknown signal")
+    } else {
+        "signal"
+    }
+}
+
+fn launch_failure(plan: &ExecPlan, e: &io::Error, start: Instant) -> RunOutput {
+    let program = plan.argv[0].to_string_lossy();
+    let (kind, message) = match e.kind() {
+        io::ErrorKind::NotFound => (
+            OutcomeKind::NotFound,
+            if program.contains('/') {
+                format!("{program}: no such file")
+            } else {
+                format!("{program}: command not found on the tool's PATH")
+            },
+        ),
+        io::ErrorKind::PermissionDenied => (
+            OutcomeKind::PermissionDenied,
+            format!("{program}: permission denied (not executable)"),
+        ),
+        _ => match e.raw_os_error() {
+            #[cfg(unix)]
+            Some(libc::ENOEXEC) => (
+                OutcomeKind::PermissionDenied,
+                format!("{program}: not an executable format"),
+            ),
+            #[cfg(unix)]
+            Some(libc::ENOTDIR) => (
+                OutcomeKind::NotFound,
+                format!("{program}: no such file (a path component is not a directory)"),
+            ),
+            #[cfg(unix)]
+            Some(libc::E2BIG) => (
+                OutcomeKind::InvalidRequest,
+                "argument list too long".to_string(),
+            ),
+            _ => (
+                OutcomeKind::LaunchFailed,
+                format!("{program}: could not start: {}", os_reason(e)),
+            ),
+        },
+    };
+    RunOutput::refused(
+        BackendKind::Direct,
+        Outcome::new(kind, message),
+        start.elapsed(),
+    )
+}
+
+fn os_reason(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code).to_string(),
+        None => e.kind().to_string(),
+    }
+}

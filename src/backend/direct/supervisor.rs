@@ -1,0 +1,457 @@
+//! The per-call supervisor of the `direct` backend on Linux.
+//!
+//! Invariant: when a call ends, for any reason, no process it started is left.
+//!
+//! How: the process toolhost spawns is not the tool. It is a forked copy of
+//! toolhost (never exec'd) that becomes a *child subreaper* and forks the tool.
+//! Every descendant of the tool, including those that call `setsid` or double
+//! fork, stays in the supervisor's subtree: when a process's parent dies, the
+//! kernel reparents it to the nearest subreaper, which is the supervisor. When the
+//! tool exits, when toolhost asks (SIGUSR2: timeout or cancellation), or when
+//! toolhost dies (parent-death signal), the supervisor kills the tool's process
+//! group and then every child it has, round after round, until none is left. It
+//! then reports the tool's wait status and CPU time on a pipe and exits.
+//!
+//! The parent-death signal is tied to the *thread* that forked, which may be a
+//! tokio worker that exits later. The supervisor therefore checks, when the
+//! signal comes, whether toolhost itself is gone (`getppid()` changed); if only
+//! the thread went, it re-arms the signal and carries on.
+//!
+//! Everything here runs between `fork` and `exec` in a copy of a multi-threaded
+//! process, so it only makes async-signal-safe system calls: no allocation, no
+//! locks, no std I/O.
+
+use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use libc::{c_int, pid_t};
+
+/// Resources limited in the tool: (resource, soft limit). The hard limit is the
+/// soft limit, except RLIMIT_CPU where one more second lets SIGXCPU be handled
+/// before SIGKILL.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RLimit {
+    pub resource: c_int,
+    pub value: u64,
+}
+
+/// Everything the supervisor and the tool need, computed before the fork.
+#[derive(Debug)]
+pub(super) struct Params {
+    pub toolhost_pid: pid_t,
+    pub status_fd: c_int,
+    pub cwd_fd: c_int,
+    pub limits: [Option<RLimit>; 4],
+    pub drop_ptrace: bool,
+}
+
+/// What the supervisor reports, as fixed-size bytes on the status pipe.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Report {
+    /// 0: the tool exited; 1: killed because toolhost asked; 2: toolhost went away.
+    pub reason: u32,
+    /// The tool's raw wait status.
+    pub wait_status: i32,
+    /// User + system CPU time of the tool and the children it waited for, in µs.
+    pub cpu_micros: u64,
+    /// Processes still alive when the supervisor gave up on them (normally 0).
+    pub survivors: u32,
+}
+
+pub(super) const REPORT_LEN: usize = 24;
+const MAGIC: u32 = 0x7448_5331;
+
+impl Report {
+    fn encode(&self) -> [u8; REPORT_LEN] {
+        let mut b = [0u8; REPORT_LEN];
+        b[0..4].copy_from_slice(&MAGIC.to_ne_bytes());
+        b[4..8].copy_from_slice(&self.reason.to_ne_bytes());
+        b[8..12].copy_from_slice(&self.wait_status.to_ne_bytes());
+        b[12..20].copy_from_slice(&self.cpu_micros.to_ne_bytes());
+        b[20..24].copy_from_slice(&self.survivors.to_ne_bytes());
+        b
+    }
+
+    pub(super) fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() != REPORT_LEN {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        if u32_at(0) != MAGIC {
+            return None;
+        }
+        let mut cpu = [0u8; 8];
+        cpu.copy_from_slice(&b[12..20]);
+        Some(Report {
+            reason: u32_at(4),
+            wait_status: u32_at(8) as i32,
+            cpu_micros: u64::from_ne_bytes(cpu),
+            survivors: u32_at(20),
+        })
+    }
+}
+
+const REASON_EXITED: u32 = 0;
+const REASON_KILLED: u32 = 1;
+const REASON_PARENT_GONE: u32 = 2;
+
+/// Signal toolhost sends to ask the supervisor to kill the tree and exit.
+pub(super) const KILL_REQUEST: c_int = libc::SIGUSR2;
+const PARENT_DEATH: c_int = libc::SIGUSR1;
+
+const FLAG_PARENT_DEATH: u32 = 1;
+const FLAG_KILL: u32 = 2;
+static FLAGS: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn on_signal(sig: c_int) {
+    let flag = if sig == PARENT_DEATH {
+        FLAG_PARENT_DEATH
+    } else {
+        FLAG_KILL
+    };
+    FLAGS.fetch_or(flag, Ordering::SeqCst);
+}
+
+const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+const CAP_SYS_PTRACE: libc::c_ulong = 19;
+/// How long the supervisor keeps killing before it reports survivors.
+const CLEANUP_BUDGET_NS: i64 = 3_000_000_000;
+
+fn handled_signals() -> [c_int; 5] {
+    [
+        PARENT_DEATH,
+        KILL_REQUEST,
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+    ]
+}
+
+/// Entry point, called by `pre_exec` in the forked child. Returns `Ok(())` only
+/// in the tool process, which std then execs; the supervisor never returns.
+///
+/// # Safety
+/// Must only be called between `fork` and `exec`.
+pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
+    unsafe {
+        // Signals stay blocked until each side has its handlers in place, so a
+        // kill request that arrives early is pending, not lost or fatal.
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in handled_signals() {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+
+        if libc::setsid() < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            PARENT_DEATH as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        if libc::getppid() != p.toolhost_pid {
+            libc::_exit(1);
+        }
+        // Keeps a same-user tool from reading toolhost's environment through
+        // /proc/<supervisor>/environ (it is a copy of toolhost).
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+
+        let supervisor = libc::getpid();
+        let tool = libc::fork();
+        if tool < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if tool == 0 {
+            return prepare_tool(p, supervisor);
+        }
+        supervise(p, tool)
+    }
+}
+
+unsafe fn prepare_tool(p: &Params, supervisor: pid_t) -> io::Result<()> {
+    unsafe {
+        libc::setpgid(0, 0);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        if libc::getppid() != supervisor {
+            libc::_exit(127);
+        }
+        if libc::fchdir(p.cwd_fd) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for l in p.limits.iter().flatten() {
+            set_limit(l.resource, l.value)?;
+        }
+        // Core dumps would write tool memory into the workspace.
+        set_limit(libc::RLIMIT_CORE as c_int, 0)?;
+        cloexec_from(3);
+        if p.drop_ptrace {
+            // Without CAP_SYS_PTRACE a root tool cannot read the environment of
+            // toolhost or of the supervisor through /proc.
+            libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0);
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        Ok(())
+    }
+}
+
+unsafe fn set_limit(resource: c_int, value: u64) -> io::Result<()> {
+    unsafe {
+        let mut cur: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(resource as _, &mut cur) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let extra = if resource == libc::RLIMIT_CPU as c_int {
+            1
+        } else {
+            0
+        };
+        let hard = (value as libc::rlim_t)
+            .saturating_add(extra)
+            .min(cur.rlim_max);
+        let new = libc::rlimit {
+            rlim_cur: (value as libc::rlim_t).min(hard),
+            rlim_max: hard,
+        };
+        if libc::setrlimit(resource as _, &new) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Marks every fd from `first` up close-on-exec, so the tool inherits only 0-2
+/// while std can still report an exec failure on its own pipe.
+unsafe fn cloexec_from(first: c_int) {
+    unsafe {
+        let r = libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        );
+        if r == 0 {
+            return;
+        }
+        for fd in first..max_fd() {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+}
+
+unsafe fn close_from(first: c_int, last: c_int) {
+    unsafe {
+        if first > last {
+            return;
+        }
+        let r = libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            last as libc::c_uint,
+            0 as libc::c_uint,
+        );
+        if r == 0 {
+            return;
+        }
+        for fd in first..=last.min(max_fd()) {
+            libc::close(fd);
+        }
+    }
+}
+
+fn max_fd() -> c_int {
+    // SAFETY: getrlimit only writes the struct.
+    let mut l: libc::rlimit = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } < 0 {
+        return 1024;
+    }
+    l.rlim_cur.min(65_536) as c_int
+}
+
+fn now_ns() -> i64 {
+    // SAFETY: clock_gettime only writes the struct.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+fn errno() -> c_int {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+unsafe fn supervise(p: &Params, tool: pid_t) -> ! {
+    unsafe {
+        // Keep nothing of toolhost's but the status pipe; in particular not the
+        // output pipes, so they reach EOF as soon as the tool's tree is gone.
+        close_from(3, p.status_fd - 1);
+        close_from(p.status_fd + 1, c_int::MAX);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_signal as *const () as usize;
+        libc::sigemptyset(&mut act.sa_mask);
+        act.sa_flags = 0; // no SA_RESTART: waits must return EINTR
+        for s in handled_signals() {
+            libc::sigaction(s, &act, std::ptr::null_mut());
+        }
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGCHLD, &dfl, std::ptr::null_mut());
+        let mut ign: libc::sigaction = std::mem::zeroed();
+        ign.sa_sigaction = libc::SIG_IGN;
+        libc::sigaction(libc::SIGPIPE, &ign, std::ptr::null_mut());
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+
+        let mut report = Report {
+            reason: REASON_EXITED,
+            ..Report::default()
+        };
+        // Wait for the tool without reaping it, reaping orphans that die on the
+        // way: the tool's zombie keeps its process-group id reserved until the
+        // group has been killed.
+        loop {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT);
+            if r == 0 {
+                let pid = info.si_pid();
+                if pid == tool {
+                    break;
+                }
+                libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+                continue;
+            }
+            if errno() != libc::EINTR {
+                break; // ECHILD cannot happen while the tool is ours
+            }
+            let flags = FLAGS.swap(0, Ordering::SeqCst);
+            if flags & FLAG_KILL != 0 {
+                report.reason = REASON_KILLED;
+                break;
+            }
+            if flags & FLAG_PARENT_DEATH != 0 {
+                if libc::getppid() != p.toolhost_pid {
+                    report.reason = REASON_PARENT_GONE;
+                    break;
+                }
+                // Only the spawning thread exited: follow the new parent thread.
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    PARENT_DEATH as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                );
+                if libc::getppid() != p.toolhost_pid {
+                    report.reason = REASON_PARENT_GONE;
+                    break;
+                }
+            }
+        }
+
+        libc::kill(-tool, libc::SIGKILL);
+        libc::kill(tool, libc::SIGKILL);
+        let mut status: c_int = 0;
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::wait4(tool, &mut status, 0, &mut ru) == tool {
+            report.wait_status = status;
+            let us = |t: libc::timeval| (t.tv_sec as u64) * 1_000_000 + t.tv_usec as u64;
+            report.cpu_micros = us(ru.ru_utime) + us(ru.ru_stime);
+        }
+        report.survivors = kill_all_children();
+
+        let bytes = report.encode();
+        libc::write(p.status_fd, bytes.as_ptr().cast(), bytes.len());
+        libc::_exit(0)
+    }
+}
+
+/// Kills every child of this (subreaper) process, round after round, until it has
+/// none; returns how many were still there when the budget ran out.
+unsafe fn kill_all_children() -> u32 {
+    unsafe {
+        let deadline = now_ns() + CLEANUP_BUDGET_NS;
+        let mut buf = [0u8; 4096];
+        loop {
+            let r = loop {
+                let r = libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG | libc::__WALL);
+                if r <= 0 {
+                    break r;
+                }
+            };
+            if r < 0 && errno() == libc::ECHILD {
+                return 0;
+            }
+            let killed = kill_listed_children(&mut buf);
+            if now_ns() > deadline {
+                return killed.max(1);
+            }
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 200_000,
+            };
+            libc::nanosleep(&ts, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Reads `/proc/thread-self/children` and SIGKILLs each pid in it. Children of
+/// this process cannot be reused pids: they stay ours until reaped.
+unsafe fn kill_listed_children(buf: &mut [u8; 4096]) -> u32 {
+    unsafe {
+        let fd = libc::open(
+            c"/proc/thread-self/children".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return 0;
+        }
+        let mut count = 0;
+        let mut pid: pid_t = 0;
+        let mut in_number = false;
+        loop {
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            for &c in &buf[..n as usize] {
+                if c.is_ascii_digit() {
+                    pid = pid.saturating_mul(10).saturating_add((c - b'0') as pid_t);
+                    in_number = true;
+                } else if in_number {
+                    libc::kill(pid, libc::SIGKILL);
+                    count += 1;
+                    pid = 0;
+                    in_number = false;
+                }
+            }
+        }
+        if in_number {
+            libc::kill(pid, libc::SIGKILL);
+            count += 1;
+        }
+        libc::close(fd);
+        count
+    }
+}

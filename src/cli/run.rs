@@ -1,0 +1,193 @@
+//! `toolhost run`: one tool call through the sandbox.
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use toolhost::{AllowedDirSpec, BackendKind, RunRequest, Sandbox, SandboxConfig};
+
+/// Largest standard input `toolhost run` forwards to a tool.
+const MAX_FORWARDED_STDIN: u64 = 256 * 1024 * 1024;
+
+/// Run one program inside the sandbox and report how it ended.
+///
+/// Exit status: the tool's own code; 124 timed out; 125 toolhost refused or
+/// failed (bad flags or config, cwd outside the sandbox, backend unavailable,
+/// empty argv); 126 not executable; 127 not found; 128+N killed by signal N
+/// (including the CPU-time and file-size limits: SIGXCPU, SIGXFSZ). With --json
+/// the same codes apply and one JSON object is printed on stdout:
+/// {"stdout", "stderr", "returncode", "timed_out", "truncated",
+/// "outcome": {"kind", "message", "signal"?}, "backend", "duration_ms"}.
+///
+/// Standard input is forwarded to the tool when it is not a terminal (up to
+/// 256 MiB); otherwise the tool gets an empty stdin.
+///
+/// No config file is read unless --config (or TOOLHOST_CONFIG) names one: the
+/// workspace is writable by the agent, so a toolhost.toml found there must not be
+/// able to loosen the limits.
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct RunArgs {
+    /// Backend: direct, docker, wasm or auto [default: direct, or the config's]
+    #[arg(long, value_name = "B")]
+    backend: Option<BackendKind>,
+
+    /// A directory the tool may use, read-write, or read-only with a ":ro" suffix.
+    /// Repeatable; the first is the default cwd. Default: the current directory.
+    #[arg(long = "allow-dir", value_name = "PATH[:ro]")]
+    allow_dirs: Vec<String>,
+
+    /// Working directory of the tool: inside an allowed dir, absolute or relative
+    /// to the first one.
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+
+    /// TOML config file (keys as in SandboxConfig); flags override it.
+    #[arg(long, value_name = "FILE", env = "TOOLHOST_CONFIG")]
+    config: Option<PathBuf>,
+
+    /// Wall-clock timeout in seconds [default: 15]
+    #[arg(long, value_name = "S")]
+    timeout: Option<f64>,
+
+    /// Address-space limit in MiB, 0 disables [default: 256]
+    #[arg(long, value_name = "N")]
+    max_memory_mb: Option<u64>,
+
+    /// CPU-time limit in seconds, 0 disables [default: 30]
+    #[arg(long, value_name = "N")]
+    max_cpu_seconds: Option<u64>,
+
+    /// Output budget in bytes: stdout keeps 80%, stderr 20% [default: 10485760]
+    #[arg(long, value_name = "N")]
+    max_output_bytes: Option<u64>,
+
+    /// Process limit (per user; not applied to root), 0 disables [default: 64]
+    #[arg(long, value_name = "N")]
+    max_processes: Option<u64>,
+
+    /// Largest file the tool may write, in MiB, 0 disables [default: 50]
+    #[arg(long, value_name = "N")]
+    max_file_size_mb: Option<u64>,
+
+    /// Allow network access (keeps NO_PROXY; proxies are always stripped)
+    #[arg(long)]
+    allow_network: bool,
+
+    /// Also pass this host environment variable (the deny list still applies). Repeatable.
+    #[arg(long = "env-allow", value_name = "NAME")]
+    env_allow: Vec<String>,
+
+    /// Print one JSON object with the result instead of the tool's output
+    #[arg(long)]
+    json: bool,
+
+    /// The program and its arguments (after --)
+    #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]...")]
+    argv: Vec<OsString>,
+}
+
+fn build_config(args: &RunArgs) -> anyhow::Result<SandboxConfig> {
+    let mut cfg = match &args.config {
+        Some(path) => SandboxConfig::from_file(path)?,
+        None => SandboxConfig::default(),
+    };
+    if let Some(b) = args.backend {
+        cfg.backend = b;
+    }
+    if let Some(t) = args.timeout {
+        if !t.is_finite() || t <= 0.0 || t > toolhost::config::MAX_TIMEOUT_SECS {
+            bail!(
+                "--timeout must be more than 0 and at most {} seconds",
+                toolhost::config::MAX_TIMEOUT_SECS
+            );
+        }
+        cfg.timeout = Duration::from_secs_f64(t);
+    }
+    let set = |slot: &mut u64, v: Option<u64>| {
+        if let Some(v) = v {
+            *slot = v;
+        }
+    };
+    set(&mut cfg.max_memory_mb, args.max_memory_mb);
+    set(&mut cfg.max_cpu_seconds, args.max_cpu_seconds);
+    set(&mut cfg.max_output_bytes, args.max_output_bytes);
+    set(&mut cfg.max_processes, args.max_processes);
+    set(&mut cfg.max_file_size_mb, args.max_file_size_mb);
+    if args.allow_network {
+        cfg.allow_network = true;
+    }
+    cfg.env_allowlist.extend(args.env_allow.iter().cloned());
+    cfg.validate().context("invalid flags")?;
+    Ok(cfg)
+}
+
+fn read_stdin() -> anyhow::Result<Option<Vec<u8>>> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Ok(None);
+    }
+    let mut buf = Vec::new();
+    match stdin
+        .lock()
+        .take(MAX_FORWARDED_STDIN + 1)
+        .read_to_end(&mut buf)
+    {
+        Ok(_) if buf.len() as u64 > MAX_FORWARDED_STDIN => {
+            bail!("standard input is larger than {MAX_FORWARDED_STDIN} bytes")
+        }
+        Ok(_) => Ok(Some(buf)),
+        // A closed stdin is an empty one.
+        Err(_) => Ok(None),
+    }
+}
+
+pub fn main(args: RunArgs) -> anyhow::Result<i32> {
+    let config = build_config(&args)?;
+    let dirs: Vec<AllowedDirSpec> = if args.allow_dirs.is_empty() {
+        vec![AllowedDirSpec::read_write(
+            std::env::current_dir().context("cannot determine the current directory")?,
+        )]
+    } else {
+        args.allow_dirs
+            .iter()
+            .map(|s| AllowedDirSpec::parse(s))
+            .collect()
+    };
+    let sandbox = Sandbox::new(dirs, config)?;
+    let mut request = RunRequest::new(args.argv);
+    request.cwd = args.cwd;
+    request.stdin = read_stdin()?;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(sandbox.run(request));
+
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer(&mut out, &result)?;
+        writeln!(out)?;
+        out.flush()?;
+    } else {
+        std::io::stdout()
+            .lock()
+            .write_all(result.stdout.as_bytes())?;
+        std::io::stdout().flush()?;
+        let mut err = std::io::stderr().lock();
+        err.write_all(result.stderr.as_bytes())?;
+        if result.truncated {
+            writeln!(err, "toolhost: output truncated at the cap")?;
+        }
+        let kind = result.outcome.kind;
+        if kind != toolhost::OutcomeKind::Exited {
+            writeln!(err, "toolhost: {}", result.outcome.message)?;
+        }
+    }
+    Ok(result.cli_exit_code())
+}

@@ -1,0 +1,468 @@
+//! `SandboxConfig`: the seed module's settings and defaults, loadable from TOML.
+//!
+//! Invariant: a config that parsed is a config that can be enforced as written.
+//! Every value is range-checked here, and every error names the key it is about,
+//! so a typo in `toolhost.toml` is refused instead of silently falling back to a
+//! default.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::backend::BackendKind;
+
+/// Why a configuration was refused. `key` is the dotted TOML key at fault, when
+/// there is one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", key.as_ref().map(|k| format!("config key `{k}`: ")).unwrap_or_default())]
+pub struct ConfigError {
+    /// The key the message is about (`timeout`, `docker.image`, ...), if any.
+    pub key: Option<String>,
+    /// What is wrong with it, in one line.
+    pub message: String,
+}
+
+impl ConfigError {
+    fn key(key: &str, message: impl Into<String>) -> Self {
+        ConfigError {
+            key: Some(key.to_string()),
+            message: message.into(),
+        }
+    }
+}
+
+/// Settings of the `[docker]` section. Reserved: the docker backend has no
+/// settings yet, so any key here is refused rather than ignored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DockerConfig {}
+
+/// Settings of the `[wasm]` section. Reserved, like [`DockerConfig`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WasmConfig {}
+
+/// Limits and policy for one sandbox. `Default` gives the seed module's values.
+///
+/// Limits of 0 for `max_memory_mb`, `max_cpu_seconds`, `max_processes` and
+/// `max_file_size_mb` disable that limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxConfig {
+    /// Wall-clock limit for one call; the whole process tree is killed at it. Default 15 s.
+    pub timeout: Duration,
+    /// Output budget for one call: stdout keeps 80% of it, stderr the rest. Default 10 MiB.
+    pub max_output_bytes: u64,
+    /// Address-space limit (RLIMIT_AS on `direct`). Default 256.
+    pub max_memory_mb: u64,
+    /// CPU-time limit (RLIMIT_CPU on `direct`). Default 30.
+    pub max_cpu_seconds: u64,
+    /// Process limit (RLIMIT_NPROC on `direct`: per user, ignored for root). Default 64.
+    pub max_processes: u64,
+    /// Largest file a call may write (RLIMIT_FSIZE on `direct`). Default 50.
+    pub max_file_size_mb: u64,
+    /// Whether calls may use the network. Default false.
+    pub allow_network: bool,
+    /// Host environment variables passed to tools (the deny list still applies).
+    pub env_allowlist: Vec<String>,
+    /// Bare binary names the `shell` tool may run. Default: none.
+    pub shell_allowed_binaries: Vec<String>,
+    /// Whether the `shell` tool accepts command strings. Default false.
+    pub shell_allow_strings: bool,
+    /// File extensions file tools refuse to write (lowercase, with the dot).
+    pub write_denied_extensions: Vec<String>,
+    /// Backend that runs calls. Default `direct`.
+    pub backend: BackendKind,
+    /// Calls allowed per `rate_limit_window` per session; 0 disables. Default 60.
+    pub rate_limit_calls: u64,
+    /// Window of the rate limit. Default 60 s.
+    pub rate_limit_window: Duration,
+    /// On Linux, mark the toolhost process non-dumpable so that tools running as
+    /// the same user cannot read its `/proc/PID/environ` (host secrets). Default true.
+    pub protect_host_environ: bool,
+    /// `[docker]` section (reserved).
+    pub docker: DockerConfig,
+    /// `[wasm]` section (reserved).
+    pub wasm: WasmConfig,
+}
+
+/// The seed module's write denylist.
+pub const DEFAULT_WRITE_DENIED_EXTENSIONS: &[&str] = &[
+    ".exe", ".bat", ".cmd", ".ps1", ".psm1", ".sh", ".bash", ".zsh", ".fish", ".so", ".dylib",
+    ".dll", ".com", ".scr", ".msi",
+];
+
+/// The seed module's environment allowlist.
+pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+
+/// Longest timeout a config may ask for (one day).
+pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            timeout: Duration::from_secs(15),
+            max_output_bytes: 10 * 1024 * 1024,
+            max_memory_mb: 256,
+            max_cpu_seconds: 30,
+            max_processes: 64,
+            max_file_size_mb: 50,
+            allow_network: false,
+            env_allowlist: DEFAULT_ENV_ALLOWLIST
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            shell_allowed_binaries: Vec::new(),
+            shell_allow_strings: false,
+            write_denied_extensions: DEFAULT_WRITE_DENIED_EXTENSIONS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            backend: BackendKind::Direct,
+            rate_limit_calls: 60,
+            rate_limit_window: Duration::from_secs(60),
+            protect_host_environ: true,
+            docker: DockerConfig::default(),
+            wasm: WasmConfig::default(),
+        }
+    }
+}
+
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "timeout",
+    "max_output_bytes",
+    "max_memory_mb",
+    "max_cpu_seconds",
+    "max_processes",
+    "max_file_size_mb",
+    "allow_network",
+    "env_allowlist",
+    "shell_allowed_binaries",
+    "shell_allow_strings",
+    "write_denied_extensions",
+    "backend",
+    "rate_limit_calls",
+    "rate_limit_window",
+    "protect_host_environ",
+    "docker",
+    "wasm",
+];
+
+impl SandboxConfig {
+    /// Reads and validates a TOML file. Keys not given keep their defaults.
+    ///
+    /// # Ambient Authority
+    /// Reads `path` from the host filesystem: pass an operator-chosen path, never
+    /// one that came from an agent.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            key: None,
+            message: format!("cannot read config file {}: {e}", path.display()),
+        })?;
+        Self::from_toml_str(&text).map_err(|e| ConfigError {
+            key: e.key.clone(),
+            message: format!("{} (in {})", e.message, path.display()),
+        })
+    }
+
+    /// Parses and validates TOML text. Keys not given keep their defaults.
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError {
+            key: None,
+            message: format!("invalid TOML: {}", e.message()),
+        })?;
+        let mut cfg = SandboxConfig::default();
+        for (key, value) in &table {
+            cfg.apply(key, value)?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn apply(&mut self, key: &str, value: &toml::Value) -> Result<(), ConfigError> {
+        match key {
+            "timeout" => self.timeout = seconds(key, value)?,
+            "max_output_bytes" => self.max_output_bytes = uint(key, value)?,
+            "max_memory_mb" => self.max_memory_mb = uint(key, value)?,
+            "max_cpu_seconds" => self.max_cpu_seconds = uint(key, value)?,
+            "max_processes" => self.max_processes = uint(key, value)?,
+            "max_file_size_mb" => self.max_file_size_mb = uint(key, value)?,
+            "allow_network" => self.allow_network = boolean(key, value)?,
+            "env_allowlist" => self.env_allowlist = strings(key, value)?,
+            "shell_allowed_binaries" => self.shell_allowed_binaries = strings(key, value)?,
+            "shell_allow_strings" => self.shell_allow_strings = boolean(key, value)?,
+            "write_denied_extensions" => self.write_denied_extensions = strings(key, value)?,
+            "backend" => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| type_error(key, "a string", value))?;
+                self.backend = s.parse().map_err(|e: String| ConfigError::key(key, e))?;
+            }
+            "rate_limit_calls" => self.rate_limit_calls = uint(key, value)?,
+            "rate_limit_window" => self.rate_limit_window = seconds(key, value)?,
+            "protect_host_environ" => self.protect_host_environ = boolean(key, value)?,
+            "docker" | "wasm" => {
+                let t = value
+                    .as_table()
+                    .ok_or_else(|| type_error(key, "a table", value))?;
+                if let Some(inner) = t.keys().next() {
+                    return Err(ConfigError::key(
+                        &format!("{key}.{inner}"),
+                        format!(
+                            "unknown key: the [{key}] section is reserved and has no settings in this version"
+                        ),
+                    ));
+                }
+            }
+            _ => {
+                return Err(ConfigError::key(
+                    key,
+                    format!("unknown key (known keys: {})", TOP_LEVEL_KEYS.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks values that are valid TOML of the right type but cannot be enforced.
+    /// Called by the parsers; call it yourself after building a config in code.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_duration("timeout", self.timeout)?;
+        if self.max_output_bytes == 0 {
+            return Err(ConfigError::key(
+                "max_output_bytes",
+                "must be at least 1 (the output budget cannot be disabled)",
+            ));
+        }
+        if usize::try_from(self.max_output_bytes).is_err() {
+            return Err(ConfigError::key(
+                "max_output_bytes",
+                "too large for this platform",
+            ));
+        }
+        // MiB values are multiplied into bytes; refuse values that overflow.
+        for (key, v) in [
+            ("max_memory_mb", self.max_memory_mb),
+            ("max_file_size_mb", self.max_file_size_mb),
+        ] {
+            if v.checked_mul(1024 * 1024).is_none() {
+                return Err(ConfigError::key(key, format!("{v} MiB is out of range")));
+            }
+        }
+        for name in &self.env_allowlist {
+            if name.is_empty() || name.contains('=') || name.contains('\0') {
+                return Err(ConfigError::key(
+                    "env_allowlist",
+                    format!("{name:?} is not a valid environment variable name"),
+                ));
+            }
+        }
+        for bin in &self.shell_allowed_binaries {
+            if bin.is_empty() || bin.contains('/') || bin.contains('\\') || bin.contains('\0') {
+                return Err(ConfigError::key(
+                    "shell_allowed_binaries",
+                    format!("{bin:?} must be a bare program name, without any path"),
+                ));
+            }
+        }
+        for ext in &self.write_denied_extensions {
+            let ok = ext.len() > 1
+                && ext.starts_with('.')
+                && !ext[1..].contains(['.', '/', '\\', '\0'])
+                && ext.chars().all(|c| !c.is_ascii_uppercase());
+            if !ok {
+                return Err(ConfigError::key(
+                    "write_denied_extensions",
+                    format!("{ext:?} must look like \".ext\" (one dot, lowercase)"),
+                ));
+            }
+        }
+        check_duration("rate_limit_window", self.rate_limit_window)?;
+        Ok(())
+    }
+}
+
+fn check_duration(key: &str, d: Duration) -> Result<(), ConfigError> {
+    if d.is_zero() || d.as_secs_f64() > MAX_TIMEOUT_SECS {
+        return Err(ConfigError::key(
+            key,
+            format!("must be more than 0 and at most {MAX_TIMEOUT_SECS} seconds"),
+        ));
+    }
+    Ok(())
+}
+
+fn type_name(v: &toml::Value) -> &'static str {
+    v.type_str()
+}
+
+fn type_error(key: &str, expected: &str, v: &toml::Value) -> ConfigError {
+    ConfigError::key(key, format!("expected {expected}, found {}", type_name(v)))
+}
+
+fn uint(key: &str, v: &toml::Value) -> Result<u64, ConfigError> {
+    match v {
+        toml::Value::Integer(i) => u64::try_from(*i)
+            .map_err(|_| ConfigError::key(key, format!("must not be negative (got {i})"))),
+        _ => Err(type_error(key, "a non-negative integer", v)),
+    }
+}
+
+fn boolean(key: &str, v: &toml::Value) -> Result<bool, ConfigError> {
+    v.as_bool()
+        .ok_or_else(|| type_error(key, "true or false", v))
+}
+
+fn seconds(key: &str, v: &toml::Value) -> Result<Duration, ConfigError> {
+    let secs = match v {
+        toml::Value::Integer(i) => *i as f64,
+        toml::Value::Float(f) => *f,
+        _ => return Err(type_error(key, "a number of seconds", v)),
+    };
+    if !secs.is_finite() || secs <= 0.0 || secs > MAX_TIMEOUT_SECS {
+        return Err(ConfigError::key(
+            key,
+            format!("must be more than 0 and at most {MAX_TIMEOUT_SECS} seconds (got {secs})"),
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn strings(key: &str, v: &toml::Value) -> Result<Vec<String>, ConfigError> {
+    let arr = v
+        .as_array()
+        .ok_or_else(|| type_error(key, "an array of strings", v))?;
+    arr.iter()
+        .enumerate()
+        .map(|(i, item)| {
+            item.as_str().map(str::to_string).ok_or_else(|| {
+                ConfigError::key(
+                    &format!("{key}[{i}]"),
+                    format!("expected a string, found {}", type_name(item)),
+                )
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_seed_defaults() {
+        let c = SandboxConfig::default();
+        assert_eq!(c.timeout, Duration::from_secs(15));
+        assert_eq!(c.max_output_bytes, 10 * 1024 * 1024);
+        assert_eq!(
+            (
+                c.max_memory_mb,
+                c.max_cpu_seconds,
+                c.max_processes,
+                c.max_file_size_mb
+            ),
+            (256, 30, 64, 50)
+        );
+        assert!(!c.allow_network && !c.shell_allow_strings);
+        assert!(c.shell_allowed_binaries.is_empty());
+        assert_eq!(c.env_allowlist, DEFAULT_ENV_ALLOWLIST);
+        assert_eq!(c.write_denied_extensions.len(), 15);
+        assert_eq!(c.backend, BackendKind::Direct);
+        assert_eq!(
+            (c.rate_limit_calls, c.rate_limit_window),
+            (60, Duration::from_secs(60))
+        );
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn empty_file_is_the_default() {
+        assert_eq!(
+            SandboxConfig::from_toml_str("").unwrap(),
+            SandboxConfig::default()
+        );
+    }
+
+    #[test]
+    fn every_key_parses() {
+        let c = SandboxConfig::from_toml_str(
+            r#"
+            timeout = 2.5
+            max_output_bytes = 1000
+            max_memory_mb = 0
+            max_cpu_seconds = 3
+            max_processes = 0
+            max_file_size_mb = 1
+            allow_network = true
+            env_allowlist = ["PATH", "FOO"]
+            shell_allowed_binaries = ["ls"]
+            shell_allow_strings = true
+            write_denied_extensions = [".exe"]
+            backend = "direct"
+            rate_limit_calls = 0
+            rate_limit_window = 10
+            protect_host_environ = false
+            [docker]
+            [wasm]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.timeout, Duration::from_millis(2500));
+        assert_eq!(c.max_output_bytes, 1000);
+        assert_eq!(c.max_memory_mb, 0);
+        assert_eq!(c.env_allowlist, ["PATH", "FOO"]);
+        assert!(c.allow_network && c.shell_allow_strings && !c.protect_host_environ);
+        assert_eq!(c.rate_limit_window, Duration::from_secs(10));
+    }
+
+    fn err(text: &str) -> ConfigError {
+        SandboxConfig::from_toml_str(text).unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases: &[(&str, &str)] = &[
+            ("timeot = 3", "timeot"),
+            ("timeout = \"3\"", "timeout"),
+            ("timeout = 0", "timeout"),
+            ("timeout = -1", "timeout"),
+            ("timeout = nan", "timeout"),
+            ("timeout = 1e9", "timeout"),
+            ("max_memory_mb = -5", "max_memory_mb"),
+            ("max_memory_mb = 1.5", "max_memory_mb"),
+            ("max_file_size_mb = 9223372036854775807", "max_file_size_mb"),
+            ("max_output_bytes = 0", "max_output_bytes"),
+            ("allow_network = \"yes\"", "allow_network"),
+            ("env_allowlist = \"PATH\"", "env_allowlist"),
+            ("env_allowlist = [\"A=B\"]", "env_allowlist"),
+            ("env_allowlist = [1]", "env_allowlist[0]"),
+            (
+                "shell_allowed_binaries = [\"/bin/ls\"]",
+                "shell_allowed_binaries",
+            ),
+            (
+                "write_denied_extensions = [\"exe\"]",
+                "write_denied_extensions",
+            ),
+            (
+                "write_denied_extensions = [\".EXE\"]",
+                "write_denied_extensions",
+            ),
+            ("backend = \"podman\"", "backend"),
+            ("rate_limit_window = 0", "rate_limit_window"),
+            ("docker = 1", "docker"),
+            ("[docker]\nimage = \"x\"", "docker.image"),
+            ("[wasm]\nfuel = 1", "wasm.fuel"),
+        ];
+        for (text, key) in cases {
+            let e = err(text);
+            assert_eq!(e.key.as_deref(), Some(*key), "{text}: {e}");
+            assert!(e.to_string().contains(&format!("`{key}`")), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn syntax_errors_are_reported() {
+        let e = err("timeout = ");
+        assert!(e.key.is_none());
+        assert!(e.to_string().contains("invalid TOML"), "{e}");
+    }
+}

@@ -1,0 +1,50 @@
+//! toolhost: the security boundary between an AI agent loop and the machine it
+//! runs on.
+//!
+//! An agent asks for a tool call; toolhost checks it against the sandbox (allowed
+//! dirs, environment allowlist, limits), runs it on a backend and returns a
+//! [`RunOutput`] with a typed [`Outcome`]. Failures are data, never panics.
+//!
+//! Layers, top to bottom: front ends (the `toolhost` CLI) → [`Sandbox`] (config,
+//! allowed dirs, env, [`Sandbox::plan`]) → backends ([`backend::direct`]).
+//!
+//! # Embedding in an async agent loop
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use toolhost::{RunRequest, Sandbox, SandboxConfig};
+//!
+//! # async fn next_tool_call() -> Option<Vec<String>> { None }
+//! #[tokio::main]
+//! async fn main() -> anyhow::Result<()> {
+//!     let mut config = SandboxConfig::default();
+//!     config.timeout = std::time::Duration::from_secs(10);
+//!     // The first allowed dir is the workspace and the default cwd.
+//!     let sandbox = Arc::new(Sandbox::new(["/srv/agent/workspace"], config)?);
+//!
+//!     while let Some(argv) = next_tool_call().await {
+//!         let sandbox = Arc::clone(&sandbox);
+//!         // Calls may run concurrently; each is held to its own limits.
+//!         let result = tokio::spawn(async move { sandbox.run(RunRequest::new(argv)).await }).await?;
+//!         // Hand the model something it can act on.
+//!         println!("{}", serde_json::to_string(&result)?);
+//!     }
+//!     Ok(())
+//! }
+//! ```
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod config;
+pub mod env;
+pub mod outcome;
+pub mod output;
+pub mod paths;
+pub mod platform;
+pub mod sandbox;
+
+pub use backend::BackendKind;
+pub use config::{ConfigError, SandboxConfig};
+pub use outcome::{Outcome, OutcomeKind, RunOutput};
+pub use paths::{AllowedDir, AllowedDirSpec, PathError, ResolvedPath};
+pub use sandbox::{ExecPlan, Limits, Mount, RunRequest, Sandbox, SandboxError};

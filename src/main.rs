@@ -1,0 +1,7 @@
+//! The `toolhost` command: parse arguments, run the subcommand, exit with its code.
+
+mod cli;
+
+fn main() {
+    std::process::exit(cli::main());
+}

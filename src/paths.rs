@@ -1,0 +1,340 @@
+//! The only resolver of agent-supplied paths.
+//!
+//! Invariant: every access on behalf of an agent goes through a `cap_std::fs::Dir`
+//! opened on an allowed dir, with a path relative to it. cap-std resolves each
+//! component itself and refuses any step (`..`, an absolute or escaping symlink)
+//! that would leave the dir, at the moment of the access. A symlink swapped in
+//! between [`AllowedDirs::resolve`] and the open therefore cannot lead outside:
+//! the open fails instead. No `std::fs` call ever sees an agent's path.
+
+use std::ffi::OsString;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+
+/// How an allowed dir is given: a host path and whether tools may write in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedDirSpec {
+    /// Host path of the dir. It is canonicalized when the sandbox is built.
+    pub path: PathBuf,
+    /// Whether the dir is read-only for tools.
+    pub read_only: bool,
+}
+
+impl AllowedDirSpec {
+    /// A read-write dir.
+    pub fn read_write(path: impl Into<PathBuf>) -> Self {
+        AllowedDirSpec {
+            path: path.into(),
+            read_only: false,
+        }
+    }
+
+    /// A read-only dir.
+    pub fn read_only(path: impl Into<PathBuf>) -> Self {
+        AllowedDirSpec {
+            path: path.into(),
+            read_only: true,
+        }
+    }
+
+    /// Parses the CLI form `PATH` or `PATH:ro` (also `PATH:rw`).
+    pub fn parse(s: &str) -> Self {
+        if let Some(p) = s.strip_suffix(":ro") {
+            AllowedDirSpec::read_only(p)
+        } else if let Some(p) = s.strip_suffix(":rw") {
+            AllowedDirSpec::read_write(p)
+        } else {
+            AllowedDirSpec::read_write(s)
+        }
+    }
+}
+
+impl<P: Into<PathBuf>> From<P> for AllowedDirSpec {
+    fn from(p: P) -> Self {
+        AllowedDirSpec::read_write(p)
+    }
+}
+
+/// One allowed dir: its canonical host path and the capability handle on it.
+#[derive(Debug, Clone)]
+pub struct AllowedDir {
+    path: PathBuf,
+    read_only: bool,
+    dir: Arc<Dir>,
+}
+
+impl AllowedDir {
+    /// Canonical absolute host path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// Whether tools may only read in it.
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+    /// The capability handle: the only way to reach files below it.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+}
+
+/// Why a path was refused. Messages never contain host paths outside the sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    /// The empty string is not a path.
+    #[error("empty path")]
+    Empty,
+    /// NUL bytes cannot appear in a path.
+    #[error("path contains a NUL byte")]
+    Nul,
+    /// URLs are not paths.
+    #[error("{0:?} is a URL, not a path")]
+    Url(String),
+    /// The path leads outside every allowed dir.
+    #[error("{0:?} is outside the sandbox")]
+    Outside(String),
+    /// Some component does not exist (and is not the last one).
+    #[error("{0:?}: no such file or directory")]
+    NotFound(String),
+    /// Any other failure while resolving, with the OS reason.
+    #[error("{path:?}: {reason}")]
+    Io {
+        /// The path as the agent gave it.
+        path: String,
+        /// The OS error, without host paths.
+        reason: String,
+    },
+}
+
+/// A path known to lie inside an allowed dir, at the time it was resolved.
+///
+/// Use it through [`AllowedDirs::dir_of`] and [`ResolvedPath::relative`]: the
+/// access itself is confined again by cap-std.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedPath {
+    root: usize,
+    rel: PathBuf,
+    host_path: PathBuf,
+    read_only: bool,
+}
+
+impl ResolvedPath {
+    /// Index of the allowed dir it lies in (the most specific one).
+    pub fn root_index(&self) -> usize {
+        self.root
+    }
+    /// Path relative to that allowed dir, symlinks resolved; empty for the dir itself.
+    pub fn relative(&self) -> &Path {
+        &self.rel
+    }
+    /// Absolute host path (the same inside every backend, by invariant 2).
+    pub fn host_path(&self) -> &Path {
+        &self.host_path
+    }
+    /// Whether the allowed dir it lies in is read-only.
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+}
+
+/// The set of allowed dirs of one sandbox.
+#[derive(Debug, Clone)]
+pub struct AllowedDirs {
+    dirs: Vec<AllowedDir>,
+}
+
+/// Why the allowed dirs themselves could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum AllowedDirsError {
+    /// At least one dir is needed: the first is the default workspace.
+    #[error("no allowed directory was given")]
+    NoDirs,
+    /// The dir could not be opened (missing, not a directory, no permission).
+    #[error("allowed directory {path}: {source}")]
+    Open {
+        /// The path as given by the operator.
+        path: PathBuf,
+        /// Why it failed.
+        source: io::Error,
+    },
+}
+
+fn display(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn io_reason(e: &io::Error) -> String {
+    // io::Error from cap-std carries no paths; keep only the OS reason.
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code).to_string(),
+        None => e.to_string(),
+    }
+}
+
+fn is_escape(e: &io::Error) -> bool {
+    // cap-std reports escapes as PermissionDenied with this message.
+    e.kind() == io::ErrorKind::PermissionDenied && e.raw_os_error().is_none()
+}
+
+impl AllowedDirs {
+    /// Opens a handle on each dir.
+    ///
+    /// # Ambient Authority
+    /// Opens the given host paths with the process's own authority. They must
+    /// come from the operator (config, CLI flags), never from an agent.
+    pub fn open(specs: impl IntoIterator<Item = AllowedDirSpec>) -> Result<Self, AllowedDirsError> {
+        let mut dirs = Vec::new();
+        for spec in specs {
+            let open_err = |source| AllowedDirsError::Open {
+                path: spec.path.clone(),
+                source,
+            };
+            let path = std::fs::canonicalize(&spec.path).map_err(open_err)?;
+            let dir = Dir::open_ambient_dir(&path, ambient_authority()).map_err(open_err)?;
+            dirs.push(AllowedDir {
+                path,
+                read_only: spec.read_only,
+                dir: Arc::new(dir),
+            });
+        }
+        if dirs.is_empty() {
+            return Err(AllowedDirsError::NoDirs);
+        }
+        Ok(AllowedDirs { dirs })
+    }
+
+    /// The dirs, in the order given; the first is the default workspace.
+    pub fn as_slice(&self) -> &[AllowedDir] {
+        &self.dirs
+    }
+
+    /// The capability handle of the dir `r` lies in.
+    pub fn dir_of(&self, r: &ResolvedPath) -> &Dir {
+        &self.dirs[r.root].dir
+    }
+
+    /// The most specific allowed dir containing the absolute path `p`, and the rest.
+    fn split_root(&self, p: &Path) -> Option<(usize, PathBuf)> {
+        self.dirs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| p.strip_prefix(&d.path).ok().map(|rest| (i, d, rest)))
+            .max_by_key(|(_, d, _)| d.path.components().count())
+            .map(|(i, _, rest)| (i, rest.to_path_buf()))
+    }
+
+    /// Resolves `user_path` inside the sandbox.
+    ///
+    /// An absolute path must lie inside an allowed dir; a relative one is taken
+    /// from `base_dir` (itself resolved, so it must be inside) or else the first
+    /// allowed dir. Symlinks are followed only while they stay inside. The last
+    /// components may not exist yet (a file about to be created), but they must be
+    /// plain names: `missing/..` is refused.
+    pub fn resolve(
+        &self,
+        user_path: &Path,
+        base_dir: Option<&Path>,
+    ) -> Result<ResolvedPath, PathError> {
+        let shown = display(user_path);
+        if user_path.as_os_str().is_empty() {
+            return Err(PathError::Empty);
+        }
+        if has_nul(user_path) {
+            return Err(PathError::Nul);
+        }
+        if shown.starts_with("file:") {
+            return Err(PathError::Url(shown));
+        }
+        let (root, rel) = if user_path.is_absolute() {
+            self.split_root(user_path)
+                .ok_or_else(|| PathError::Outside(shown.clone()))?
+        } else {
+            let (root, base_rel) = match base_dir {
+                Some(b) => {
+                    let b = self.resolve(b, None)?;
+                    (b.root, b.rel)
+                }
+                None => (0, PathBuf::new()),
+            };
+            (root, base_rel.join(user_path))
+        };
+        let canon = self.canonicalize_in(root, &rel, &shown)?;
+        let host_path = self.dirs[root].path.join(&canon);
+        // A nested allowed dir is more specific (it may be read-only).
+        let (root, rel) = self.split_root(&host_path).unwrap_or((root, canon));
+        Ok(ResolvedPath {
+            root,
+            read_only: self.dirs[root].read_only,
+            rel,
+            host_path,
+        })
+    }
+
+    /// Canonicalizes `rel` below allowed dir `root` with cap-std; missing trailing
+    /// components are kept as they are if they are plain names.
+    fn canonicalize_in(&self, root: usize, rel: &Path, shown: &str) -> Result<PathBuf, PathError> {
+        let dir = &self.dirs[root].dir;
+        let mut existing = rel.to_path_buf();
+        let mut missing: Vec<OsString> = Vec::new();
+        loop {
+            let target = if existing.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                existing.as_path()
+            };
+            match dir.canonicalize(target) {
+                Ok(mut canon) => {
+                    for name in missing.iter().rev() {
+                        canon.push(name);
+                    }
+                    return Ok(canon);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let last = existing.components().next_back();
+                    match last {
+                        Some(Component::Normal(name)) => {
+                            missing.push(name.to_os_string());
+                            existing.pop();
+                        }
+                        Some(Component::CurDir) => {
+                            existing.pop();
+                        }
+                        _ => return Err(PathError::NotFound(shown.to_string())),
+                    }
+                }
+                Err(e) if is_escape(&e) => return Err(PathError::Outside(shown.to_string())),
+                Err(e) => {
+                    return Err(PathError::Io {
+                        path: shown.to_string(),
+                        reason: io_reason(&e),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Opens the directory `r` names, through the capability handle.
+    pub fn open_dir(&self, r: &ResolvedPath) -> io::Result<Dir> {
+        let dir = self.dir_of(r);
+        if r.rel.as_os_str().is_empty() {
+            dir.try_clone()
+        } else {
+            dir.open_dir(&r.rel)
+        }
+    }
+}
+
+#[cfg(unix)]
+fn has_nul(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    p.as_os_str().as_bytes().contains(&0)
+}
+
+#[cfg(not(unix))]
+fn has_nul(p: &Path) -> bool {
+    p.to_string_lossy().contains('\0')
+}

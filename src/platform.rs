@@ -1,0 +1,50 @@
+//! What this platform can enforce for the `direct` backend, logged once.
+//!
+//! Invariant (DESIGN 7): the first sandbox of a process says which guarantees
+//! hold here, once, so an operator never assumes a limit that is not applied.
+
+use std::sync::Once;
+
+/// One line per guarantee of the `direct` backend on this platform.
+pub fn direct_guarantees() -> &'static [&'static str] {
+    if cfg!(target_os = "linux") {
+        &[
+            "rlimits applied: RLIMIT_AS, RLIMIT_CPU, RLIMIT_NPROC (per user; not for root), RLIMIT_FSIZE, RLIMIT_CORE=0",
+            "process tree killed at the end of every call, setsid and double-fork escapees included (per-call subreaper supervisor)",
+            "tool stopped if toolhost dies (parent-death signal, re-armed when the spawning thread exits)",
+            "environment from an allowlist, deny list always stripped; only fds 0-2 inherited; stdin never the host's",
+            "not enforced yet: filesystem confinement and network denial of native programs (use docker or wasm for those)",
+        ]
+    } else if cfg!(unix) {
+        &[
+            "rlimits applied: RLIMIT_AS, RLIMIT_CPU, RLIMIT_NPROC (per user), RLIMIT_FSIZE, RLIMIT_CORE=0",
+            "the tool's process group is killed at the end of a call; processes that call setsid can escape it",
+            "environment from an allowlist, deny list always stripped; only fds 0-2 inherited; stdin never the host's",
+            "not enforced: filesystem confinement and network denial of native programs",
+        ]
+    } else {
+        &[
+            "ADVISORY ONLY: memory, CPU, process and file-size limits are not applied on this platform",
+            "only the tool itself is killed at the timeout, not processes it started",
+            "environment from an allowlist, deny list always stripped; stdin never the host's",
+            "not enforced: filesystem confinement and network denial of native programs",
+        ]
+    }
+}
+
+static ONCE: Once = Once::new();
+
+/// Logs the platform's guarantees the first time it is called in a process.
+pub fn log_guarantees_once() {
+    ONCE.call_once(|| {
+        if cfg!(unix) {
+            for g in direct_guarantees() {
+                tracing::info!(backend = "direct", "{g}");
+            }
+        } else {
+            for g in direct_guarantees() {
+                tracing::warn!(backend = "direct", "{g}");
+            }
+        }
+    });
+}

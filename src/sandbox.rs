@@ -1,0 +1,339 @@
+//! `Sandbox`: config, allowed dirs and environment, turned into an [`ExecPlan`].
+//!
+//! Invariant: `plan()` runs nothing. It validates the request (argv, cwd inside
+//! the sandbox), builds the environment and fixes the limits; a backend then only
+//! executes what the plan says. Every failure becomes a typed [`Outcome`].
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cap_std::fs::Dir;
+
+use crate::backend::direct::DirectBackend;
+use crate::backend::{Backend, BackendKind};
+use crate::config::{ConfigError, SandboxConfig};
+use crate::env::build_env_from;
+use crate::outcome::{Outcome, OutcomeKind, RunOutput};
+use crate::paths::{
+    AllowedDir, AllowedDirSpec, AllowedDirs, AllowedDirsError, PathError, ResolvedPath,
+};
+
+/// One call: a program with its arguments, an optional working directory and
+/// optional standard input.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunRequest {
+    /// Program and arguments (argv mode; no shell is involved). `argv[0]` is a
+    /// bare name looked up on the tool's `PATH`, or a path relative to the cwd.
+    pub argv: Vec<OsString>,
+    /// Working directory: absolute inside an allowed dir, or relative to the first
+    /// allowed dir. Default: the first allowed dir.
+    pub cwd: Option<PathBuf>,
+    /// Bytes for standard input. `None` means empty input (EOF at once); the
+    /// host's own stdin is never passed on.
+    pub stdin: Option<Vec<u8>>,
+}
+
+impl RunRequest {
+    /// A request to run `argv`.
+    pub fn new<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        RunRequest {
+            argv: argv.into_iter().map(Into::into).collect(),
+            cwd: None,
+            stdin: None,
+        }
+    }
+
+    /// Sets the working directory.
+    pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    /// Sets standard input.
+    pub fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> Self {
+        self.stdin = Some(bytes.into());
+        self
+    }
+}
+
+/// Limits of one call, in the units backends apply. `None` disables a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock limit of the whole call.
+    pub timeout: Duration,
+    /// Bytes of stdout kept.
+    pub stdout_cap: usize,
+    /// Bytes of stderr kept.
+    pub stderr_cap: usize,
+    /// Address-space bytes.
+    pub memory_bytes: Option<u64>,
+    /// CPU seconds.
+    pub cpu_seconds: Option<u64>,
+    /// Processes (per user on `direct`).
+    pub processes: Option<u64>,
+    /// Bytes of the largest file written.
+    pub file_size_bytes: Option<u64>,
+}
+
+impl Limits {
+    /// The limits a config asks for.
+    pub fn from_config(c: &SandboxConfig) -> Self {
+        let nonzero = |v: u64| (v != 0).then_some(v);
+        let (stdout_cap, stderr_cap) = crate::output::split_budget(c.max_output_bytes);
+        Limits {
+            timeout: c.timeout,
+            stdout_cap,
+            stderr_cap,
+            memory_bytes: nonzero(c.max_memory_mb).map(|m| m.saturating_mul(1 << 20)),
+            cpu_seconds: nonzero(c.max_cpu_seconds),
+            processes: nonzero(c.max_processes),
+            file_size_bytes: nonzero(c.max_file_size_mb).map(|m| m.saturating_mul(1 << 20)),
+        }
+    }
+}
+
+/// A directory visible to the call, at the same absolute path in every backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// Absolute host path (and path inside the backend).
+    pub path: PathBuf,
+    /// Whether the call may only read it.
+    pub read_only: bool,
+}
+
+/// Everything a backend needs to run one call, fixed by [`Sandbox::plan`].
+#[derive(Debug, Clone)]
+pub struct ExecPlan {
+    /// Backend that should run it.
+    pub backend: BackendKind,
+    /// Program and arguments; never empty, no NUL bytes.
+    pub argv: Vec<OsString>,
+    /// The complete environment of the tool.
+    pub env: Vec<(OsString, OsString)>,
+    /// Working directory, as an absolute path inside the sandbox.
+    pub cwd: PathBuf,
+    /// Capability handle on the working directory (backends enter it by handle,
+    /// so a symlink swapped in after planning cannot move the call outside).
+    pub cwd_dir: Arc<Dir>,
+    /// Standard input; `None` is empty input.
+    pub stdin: Option<Arc<[u8]>>,
+    /// Limits.
+    pub limits: Limits,
+    /// Whether the network is allowed.
+    pub allow_network: bool,
+    /// The allowed dirs.
+    pub mounts: Vec<Mount>,
+}
+
+/// Why a sandbox could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The config is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// An allowed dir could not be opened.
+    #[error(transparent)]
+    AllowedDirs(#[from] AllowedDirsError),
+}
+
+/// The sandbox: config, allowed dirs, environment and backends.
+///
+/// Cheap to share behind an `Arc`; `run` takes `&self` and calls may run
+/// concurrently from many tasks.
+#[derive(Debug)]
+pub struct Sandbox {
+    config: SandboxConfig,
+    dirs: AllowedDirs,
+    direct: DirectBackend,
+}
+
+impl Sandbox {
+    /// Builds a sandbox over `allowed_dirs` (the first is the default workspace).
+    ///
+    /// # Ambient Authority
+    /// Opens the allowed dirs by host path, and reads the process environment
+    /// for each call. Both come from the operator, not from agents.
+    pub fn new<I, D>(allowed_dirs: I, config: SandboxConfig) -> Result<Self, SandboxError>
+    where
+        I: IntoIterator<Item = D>,
+        D: Into<AllowedDirSpec>,
+    {
+        config.validate()?;
+        let dirs = AllowedDirs::open(allowed_dirs.into_iter().map(Into::into))?;
+        if config.protect_host_environ {
+            protect_host_environ();
+        }
+        crate::platform::log_guarantees_once();
+        Ok(Sandbox {
+            config,
+            dirs,
+            direct: DirectBackend::new(),
+        })
+    }
+
+    /// The config.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.config
+    }
+
+    /// The allowed dirs, canonicalized; the first is the default workspace.
+    pub fn allowed_dirs(&self) -> &[AllowedDir] {
+        self.dirs.as_slice()
+    }
+
+    /// The allowed dirs as a set, for path resolution and access by handle.
+    pub fn dirs(&self) -> &AllowedDirs {
+        &self.dirs
+    }
+
+    /// Whether `path` resolves inside an allowed dir.
+    pub fn validate_file_path(&self, path: impl AsRef<Path>) -> bool {
+        self.dirs.resolve(path.as_ref(), None).is_ok()
+    }
+
+    /// Resolves `user_path` inside `base_dir` (which must be inside the sandbox)
+    /// or the first allowed dir; any escape is an error.
+    pub fn resolve_path(
+        &self,
+        user_path: impl AsRef<Path>,
+        base_dir: Option<&Path>,
+    ) -> Result<ResolvedPath, PathError> {
+        self.dirs.resolve(user_path.as_ref(), base_dir)
+    }
+
+    /// The environment a tool gets: the allowlist from the config plus
+    /// `extra_allow`, minus the deny list, with `PATH` always set.
+    pub fn build_env(&self, extra_allow: &[String]) -> Vec<(OsString, OsString)> {
+        let mut allow = self.config.env_allowlist.clone();
+        allow.extend(extra_allow.iter().cloned());
+        build_env_from(std::env::vars_os(), &allow, self.config.allow_network)
+    }
+
+    /// Turns a request into a plan, or the outcome that refuses it. Runs nothing.
+    pub fn plan(&self, request: &RunRequest) -> Result<ExecPlan, Outcome> {
+        let Some(program) = request.argv.first() else {
+            return Err(Outcome::new(
+                OutcomeKind::EmptyArgv,
+                "empty argv: nothing to run",
+            ));
+        };
+        if program.is_empty() {
+            return Err(Outcome::new(OutcomeKind::EmptyArgv, "argv[0] is empty"));
+        }
+        if let Some(i) = request.argv.iter().position(|a| has_nul(a)) {
+            return Err(Outcome::new(
+                OutcomeKind::InvalidRequest,
+                format!("argv[{i}] contains a NUL byte"),
+            ));
+        }
+        let cwd_path = request.cwd.as_deref().unwrap_or(Path::new(""));
+        let (cwd, cwd_dir) = if request.cwd.is_none() {
+            let root = &self.dirs.as_slice()[0];
+            let dir = root
+                .dir()
+                .try_clone()
+                .map_err(|e| cwd_refusal(&e.to_string()))?;
+            (root.path().to_path_buf(), dir)
+        } else {
+            let shown = cwd_path.to_string_lossy();
+            let resolved = self
+                .dirs
+                .resolve(cwd_path, None)
+                .map_err(|e| cwd_refusal(&e.to_string()))?;
+            let dir = self.dirs.open_dir(&resolved).map_err(|e| {
+                let reason = match e.raw_os_error() {
+                    Some(c) => std::io::Error::from_raw_os_error(c).to_string(),
+                    None => "outside the sandbox".to_string(),
+                };
+                cwd_refusal(&format!("{shown:?}: {reason}"))
+            })?;
+            (resolved.host_path().to_path_buf(), dir)
+        };
+        let backend = match self.config.backend {
+            BackendKind::Direct => BackendKind::Direct,
+            other => {
+                return Err(Outcome::new(
+                    OutcomeKind::BackendUnavailable,
+                    format!(
+                        "the {other} backend is not available in this version of toolhost; use backend \"direct\""
+                    ),
+                ));
+            }
+        };
+        Ok(ExecPlan {
+            backend,
+            argv: request.argv.clone(),
+            env: self.build_env(&[]),
+            cwd,
+            cwd_dir: Arc::new(cwd_dir),
+            stdin: request.stdin.as_deref().map(Arc::from),
+            limits: Limits::from_config(&self.config),
+            allow_network: self.config.allow_network,
+            mounts: self
+                .dirs
+                .as_slice()
+                .iter()
+                .map(|d| Mount {
+                    path: d.path().to_path_buf(),
+                    read_only: d.read_only(),
+                })
+                .collect(),
+        })
+    }
+
+    /// Runs a request (the seed's `run_subprocess`). Never panics and never
+    /// returns an error: refusals and failures are outcomes.
+    pub async fn run(&self, request: RunRequest) -> RunOutput {
+        let start = Instant::now();
+        match self.plan(&request) {
+            Ok(plan) => self.run_plan(&plan).await,
+            Err(outcome) => RunOutput::refused(self.config.backend, outcome, start.elapsed()),
+        }
+    }
+
+    /// Runs a plan made by [`Sandbox::plan`] on the backend it names.
+    pub async fn run_plan(&self, plan: &ExecPlan) -> RunOutput {
+        match plan.backend {
+            BackendKind::Direct => self.direct.run(plan).await,
+            other => RunOutput::refused(
+                other,
+                Outcome::new(
+                    OutcomeKind::BackendUnavailable,
+                    format!("the {other} backend is not available in this version of toolhost"),
+                ),
+                Duration::ZERO,
+            ),
+        }
+    }
+}
+
+fn cwd_refusal(reason: &str) -> Outcome {
+    Outcome::new(OutcomeKind::CwdOutside, format!("cwd refused: {reason}"))
+}
+
+#[cfg(unix)]
+fn has_nul(s: &std::ffi::OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    s.as_bytes().contains(&0)
+}
+
+#[cfg(not(unix))]
+fn has_nul(s: &std::ffi::OsStr) -> bool {
+    s.to_string_lossy().contains('\0')
+}
+
+/// Makes this process non-dumpable, so that tools running as the same user cannot
+/// read `/proc/<toolhost>/environ` and find host secrets there. Idempotent.
+fn protect_host_environ() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_DUMPABLE) takes plain integers and affects only this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+}

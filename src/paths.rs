@@ -262,6 +262,10 @@ impl AllowedDirs {
             };
             (root, base_rel.join(user_path))
         };
+        if escapes_lexically(&rel) {
+            // Refused before any lookup, whether or not the components exist.
+            return Err(PathError::Outside(shown));
+        }
         let canon = self.canonicalize_in(root, &rel, &shown)?;
         let host_path = self.dirs[root].path.join(&canon);
         // A nested allowed dir is more specific (it may be read-only).
@@ -326,6 +330,25 @@ impl AllowedDirs {
             dir.open_dir(&r.rel)
         }
     }
+}
+
+/// Whether `..` components climb above the start of `rel`, read as written.
+/// Conservative: a symlink could make such a path land inside again, but a path
+/// that reads as an escape is refused as one.
+fn escapes_lexically(rel: &Path) -> bool {
+    let mut depth: usize = 0;
+    for c in rel.components() {
+        match c {
+            Component::ParentDir => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return true,
+            },
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return true,
+        }
+    }
+    false
 }
 
 #[cfg(unix)]

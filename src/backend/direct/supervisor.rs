@@ -113,7 +113,10 @@ extern "C" fn on_signal(sig: c_int) {
 }
 
 const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-const CAP_SYS_PTRACE: libc::c_ulong = 19;
+/// Capabilities that let a root tool read another process's memory and
+/// environment through /proc: CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON
+/// (measured on this project's Linux hosts: each alone is enough).
+const PROC_PEEK_CAPS: [libc::c_ulong; 3] = [19, 21, 38];
 /// How long the supervisor keeps killing before it reports survivors.
 const CLEANUP_BUDGET_NS: i64 = 3_000_000_000;
 
@@ -196,9 +199,12 @@ unsafe fn prepare_tool(p: &Params, supervisor: pid_t) -> io::Result<()> {
         set_limit(libc::RLIMIT_CORE as c_int, 0)?;
         cloexec_from(3);
         if p.drop_ptrace {
-            // Without CAP_SYS_PTRACE a root tool cannot read the environment of
-            // toolhost or of the supervisor through /proc.
-            libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0);
+            // Without these a root tool cannot read the environment of toolhost
+            // or of the supervisor through /proc. Dropped from the bounding set,
+            // they are gone from the tool after exec.
+            for cap in PROC_PEEK_CAPS {
+                libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+            }
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);

@@ -1,0 +1,317 @@
+//! `toolhost run`: exit codes, `--json` shape, flags, config files, stdin.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use crate::util::*;
+
+fn code(t: &Tmp, args: &[&str]) -> (i32, String, String) {
+    let out = toolhost(&t.ws(), args, &[]);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn exit_codes_follow_the_convention() {
+    let t = Tmp::new();
+    t.write("plain.txt", "x");
+    std::fs::write(t.root.join("bad.toml"), "timeout = \"soon\"\n").unwrap();
+    let bad = t.root.join("bad.toml");
+    let cases: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["run", "--", "true"], 0),
+        (vec!["run", "--", "sh", "-c", "exit 3"], 3),
+        (vec!["run", "--timeout", "0.5", "--", "sleep", "10"], 124),
+        (
+            vec!["run", "--config", bad.to_str().unwrap(), "--", "true"],
+            125,
+        ),
+        (vec!["run", "--timeout", "0", "--", "true"], 125),
+        (vec!["run", "--timeout", "abc", "--", "true"], 125),
+        (vec!["run", "--cwd", "/", "--", "true"], 125),
+        (
+            vec!["run", "--allow-dir", "/no/such/dir", "--", "true"],
+            125,
+        ),
+        (vec!["run", "--backend", "docker", "--", "true"], 125),
+        (vec!["run", "--backend", "nope", "--", "true"], 125),
+        (vec!["run", "--", ""], 125),
+        (vec!["run"], 125),
+        (vec!["run", "--", "./plain.txt"], 126),
+        (vec!["run", "--", "no-such-program-zz"], 127),
+        (vec!["run", "--", "sh", "-c", "kill -9 $$"], 137),
+        (vec!["run", "--", "sh", "-c", "kill -TERM $$"], 143),
+        (
+            vec![
+                "run",
+                "--max-cpu-seconds",
+                "1",
+                "--",
+                "sh",
+                "-c",
+                "while :; do :; done",
+            ],
+            152,
+        ),
+        (
+            vec![
+                "run",
+                "--max-file-size-mb",
+                "1",
+                "--",
+                "dd",
+                "if=/dev/zero",
+                "of=f",
+                "bs=1M",
+                "count=3",
+            ],
+            153,
+        ),
+    ];
+    for (args, want) in cases {
+        let (got, _, stderr) = code(&t, &args);
+        assert_eq!(got, want, "{args:?}: {stderr}");
+        if want >= 124 && want != 137 && want != 143 {
+            assert!(
+                stderr.contains("toolhost:") || stderr.contains("error"),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn plain_mode_passes_output_through() {
+    let t = Tmp::new();
+    let (c, out, err) = code(&t, &["run", "--", "sh", "-c", "echo out; echo err >&2"]);
+    assert_eq!((c, out.as_str(), err.as_str()), (0, "out\n", "err\n"));
+}
+
+#[test]
+fn json_mode_prints_one_object_with_every_field() {
+    let t = Tmp::new();
+    let (c, out, _) = code(&t, &["run", "--json", "--", "sh", "-c", "echo hi; exit 4"]);
+    assert_eq!(c, 4);
+    assert_eq!(out.lines().count(), 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["stdout"], "hi\n");
+    assert_eq!(v["stderr"], "");
+    assert_eq!(v["returncode"], 4);
+    assert_eq!(v["timed_out"], false);
+    assert_eq!(v["truncated"], false);
+    assert_eq!(v["outcome"]["kind"], "exited");
+    assert_eq!(v["outcome"]["message"], "exited with code 4");
+    assert_eq!(v["backend"], "direct");
+    assert!(v["duration_ms"].as_f64().unwrap() > 0.0);
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(keys.len(), 8, "{keys:?}");
+
+    let (c, out, _) = code(
+        &t,
+        &["run", "--json", "--timeout", "0.3", "--", "sleep", "5"],
+    );
+    assert_eq!(c, 124);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["outcome"]["kind"], "timed_out");
+    assert_eq!(v["returncode"], serde_json::Value::Null);
+    assert_eq!(v["timed_out"], true);
+
+    let (c, out, _) = code(&t, &["run", "--json", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(c, 137);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["outcome"]["kind"], "signalled");
+    assert_eq!(v["outcome"]["signal"], 9);
+
+    let (c, out, _) = code(&t, &["run", "--json", "--cwd", "/etc", "--", "true"]);
+    assert_eq!(c, 125);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["outcome"]["kind"], "cwd_outside");
+}
+
+#[test]
+fn flags_set_the_limits() {
+    let t = Tmp::new();
+    let (_, out, _) = code(
+        &t,
+        &[
+            "run",
+            "--json",
+            "--max-output-bytes",
+            "10",
+            "--",
+            "printf",
+            "0123456789abcdef",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["stdout"], "01234567");
+    assert_eq!(v["truncated"], true);
+    let (_, out, _) = code(
+        &t,
+        &[
+            "run",
+            "--max-memory-mb",
+            "64",
+            "--",
+            "python3",
+            "-c",
+            "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20)",
+        ],
+    );
+    assert_eq!(out, "64\n");
+    let limits = "import resource as r\nfor n in ('NPROC', 'CORE', 'FSIZE', 'CPU'):\n    print(n, *r.getrlimit(getattr(r, 'RLIMIT_' + n)))";
+    let (_, out, _) = code(
+        &t,
+        &["run", "--max-processes", "7", "--", "python3", "-c", limits],
+    );
+    let mb50 = 50 * 1024 * 1024;
+    assert_eq!(
+        out,
+        format!("NPROC 7 7\nCORE 0 0\nFSIZE {mb50} {mb50}\nCPU 30 31\n")
+    );
+    let (_, out, _) = code(
+        &t,
+        &[
+            "run",
+            "--max-processes",
+            "0",
+            "--max-cpu-seconds",
+            "0",
+            "--",
+            "python3",
+            "-c",
+            limits,
+        ],
+    );
+    assert!(
+        !out.contains("NPROC 7 7") && !out.contains("CPU 30"),
+        "{out}"
+    );
+}
+
+#[test]
+fn allow_dir_ro_cwd_and_default_dir() {
+    let t = Tmp::new();
+    std::fs::create_dir(t.ws().join("sub")).unwrap();
+    let ws = t.ws();
+    let outside = format!("{}:ro", t.outside().display());
+    let (c, out, err) = code(
+        &t,
+        &[
+            "run",
+            "--allow-dir",
+            ws.to_str().unwrap(),
+            "--allow-dir",
+            &outside,
+            "--cwd",
+            t.outside().to_str().unwrap(),
+            "--",
+            "cat",
+            "secret.txt",
+        ],
+    );
+    assert_eq!((c, out.as_str()), (0, CANARY), "{err}");
+    let (_, out, _) = code(&t, &["run", "--cwd", "sub", "--", "pwd"]);
+    assert_eq!(out.trim_end(), ws.join("sub").to_string_lossy());
+}
+
+#[test]
+fn config_file_is_read_only_when_named() {
+    let t = Tmp::new();
+    // An agent-written toolhost.toml in the workspace is ignored...
+    t.write("toolhost.toml", "max_output_bytes = 3\n");
+    let (_, out, _) = code(&t, &["run", "--", "echo", "hello"]);
+    assert_eq!(out, "hello\n");
+    // ...and honoured when the operator names it.
+    let cfg = t.ws().join("toolhost.toml");
+    let (_, out, _) = code(
+        &t,
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--",
+            "echo",
+            "hello",
+        ],
+    );
+    assert_eq!(out, "he");
+    // Flags override the file.
+    let (_, out, _) = code(
+        &t,
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--max-output-bytes",
+            "100",
+            "--",
+            "echo",
+            "hello",
+        ],
+    );
+    assert_eq!(out, "hello\n");
+    // Unknown keys are refused, naming the key.
+    std::fs::write(t.root.join("typo.toml"), "max_memroy_mb = 1\n").unwrap();
+    let typo = t.root.join("typo.toml");
+    let (c, _, err) = code(
+        &t,
+        &["run", "--config", typo.to_str().unwrap(), "--", "true"],
+    );
+    assert_eq!(c, 125);
+    assert!(err.contains("`max_memroy_mb`"), "{err}");
+}
+
+#[test]
+fn stdin_is_forwarded_when_piped() {
+    let t = Tmp::new();
+    let mut child = Command::new(toolhost_bin())
+        .args(["run", "--", "tr", "a-z", "A-Z"])
+        .current_dir(t.ws())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello sandbox")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "HELLO SANDBOX");
+}
+
+#[test]
+fn help_documents_every_flag_and_exit_code() {
+    let t = Tmp::new();
+    let (c, out, _) = code(&t, &["run", "--help"]);
+    assert_eq!(c, 0);
+    for flag in [
+        "--backend",
+        "--allow-dir",
+        "--cwd",
+        "--config",
+        "--timeout",
+        "--max-memory-mb",
+        "--max-cpu-seconds",
+        "--max-output-bytes",
+        "--max-processes",
+        "--max-file-size-mb",
+        "--allow-network",
+        "--env-allow",
+        "--json",
+        "124",
+        "125",
+        "126",
+        "127",
+        "128+N",
+    ] {
+        assert!(out.contains(flag), "--help lacks {flag}");
+    }
+    let (c, out, _) = code(&t, &["--help"]);
+    assert_eq!(c, 0);
+    assert!(out.contains("run"));
+}

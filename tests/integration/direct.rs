@@ -1,0 +1,592 @@
+//! The `direct` backend against ATTACKS.md D cases 11, 15, 17-21, 23-26, 32-35,
+//! launch failures, concurrency and cancellation. Each denied case has its
+//! allowed twin; process checks look at pids, not exit codes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use toolhost::{OutcomeKind, RunRequest, SandboxConfig};
+
+use crate::util::*;
+
+#[tokio::test]
+async fn runs_a_program_and_reports_it() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config());
+    let r = sh(&sb, "echo out; echo err >&2; exit 3").await;
+    assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("out\n", "err\n"));
+    assert_eq!(r.returncode, Some(3));
+    assert_eq!(r.outcome.kind, OutcomeKind::Exited);
+    assert!(!r.timed_out && !r.truncated);
+    assert_eq!(r.backend, toolhost::BackendKind::Direct);
+    // The default cwd is the first allowed dir, at its real host path.
+    let r = run(&sb, &["pwd"]).await;
+    assert_eq!(r.stdout.trim_end(), t.ws().to_string_lossy());
+}
+
+#[tokio::test]
+async fn attack_11_cwd_outside_is_refused() {
+    let t = Tmp::new();
+    std::fs::create_dir(t.ws().join("sub")).unwrap();
+    std::os::unix::fs::symlink(t.outside(), t.ws().join("out")).unwrap();
+    let sb = t.sandbox(config());
+    let outside_path = t.outside().to_string_lossy().into_owned();
+    for cwd in [outside_path.as_str(), "out", "..", "/", "missing"] {
+        let r = sb
+            .run(RunRequest::new(["cat", "secret.txt"]).cwd(cwd))
+            .await;
+        assert_eq!(r.outcome.kind, OutcomeKind::CwdOutside, "{cwd}: {r:?}");
+        assert_eq!(r.returncode, None);
+        assert!(!r.stdout.contains(CANARY));
+        // Attack 16: the refusal never names where the symlink led.
+        if cwd == "out" {
+            assert!(
+                !r.outcome.message.contains(&outside_path),
+                "{}",
+                r.outcome.message
+            );
+        }
+    }
+    // A file is not a cwd.
+    t.write("file", "x");
+    let r = sb.run(RunRequest::new(["pwd"]).cwd("file")).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::CwdOutside, "{r:?}");
+    // Allowed twin: a subdirectory, relative and absolute.
+    for cwd in [
+        "sub".to_string(),
+        t.ws().join("sub").to_string_lossy().into_owned(),
+    ] {
+        let r = sb.run(RunRequest::new(["pwd"]).cwd(&cwd)).await;
+        assert_eq!(
+            r.stdout.trim_end(),
+            t.ws().join("sub").to_string_lossy(),
+            "{cwd}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn attack_15_only_fds_0_1_2_are_inherited() {
+    let t = Tmp::new();
+    // Leak an fd on purpose: no CLOEXEC.
+    let f = std::fs::File::open("/dev/null").unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    // SAFETY: fcntl on an fd we own.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+    // Positive control: a plain spawn does inherit it.
+    let plain = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("test -e /proc/self/fd/{fd} && echo inherited"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "inherited\n");
+    let sb = t.sandbox(config());
+    // `ls` itself holds one fd open on the directory it lists: 3.
+    let r = run(&sb, &["ls", "/proc/self/fd"]).await;
+    let fds: Vec<&str> = r.stdout.split_whitespace().collect();
+    assert_eq!(fds, ["0", "1", "2", "3"], "{r:?}");
+    drop(f);
+}
+
+#[tokio::test]
+async fn attack_17_memory_bomb_is_a_memory_limit() {
+    let t = Tmp::new();
+    let sb = t.sandbox(SandboxConfig {
+        max_memory_mb: 256,
+        ..config()
+    });
+    let r = run(&sb, &["python3", "-c", "b = bytearray(100 * 1024**3)"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::MemoryLimit, "{r:?}");
+    assert_eq!(r.returncode, Some(1));
+    assert!(
+        r.outcome.message.contains("256 MiB"),
+        "{}",
+        r.outcome.message
+    );
+    // Allowed twin: a modest allocation under the same limit.
+    let r = run(
+        &sb,
+        &[
+            "python3",
+            "-c",
+            "b = bytearray(32 * 1024**2); print(len(b))",
+        ],
+    )
+    .await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.stdout, "33554432\n");
+}
+
+#[tokio::test]
+async fn attack_18_cpu_spin_hits_the_cpu_limit_or_the_timeout() {
+    let t = Tmp::new();
+    let sb = t.sandbox(SandboxConfig {
+        max_cpu_seconds: 1,
+        ..config_timeout(20.0)
+    });
+    let start = Instant::now();
+    let r = sh(&sb, "while :; do :; done").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::CpuLimit, "{r:?}");
+    assert_eq!(r.outcome.signal, Some(libc::SIGXCPU));
+    assert!(start.elapsed() < Duration::from_secs(10));
+    // With the CPU limit off, the timeout ends it, on time.
+    let sb = t.sandbox(SandboxConfig {
+        max_cpu_seconds: 0,
+        ..config_timeout(1.0)
+    });
+    let r = sh(&sb, "while :; do :; done").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::TimedOut, "{r:?}");
+    assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
+    // Allowed twin: bounded work under the limit.
+    let sb = t.sandbox(SandboxConfig {
+        max_cpu_seconds: 1,
+        ..config()
+    });
+    let r = sh(
+        &sb,
+        "i=0; while [ $i -lt 1000 ]; do i=$((i+1)); done; echo $i",
+    )
+    .await;
+    assert_eq!(r.stdout, "1000\n", "{r:?}");
+}
+
+#[tokio::test]
+async fn attack_19_process_floods_are_contained_and_reaped() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config_timeout(2.0));
+    // 400 sleepers, half of them double-forked out of the tool's tree.
+    let marker = "7391.123";
+    let r = sh(
+        &sb,
+        &format!(
+            "i=0; while [ $i -lt 200 ]; do sleep {marker} & (sleep {marker} &); i=$((i+1)); done; echo started; wait"
+        ),
+    )
+    .await;
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(r.stdout, "started\n");
+    let left = still_alive(&processes_with(marker), Duration::from_secs(3));
+    assert!(left.is_empty(), "{} sleepers survived", left.len());
+    assert!(processes_with(marker).is_empty());
+    // Thread bomb: held by the address-space limit, the host unaffected.
+    let sb = t.sandbox(SandboxConfig {
+        max_memory_mb: 256,
+        ..config()
+    });
+    let r = run(
+        &sb,
+        &[
+            "python3",
+            "-c",
+            "import threading, time\nn = 0\ntry:\n    while n < 100000:\n        threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); n += 1\nexcept Exception as e:\n    print('stopped at', n, type(e).__name__)\n",
+        ],
+    )
+    .await;
+    assert!(r.stdout.starts_with("stopped at"), "{r:?}");
+    let n: u32 = r.stdout.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(n < 1000, "{n} threads under a 256 MiB address space");
+    // The host can still spawn.
+    let r = run(&sb, &["true"]).await;
+    assert!(r.success(), "{r:?}");
+}
+
+#[tokio::test]
+async fn attack_20_huge_file_stops_at_the_file_size_limit() {
+    let t = Tmp::new();
+    let sb = t.sandbox(SandboxConfig {
+        max_file_size_mb: 1,
+        ..config()
+    });
+    let r = run(
+        &sb,
+        &["dd", "if=/dev/zero", "of=big", "bs=64K", "count=100"],
+    )
+    .await;
+    assert_eq!(r.outcome.kind, OutcomeKind::FileSizeLimit, "{r:?}");
+    assert_eq!(r.outcome.signal, Some(libc::SIGXFSZ));
+    let size = std::fs::metadata(t.ws().join("big")).unwrap().len();
+    assert!(size <= 1024 * 1024, "{size}");
+    // Allowed twin: under the limit.
+    let r = run(
+        &sb,
+        &["dd", "if=/dev/zero", "of=small", "bs=64K", "count=8"],
+    )
+    .await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(
+        std::fs::metadata(t.ws().join("small")).unwrap().len(),
+        512 * 1024
+    );
+}
+
+#[tokio::test]
+async fn attack_21_fd_exhaustion_and_many_files() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config());
+    let r = run(
+        &sb,
+        &[
+            "python3",
+            "-c",
+            "import os\nfds = []\ntry:\n    while True: fds.append(os.open('/dev/null', os.O_RDONLY))\nexcept OSError as e:\n    print('EMFILE' if e.errno == 24 else e.errno, len(fds) > 100)\nfor fd in fds: os.close(fd)\nfor i in range(2000): open(f'f{i}', 'w').close()\nprint(len(os.listdir('.')))\n",
+        ],
+    )
+    .await;
+    assert_eq!(r.stdout, "EMFILE True\n2000\n", "{r:?}");
+    // The host is unaffected: the next call runs.
+    let r = run(&sb, &["ls"]).await;
+    assert!(r.success());
+    assert_eq!(r.stdout.lines().count(), 2000);
+}
+
+#[tokio::test]
+async fn attack_23_background_children_do_not_survive_the_call() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config_timeout(20.0));
+    let start = Instant::now();
+    // The sleeper also holds stdout open: the call must not wait for it.
+    let r = sh(&sb, "sleep 999 & echo $!").await;
+    assert!(r.success(), "{r:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let pids = pids_in(&r.stdout);
+    assert_eq!(pids.len(), 1);
+    assert_eq!(
+        still_alive(&pids, Duration::from_secs(2)),
+        Vec::<i32>::new()
+    );
+}
+
+#[tokio::test]
+async fn attack_24_setsid_double_fork_and_nohup_do_not_escape() {
+    let t = Tmp::new();
+    let script = "setsid sleep 999 > /dev/null 2>&1 & echo $!; \
+                  sh -c 'sleep 999 > /dev/null 2>&1 & echo $!' ; \
+                  (setsid sh -c 'sleep 999 & echo $!; wait' > pid3 2>&1 &) ; \
+                  nohup sleep 999 > /dev/null 2>&1 & echo $!; \
+                  while [ ! -s pid3 ]; do sleep 0.01; done; cat pid3";
+    // Normal exit of the tool...
+    let sb = t.sandbox(config_timeout(20.0));
+    let r = sh(&sb, script).await;
+    assert!(r.success(), "{r:?}");
+    let pids = pids_in(&r.stdout);
+    assert_eq!(pids.len(), 4, "{r:?}");
+    assert_eq!(
+        still_alive(&pids, Duration::from_secs(2)),
+        Vec::<i32>::new()
+    );
+    // ...and the timeout path.
+    std::fs::remove_file(t.ws().join("pid3")).unwrap();
+    let sb = t.sandbox(config_timeout(1.5));
+    let r = sh(&sb, &format!("{script}; sleep 999")).await;
+    assert!(r.timed_out, "{r:?}");
+    let pids = pids_in(&r.stdout);
+    assert_eq!(pids.len(), 4, "{r:?}");
+    assert_eq!(
+        still_alive(&pids, Duration::from_secs(2)),
+        Vec::<i32>::new()
+    );
+}
+
+#[tokio::test]
+async fn attack_25_trap_term_is_killed_anyway() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config_timeout(1.0));
+    let r = sh(
+        &sb,
+        "trap '' TERM INT HUP; echo $$; while :; do sleep 0.1; done",
+    )
+    .await;
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(r.returncode, None);
+    assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
+    let pids = pids_in(&r.stdout);
+    assert_eq!(pids.len(), 1);
+    assert_eq!(
+        still_alive(&pids, Duration::from_secs(2)),
+        Vec::<i32>::new()
+    );
+}
+
+#[tokio::test]
+async fn attack_26_grandchild_holding_stdout_does_not_delay_the_timeout() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config_timeout(1.0));
+    let r = sh(&sb, "(sleep 999; echo late) & echo $!; exec sleep 999").await;
+    assert!(r.timed_out, "{r:?}");
+    assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
+    assert!(!r.stdout.contains("late"));
+    assert_eq!(
+        still_alive(&pids_in(&r.stdout), Duration::from_secs(2)),
+        Vec::<i32>::new()
+    );
+    assert_eq!(
+        r.outcome.message,
+        "timed out after 1 s; the process tree was killed"
+    );
+}
+
+#[tokio::test]
+async fn attack_32_output_flood_is_capped_while_streaming() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config_timeout(2.0));
+    let r = run(&sb, &["yes"]).await;
+    assert!(r.timed_out && r.truncated, "{}", r.outcome.message);
+    assert_eq!(r.stdout.len(), 8 * 1024 * 1024);
+    assert!(r.stdout.starts_with("y\ny\n"));
+    // A flood that ends: the tool runs to completion, output cut at the cap.
+    let sb = t.sandbox(config());
+    let r = sh(&sb, "head -c 300000000 /dev/zero; echo done >&2").await;
+    assert!(r.success() && r.truncated, "{}", r.outcome.message);
+    assert_eq!(r.stdout.len(), 8 * 1024 * 1024);
+    assert_eq!(r.stderr, "done\n");
+    // Allowed twin: exactly at the cap is not truncated.
+    let sb = t.sandbox(SandboxConfig {
+        max_output_bytes: 10,
+        ..config()
+    });
+    let r = run(&sb, &["printf", "12345678"]).await;
+    assert!(!r.truncated);
+    assert_eq!(r.stdout, "12345678");
+    let r = run(&sb, &["printf", "123456789"]).await;
+    assert!(r.truncated);
+    assert_eq!(r.stdout, "12345678");
+}
+
+#[tokio::test]
+async fn attack_33_stderr_flood_with_silent_stdout_does_not_deadlock() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config());
+    let r = sh(&sb, "head -c 50000000 /dev/zero >&2; echo done").await;
+    assert!(r.success(), "{}", r.outcome.message);
+    assert_eq!(r.stdout, "done\n");
+    assert_eq!(r.stderr.len(), 2 * 1024 * 1024);
+    assert!(r.truncated);
+    assert!(r.duration < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn attack_34_binary_and_huge_lines_are_decoded_lossily() {
+    let t = Tmp::new();
+    let sb = t.sandbox(SandboxConfig {
+        max_output_bytes: 1000,
+        ..config()
+    });
+    let r = run(&sb, &["printf", "a\\377\\000\\033[31mX"]).await;
+    assert_eq!(r.stdout, "a\u{fffd}\0\u{1b}[31mX");
+    let r = sh(&sb, "head -c 5000000 /dev/zero | tr '\\0' a").await;
+    assert_eq!(r.stdout, "a".repeat(800));
+    assert!(r.truncated && r.success());
+}
+
+#[tokio::test]
+async fn attack_35_stdin_is_empty_unless_given() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config_timeout(10.0));
+    let r = run(&sb, &["cat"]).await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.stdout, "");
+    assert!(r.duration < Duration::from_secs(2));
+    // Given bytes arrive intact, written concurrently with output draining.
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let r = sb
+        .run(RunRequest::new(["sha256sum"]).stdin(data.clone()))
+        .await;
+    use sha2::{Digest, Sha256};
+    assert_eq!(
+        r.stdout.split_whitespace().next().unwrap(),
+        format!("{:x}", Sha256::digest(&data))
+    );
+    // A tool that ignores its stdin does not hang the call.
+    let r = sb.run(RunRequest::new(["true"]).stdin(data)).await;
+    assert!(r.success(), "{r:?}");
+}
+
+#[tokio::test]
+async fn launch_failures_are_typed() {
+    let t = Tmp::new();
+    t.write("noexec.sh", "echo hi\n");
+    std::fs::create_dir(t.ws().join("adir")).unwrap();
+    let sb = t.sandbox(config());
+    let cases: Vec<(Vec<&str>, OutcomeKind)> = vec![
+        (vec![], OutcomeKind::EmptyArgv),
+        (vec![""], OutcomeKind::EmptyArgv),
+        (vec!["echo", "a\0b"], OutcomeKind::InvalidRequest),
+        (vec!["no-such-binary-xyz"], OutcomeKind::NotFound),
+        (vec!["./missing"], OutcomeKind::NotFound),
+        (vec!["./noexec.sh"], OutcomeKind::PermissionDenied),
+        (vec!["./adir"], OutcomeKind::PermissionDenied),
+    ];
+    for (argv, kind) in cases {
+        let r = run(&sb, &argv).await;
+        assert_eq!(r.outcome.kind, kind, "{argv:?}: {r:?}");
+        assert_eq!(r.returncode, None);
+        assert!(!r.outcome.message.is_empty() && !r.outcome.message.contains('\n'));
+    }
+    // Allowed twin: the same script made executable.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        t.ws().join("noexec.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let r = run(&sb, &["./noexec.sh"]).await;
+    assert_eq!(r.stdout, "hi\n", "{r:?}");
+}
+
+#[tokio::test]
+async fn other_backends_are_refused_clearly() {
+    let t = Tmp::new();
+    for backend in [toolhost::BackendKind::Docker, toolhost::BackendKind::Wasm] {
+        let sb = t.sandbox(SandboxConfig {
+            backend,
+            ..config()
+        });
+        let r = run(&sb, &["true"]).await;
+        assert_eq!(r.outcome.kind, OutcomeKind::BackendUnavailable);
+        assert_eq!(r.cli_exit_code(), 125);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_are_independent() {
+    let t = Tmp::new();
+    let sb = Arc::new(t.sandbox(config()));
+    let tasks: Vec<_> = (0..24)
+        .map(|i| {
+            let sb = sb.clone();
+            tokio::spawn(async move {
+                let r = sb
+                    .run(
+                        RunRequest::new(["sh", "-c", "cat; echo \" $0\"", &i.to_string()])
+                            .stdin(format!("in{i}")),
+                    )
+                    .await;
+                (i, r)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (i, r) = task.await.unwrap();
+        assert_eq!(r.stdout, format!("in{i} {i}\n"), "{r:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_call_kills_the_tree() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config());
+    let call = sh(&sb, "sleep 999 & echo $! > pids; echo $$ >> pids; wait");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(700), call)
+            .await
+            .is_err()
+    );
+    let pids = pids_in(&std::fs::read_to_string(t.ws().join("pids")).unwrap());
+    assert_eq!(pids.len(), 2);
+    assert_eq!(
+        still_alive(&pids, Duration::from_secs(3)),
+        Vec::<i32>::new()
+    );
+}
+
+/// The parent-death signal is tied to the thread that forked. Spawn from a thread
+/// that then exits, and check the call is *not* killed by that (and still works).
+#[test]
+fn spawning_thread_exit_does_not_kill_the_call() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let t = Tmp::new();
+    let sb = Arc::new(t.sandbox(config()));
+    let handle = rt.handle().clone();
+    let sb2 = sb.clone();
+    let fut = std::thread::spawn(move || {
+        let _guard = handle.enter();
+        let mut fut = Box::pin(async move { sh(&sb2, "sleep 1; echo survived").await });
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        // The first poll forks the supervisor from this thread.
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        fut
+    })
+    .join()
+    .unwrap();
+    // That thread is gone now; the supervisor got its parent-death signal.
+    let r = rt.block_on(fut);
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.stdout, "survived\n");
+}
+
+#[test]
+fn toolhost_killed_mid_call_takes_the_tree_with_it() {
+    let t = Tmp::new();
+    let mut child = std::process::Command::new(toolhost_bin())
+        .args([
+            "run",
+            "--timeout",
+            "60",
+            "--",
+            "sh",
+            "-c",
+            "sleep 999 & echo $! > pids; echo $$ >> pids; wait",
+        ])
+        .current_dir(t.ws())
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pidfile = t.ws().join("pids");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pids = loop {
+        let p = pids_in(&std::fs::read_to_string(&pidfile).unwrap_or_default());
+        if p.len() == 2 || Instant::now() > deadline {
+            break p;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(pids.len(), 2);
+    assert!(
+        pids.iter().all(|p| alive(*p)),
+        "positive control: the tree runs"
+    );
+    child.kill().unwrap(); // SIGKILL: no cleanup code of toolhost runs
+    child.wait().unwrap();
+    assert_eq!(
+        still_alive(&pids, Duration::from_secs(3)),
+        Vec::<i32>::new()
+    );
+}
+
+#[test]
+fn plan_is_pure_and_complete() {
+    let t = Tmp::new();
+    std::fs::create_dir(t.ws().join("sub")).unwrap();
+    let sb = t.sandbox(SandboxConfig {
+        max_memory_mb: 0,
+        ..config()
+    });
+    let plan = sb
+        .plan(&RunRequest::new(["touch", "should-not-exist"]).cwd("sub"))
+        .unwrap();
+    assert!(
+        !t.ws().join("sub/should-not-exist").exists(),
+        "plan ran something"
+    );
+    assert_eq!(plan.cwd, t.ws().join("sub"));
+    assert_eq!(plan.limits.memory_bytes, None);
+    assert_eq!(plan.limits.cpu_seconds, Some(30));
+    assert_eq!(
+        plan.limits.stdout_cap + plan.limits.stderr_cap,
+        10 * 1024 * 1024
+    );
+    assert!(plan.env.iter().any(|(k, _)| k == "PATH"));
+    assert_eq!(plan.mounts.len(), 1);
+    assert!(!plan.mounts[0].read_only);
+}

@@ -1,0 +1,335 @@
+//! The path layer (ATTACKS.md F cases 1-7, 9, 10): every denied case next to its
+//! allowed twin, and accesses made through the capability handle.
+
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use cap_std::fs::OpenOptions;
+use toolhost::{PathError, Sandbox, SandboxConfig};
+
+use crate::util::*;
+
+fn setup() -> (Tmp, Sandbox) {
+    let t = Tmp::new();
+    t.write("f.txt", "inside");
+    t.write("sub/g.txt", "inside-g");
+    let sb = t.sandbox(SandboxConfig::default());
+    (t, sb)
+}
+
+fn outside(sb: &Sandbox, p: &str) {
+    match sb.resolve_path(p, None) {
+        Err(PathError::Outside(shown)) => assert_eq!(shown, p),
+        other => panic!("{p:?} should be outside, got {other:?}"),
+    }
+    assert!(!sb.validate_file_path(p), "{p:?}");
+}
+
+/// Reads a resolved path through the capability handle.
+fn read_via_handle(sb: &Sandbox, p: &str) -> std::io::Result<String> {
+    let r = sb
+        .resolve_path(p, None)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut s = String::new();
+    sb.dirs()
+        .dir_of(&r)
+        .open(r.relative())?
+        .read_to_string(&mut s)?;
+    Ok(s)
+}
+
+#[test]
+fn attack_01_dotdot_forms_are_refused() {
+    let (_t, sb) = setup();
+    for p in [
+        "../../etc/passwd",
+        "a/../../x",
+        "./.././..",
+        "sub/../..",
+        "..",
+    ] {
+        outside(&sb, p);
+    }
+    // Allowed twin: `..` that stays inside.
+    assert_eq!(read_via_handle(&sb, "sub/../f.txt").unwrap(), "inside");
+    assert_eq!(read_via_handle(&sb, "./sub/./g.txt").unwrap(), "inside-g");
+}
+
+#[test]
+fn attack_02_absolute_and_foreign_forms() {
+    let (t, sb) = setup();
+    outside(&sb, "/etc/passwd");
+    outside(&sb, "//etc");
+    outside(&sb, &t.outside().join("secret.txt").to_string_lossy());
+    assert!(matches!(
+        sb.resolve_path("file:///etc/passwd", None),
+        Err(PathError::Url(_))
+    ));
+    // Windows forms are plain (missing) names here, and stay inside.
+    for p in [r"C:\Windows\win.ini", r"\\?\C:\"] {
+        let r = sb.resolve_path(p, None).expect(p);
+        assert!(r.host_path().starts_with(t.ws()), "{p}");
+        assert!(read_via_handle(&sb, p).is_err());
+    }
+    // Allowed twin: an absolute path inside.
+    let abs = t.ws().join("f.txt");
+    let r = sb.resolve_path(&abs, None).unwrap();
+    assert_eq!(r.host_path(), abs);
+    assert_eq!(r.relative(), Path::new("f.txt"));
+    assert!(sb.validate_file_path(&abs));
+}
+
+#[test]
+fn attack_03_symlinks_pointing_out() {
+    let (t, sb) = setup();
+    std::os::unix::fs::symlink("/etc", t.ws().join("l")).unwrap();
+    std::os::unix::fs::symlink("../../..", t.ws().join("up")).unwrap();
+    std::os::unix::fs::symlink(t.outside(), t.ws().join("abs_out")).unwrap();
+    for p in [
+        "l/passwd",
+        "up/etc/passwd",
+        "abs_out/secret.txt",
+        "l",
+        "abs_out",
+    ] {
+        outside(&sb, p);
+    }
+    // Opening through the handle is refused as well, even without resolve().
+    let dir = &sb.allowed_dirs()[0];
+    assert!(dir.dir().open("abs_out/secret.txt").is_err());
+    // Allowed twin: a symlink that stays inside resolves to its target.
+    std::os::unix::fs::symlink("sub", t.ws().join("in")).unwrap();
+    let r = sb.resolve_path("in/g.txt", None).unwrap();
+    assert_eq!(r.relative(), Path::new("sub/g.txt"));
+    assert_eq!(read_via_handle(&sb, "in/g.txt").unwrap(), "inside-g");
+}
+
+#[tokio::test]
+async fn attack_04_symlink_made_by_one_call_followed_by_the_next() {
+    let (t, sb) = setup();
+    let made = sh(
+        &sb,
+        &format!("ln -s {} esc && ln -s sub ok", t.outside().display()),
+    )
+    .await;
+    assert!(made.success(), "{made:?}");
+    outside(&sb, "esc/secret.txt");
+    let r = sb
+        .run(toolhost::RunRequest::new(["cat", "secret.txt"]).cwd("esc"))
+        .await;
+    assert_eq!(r.outcome.kind, toolhost::OutcomeKind::CwdOutside, "{r:?}");
+    assert!(!r.stdout.contains(CANARY));
+    // Allowed twin: the inside link works as a path and as a cwd.
+    assert_eq!(read_via_handle(&sb, "ok/g.txt").unwrap(), "inside-g");
+    let r = sb
+        .run(toolhost::RunRequest::new(["cat", "g.txt"]).cwd("ok"))
+        .await;
+    assert_eq!(r.stdout, "inside-g", "{r:?}");
+}
+
+#[test]
+fn attack_05_symlink_swap_race_never_reads_or_writes_outside() {
+    let t = Tmp::new();
+    let ws = t.ws();
+    std::fs::write(t.outside().join("f"), CANARY).unwrap();
+    let before = sha256_file(&t.outside().join("f"));
+    let sb = t.sandbox(SandboxConfig::default());
+    let real = ws.join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::write(real.join("f"), "inside").unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let stop = stop.clone();
+        let ws = ws.clone();
+        let outside = t.outside();
+        std::thread::spawn(move || {
+            let d = ws.join("d");
+            let tmp_link = ws.join("d.link");
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // d -> real dir (by rename of a dir symlink pointing inside) or d -> outside.
+                let _ = std::fs::remove_file(&tmp_link);
+                let target: PathBuf = if swaps % 2 == 0 {
+                    outside.clone()
+                } else {
+                    "real".into()
+                };
+                let _ = std::os::unix::fs::symlink(&target, &tmp_link);
+                let _ = std::fs::rename(&tmp_link, &d);
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+
+    let (mut reads_ok, mut writes_ok) = (0, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut rounds = 0;
+    while std::time::Instant::now() < deadline || rounds < 2000 {
+        rounds += 1;
+        if let Ok(s) = read_via_handle(&sb, "d/f") {
+            assert!(!s.contains(CANARY), "read outside the sandbox");
+            reads_ok += 1;
+        }
+        if let Ok(r) = sb.resolve_path("d/f", None) {
+            let mut o = OpenOptions::new();
+            o.write(true);
+            if let Ok(mut f) = sb.dirs().dir_of(&r).open_with(r.relative(), &o) {
+                f.write_all(b"inside").unwrap();
+                writes_ok += 1;
+            }
+        }
+        if rounds > 200_000 {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 100, "the race did not run ({swaps} swaps)");
+    // Positive control: accesses did succeed while the link pointed inside.
+    assert!(
+        reads_ok > 0 && writes_ok > 0,
+        "reads {reads_ok}, writes {writes_ok}"
+    );
+    assert_eq!(
+        sha256_file(&t.outside().join("f")),
+        before,
+        "outside file changed"
+    );
+}
+
+#[test]
+fn attack_06_trailing_slash_and_dot_after_a_symlink() {
+    let (t, sb) = setup();
+    std::os::unix::fs::symlink("/etc", t.ws().join("l")).unwrap();
+    for p in ["l/", "l/.", "l/..", "l/./passwd"] {
+        outside(&sb, p);
+    }
+    std::os::unix::fs::symlink("sub", t.ws().join("in")).unwrap();
+    for p in ["in/", "in/.", "in/.."] {
+        let r = sb.resolve_path(p, None).expect(p);
+        assert!(r.host_path().starts_with(t.ws()), "{p}");
+    }
+    assert_eq!(
+        sb.resolve_path("in/..", None).unwrap().relative(),
+        Path::new("")
+    );
+}
+
+#[test]
+fn attack_07_prefix_confusion() {
+    let t = Tmp::new();
+    std::fs::create_dir_all(t.root.join("proj")).unwrap();
+    std::fs::create_dir_all(t.root.join("proj-evil")).unwrap();
+    std::fs::write(t.root.join("proj-evil/x"), CANARY).unwrap();
+    std::fs::write(t.root.join("proj/x"), "inside").unwrap();
+    let sb = Sandbox::new([t.root.join("proj")], SandboxConfig::default()).unwrap();
+    outside(&sb, &t.root.join("proj-evil/x").to_string_lossy());
+    outside(&sb, "../proj-evil/x");
+    assert!(sb.validate_file_path(t.root.join("proj/x")));
+}
+
+#[test]
+fn attack_09_odd_paths_fail_cleanly() {
+    let (t, sb) = setup();
+    assert!(matches!(sb.resolve_path("a\0b", None), Err(PathError::Nul)));
+    assert!(matches!(sb.resolve_path("", None), Err(PathError::Empty)));
+    // Invalid UTF-8: a valid (missing) name inside.
+    let bad = std::ffi::OsStr::from_bytes(b"bad\xff\xfe");
+    let r = sb.resolve_path(bad, None).unwrap();
+    assert!(r.host_path().starts_with(t.ws()));
+    // Fullwidth dots are not dots.
+    let r = sb
+        .resolve_path("\u{ff0e}\u{ff0e}/etc/passwd", None)
+        .unwrap();
+    assert!(r.host_path().starts_with(t.ws()));
+    // Very long paths.
+    let start = std::time::Instant::now();
+    for long in ["a/".repeat(3000), "x".repeat(5000)] {
+        match sb.resolve_path(&long, None) {
+            Ok(r) => assert!(r.host_path().starts_with(t.ws())),
+            Err(PathError::Io { reason, .. }) => {
+                assert!(reason.contains("too long"), "{reason}")
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // Symlink loops: a clean error, quickly.
+    std::os::unix::fs::symlink("loop_b", t.ws().join("loop_a")).unwrap();
+    std::os::unix::fs::symlink("loop_a", t.ws().join("loop_b")).unwrap();
+    let mut chain_prev = "loop_a".to_string();
+    for i in 0..40 {
+        let name = format!("chain{i}");
+        std::os::unix::fs::symlink(&chain_prev, t.ws().join(&name)).unwrap();
+        chain_prev = name;
+    }
+    for p in ["loop_a/x", "loop_a", &format!("{chain_prev}/x")] {
+        match sb.resolve_path(p, None) {
+            Err(PathError::Io { .. }) | Err(PathError::Outside(_)) => {}
+            other => panic!("{p}: {other:?}"),
+        }
+    }
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // Allowed twin: the same machinery resolves a normal path.
+    assert!(sb.validate_file_path("f.txt"));
+}
+
+#[tokio::test]
+async fn attack_10_special_files_never_block() {
+    let (t, sb) = setup();
+    let fifo = t.ws().join("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    std::os::unix::fs::symlink("/dev/zero", t.ws().join("zero")).unwrap();
+    // Resolving opens nothing, so a FIFO cannot block it.
+    assert!(sb.resolve_path("fifo", None).is_ok());
+    outside(&sb, "zero");
+    // A tool reading the FIFO is ended by the timeout, on time.
+    let sb = t.sandbox(config_timeout(1.0));
+    let r = run(&sb, &["cat", "fifo"]).await;
+    assert!(r.timed_out, "{r:?}");
+    assert!(r.duration < Duration::from_secs(4), "{:?}", r.duration);
+}
+
+#[test]
+fn nested_read_only_dir_is_the_most_specific() {
+    let t = Tmp::new();
+    std::fs::create_dir(t.ws().join("ro")).unwrap();
+    let sb = Sandbox::new(
+        [
+            toolhost::AllowedDirSpec::read_write(t.ws()),
+            toolhost::AllowedDirSpec::read_only(t.ws().join("ro")),
+        ],
+        SandboxConfig::default(),
+    )
+    .unwrap();
+    let r = sb.resolve_path("ro/new.txt", None).unwrap();
+    assert!(r.read_only());
+    assert_eq!(r.root_index(), 1);
+    assert_eq!(r.relative(), Path::new("new.txt"));
+    let r = sb.resolve_path("rw.txt", None).unwrap();
+    assert!(!r.read_only());
+    // base_dir must itself be inside.
+    let r = sb.resolve_path("x", Some(&t.ws().join("ro"))).unwrap();
+    assert!(r.read_only());
+    assert!(matches!(
+        sb.resolve_path("x", Some(&t.outside())),
+        Err(PathError::Outside(_))
+    ));
+    // Missing components must be plain names.
+    assert!(sb.resolve_path("missing/../../x", None).is_err());
+}
+
+#[test]
+fn sandbox_needs_an_existing_dir() {
+    let t = Tmp::new();
+    assert!(Sandbox::new(Vec::<PathBuf>::new(), SandboxConfig::default()).is_err());
+    let e = Sandbox::new([t.root.join("nope")], SandboxConfig::default()).unwrap_err();
+    assert!(e.to_string().contains("nope"), "{e}");
+}

@@ -1,0 +1,147 @@
+//! Small helpers: a temp workspace, sandbox builders, a CLI runner, process checks.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use toolhost::{RunOutput, RunRequest, Sandbox, SandboxConfig};
+
+/// A temporary directory with a `ws` workspace and an `outside` sibling.
+pub struct Tmp {
+    _dir: tempfile::TempDir,
+    pub root: PathBuf,
+}
+
+impl Tmp {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("canonicalize");
+        std::fs::create_dir(root.join("ws")).expect("mkdir ws");
+        std::fs::create_dir(root.join("outside")).expect("mkdir outside");
+        std::fs::write(root.join("outside/secret.txt"), CANARY).expect("write canary");
+        Tmp { _dir: dir, root }
+    }
+
+    pub fn ws(&self) -> PathBuf {
+        self.root.join("ws")
+    }
+
+    pub fn outside(&self) -> PathBuf {
+        self.root.join("outside")
+    }
+
+    pub fn write(&self, rel: &str, data: &str) {
+        let p = self.ws().join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(p, data).expect("write");
+    }
+
+    pub fn sandbox(&self, config: SandboxConfig) -> Sandbox {
+        Sandbox::new([self.ws()], config).expect("sandbox")
+    }
+}
+
+/// A value that must never show up where it does not belong.
+pub const CANARY: &str = "CANARY-7f3a9c1e-do-not-leak";
+
+pub fn config() -> SandboxConfig {
+    SandboxConfig {
+        timeout: Duration::from_secs(20),
+        ..SandboxConfig::default()
+    }
+}
+
+pub fn config_timeout(secs: f64) -> SandboxConfig {
+    SandboxConfig {
+        timeout: Duration::from_secs_f64(secs),
+        ..SandboxConfig::default()
+    }
+}
+
+pub async fn run(sb: &Sandbox, argv: &[&str]) -> RunOutput {
+    sb.run(RunRequest::new(argv.iter().copied())).await
+}
+
+pub async fn sh(sb: &Sandbox, script: &str) -> RunOutput {
+    run(sb, &["sh", "-c", script]).await
+}
+
+/// The toolhost binary built for these tests.
+pub fn toolhost_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_toolhost"))
+}
+
+/// Runs `toolhost ARGS` in `cwd` with an empty stdin and the given extra env.
+pub fn toolhost(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(toolhost_bin());
+    cmd.args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("TOOLHOST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run toolhost")
+}
+
+/// Whether `pid` is a live (non-zombie) process.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // state is the field after the parenthesised command name
+            let after = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start())
+                .unwrap_or("");
+            !after.starts_with('Z') && !after.starts_with('X')
+        }
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `within` for every pid to be gone; returns the ones still alive.
+pub fn still_alive(pids: &[i32], within: Duration) -> Vec<i32> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Parses every integer line of `text` as a pid.
+pub fn pids_in(text: &str) -> Vec<i32> {
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// Pids of live processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline"))
+            && String::from_utf8_lossy(&cmd).contains(marker)
+            && alive(pid)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// SHA-256 of a file, hex.
+pub fn sha256_file(p: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let data = std::fs::read(p).expect("read for hash");
+    format!("{:x}", Sha256::digest(data))
+}

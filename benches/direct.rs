@@ -1,1 +1,156 @@
-fn main() {}
+//! Benchmarks of the `direct` backend, with their baselines measured in the same
+//! run (these machines are shared and noisy: compare ratios, not absolutes).
+//!
+//! 1. Per-call latency p50/p99 of `/bin/true` through `Sandbox::run` against a
+//!    bare `std::process::Command` spawn of the same binary (interleaved).
+//! 2. Peak RSS of `toolhost run` while the tool writes 300 MB to stdout under the
+//!    default cap, against `toolhost run -- true`.
+//!
+//! Run: `cargo bench --bench direct` (or `scripts/bench`). `BENCH_ITERS` sets the
+//! number of calls per series (default 2000).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use toolhost::{RunRequest, Sandbox, SandboxConfig};
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+struct Series {
+    name: &'static str,
+    samples: Vec<Duration>,
+}
+
+impl Series {
+    fn new(name: &'static str, n: usize) -> Self {
+        Series {
+            name,
+            samples: Vec::with_capacity(n),
+        }
+    }
+    fn stats(&mut self) -> (Duration, Duration) {
+        self.samples.sort();
+        (
+            percentile(&self.samples, 0.5),
+            percentile(&self.samples, 0.99),
+        )
+    }
+}
+
+/// Peak RSS (KiB) of a command's process tree, via wait4's rusage.
+fn peak_rss_kib(cmd: &mut Command) -> (i64, std::process::ExitStatus) {
+    use std::os::unix::process::ExitStatusExt;
+    let child = cmd.spawn().expect("spawn");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data written by wait4.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child; std's Child is forgotten so it is not waited twice.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid, "wait4");
+    std::mem::forget(child);
+    (ru.ru_maxrss, std::process::ExitStatus::from_raw(status))
+}
+
+fn main() {
+    let iters: usize = std::env::var("BENCH_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    let bin = if std::path::Path::new("/bin/true").exists() {
+        "/bin/true"
+    } else {
+        "/usr/bin/true"
+    };
+    let ws = tempfile::tempdir().expect("tempdir");
+    let sandbox = Sandbox::new([ws.path()], SandboxConfig::default()).expect("sandbox");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+
+    // Warm up both paths (page cache, allocator, runtime threads).
+    for _ in 0..50 {
+        let r = rt.block_on(sandbox.run(RunRequest::new([bin])));
+        assert!(r.success(), "{r:?}");
+        Command::new(bin)
+            .stdin(Stdio::null())
+            .output()
+            .expect("bare");
+    }
+
+    let mut bare = Series::new("bare std::process::Command::output()", iters);
+    let mut sandboxed = Series::new("Sandbox::run (direct)", iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        let out = Command::new(bin)
+            .stdin(Stdio::null())
+            .output()
+            .expect("bare");
+        bare.samples.push(t.elapsed());
+        assert!(out.status.success());
+
+        let t = Instant::now();
+        let r = rt.block_on(sandbox.run(RunRequest::new([bin])));
+        sandboxed.samples.push(t.elapsed());
+        assert!(r.success(), "{r:?}");
+    }
+    let (bare50, bare99) = bare.stats();
+    println!("direct backend, per-call latency of {bin} ({iters} calls each, interleaved)");
+    println!("{:<40} {:>10} {:>10}", "", "p50 (us)", "p99 (us)");
+    for s in [&mut bare, &mut sandboxed] {
+        let (p50, p99) = s.stats();
+        println!("{:<40} {:>10.0} {:>10.0}", s.name, us(p50), us(p99));
+    }
+    let (sb50, sb99) = sandboxed.stats();
+    println!(
+        "ratio sandboxed/bare: p50 {:.2}x, p99 {:.2}x (target: p50 within 1.5x)",
+        us(sb50) / us(bare50),
+        us(sb99) / us(bare99)
+    );
+
+    // Peak RSS of the CLI under a 300 MB flood, against an idle call.
+    let toolhost = env!("CARGO_BIN_EXE_toolhost");
+    let run = |argv: &[&str]| {
+        let mut cmd = Command::new(toolhost);
+        cmd.arg("run")
+            .arg("--")
+            .args(argv)
+            .current_dir(ws.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        peak_rss_kib(&mut cmd)
+    };
+    let (idle, st) = run(&["true"]);
+    assert!(st.success());
+    let t = Instant::now();
+    let (flood, st) = run(&["head", "-c", "300000000", "/dev/zero"]);
+    let flood_time = t.elapsed();
+    assert!(st.success(), "flood run failed: {st:?}");
+    println!();
+    println!("peak RSS of `toolhost run` (max over its process tree, from wait4)");
+    println!(
+        "{:<40} {:>10.1}",
+        "toolhost run -- true (MiB)",
+        idle as f64 / 1024.0
+    );
+    println!(
+        "{:<40} {:>10.1}   ({:.2} s, default 10 MiB cap)",
+        "toolhost run -- head -c 300MB (MiB)",
+        flood as f64 / 1024.0,
+        flood_time.as_secs_f64()
+    );
+    println!(
+        "flood/idle: {:.2}x; target: under 40 MiB for the flood",
+        flood as f64 / idle as f64
+    );
+}

@@ -151,6 +151,10 @@ pub struct Sandbox {
     config: SandboxConfig,
     dirs: AllowedDirs,
     direct: DirectBackend,
+    /// The host environment, read once when the sandbox was built.
+    host_env: Vec<(OsString, OsString)>,
+    /// `build_env(&[])`, computed once: every call gets this environment.
+    base_env: Vec<(OsString, OsString)>,
 }
 
 impl Sandbox {
@@ -158,7 +162,8 @@ impl Sandbox {
     ///
     /// # Ambient Authority
     /// Opens the allowed dirs by host path, and reads the process environment
-    /// for each call. Both come from the operator, not from agents.
+    /// (once: later changes to it are not seen). Both come from the operator,
+    /// not from agents.
     pub fn new<I, D>(allowed_dirs: I, config: SandboxConfig) -> Result<Self, SandboxError>
     where
         I: IntoIterator<Item = D>,
@@ -170,10 +175,18 @@ impl Sandbox {
             protect_host_environ();
         }
         crate::platform::log_guarantees_once();
+        let host_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        let base_env = build_env_from(
+            host_env.iter().map(|(k, v)| (k, v)),
+            &config.env_allowlist,
+            config.allow_network,
+        );
         Ok(Sandbox {
             config,
             dirs,
             direct: DirectBackend::new(),
+            host_env,
+            base_env,
         })
     }
 
@@ -209,10 +222,18 @@ impl Sandbox {
 
     /// The environment a tool gets: the allowlist from the config plus
     /// `extra_allow`, minus the deny list, with `PATH` always set.
+    /// The host environment is the one the process had when the sandbox was built.
     pub fn build_env(&self, extra_allow: &[String]) -> Vec<(OsString, OsString)> {
+        if extra_allow.is_empty() {
+            return self.base_env.clone();
+        }
         let mut allow = self.config.env_allowlist.clone();
         allow.extend(extra_allow.iter().cloned());
-        build_env_from(std::env::vars_os(), &allow, self.config.allow_network)
+        build_env_from(
+            self.host_env.iter().map(|(k, v)| (k, v)),
+            &allow,
+            self.config.allow_network,
+        )
     }
 
     /// Turns a request into a plan, or the outcome that refuses it. Runs nothing.

@@ -315,3 +315,36 @@ fn help_documents_every_flag_and_exit_code() {
     assert_eq!(c, 0);
     assert!(out.contains("run"));
 }
+
+#[test]
+fn bare_names_are_searched_on_the_tools_path_like_execvp() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = Tmp::new();
+    t.write("a/both", "#!/bin/sh\necho from-a\n");
+    t.write("b/both", "#!/bin/sh\necho from-b\n");
+    t.write("b/only-b", "#!/bin/sh\necho only-b\n");
+    t.write("a/noexec", "#!/bin/sh\necho never\n");
+    for f in ["b/both", "b/only-b"] {
+        std::fs::set_permissions(t.ws().join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = format!(
+        "/nonexistent:{}:{}:/usr/bin:/bin",
+        t.ws().join("a").display(),
+        t.ws().join("b").display()
+    );
+    let run = |prog: &str| {
+        let out = toolhost(&t.ws(), &["run", "--", prog], &[("PATH", &path)]);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    // a/both is not executable (EACCES): the search goes on to b/both.
+    assert_eq!(run("both"), (Some(0), "from-b\n".into()));
+    assert_eq!(run("only-b"), (Some(0), "only-b\n".into()));
+    // Found but never executable anywhere: 126, not 127.
+    assert_eq!(run("noexec").0, Some(126));
+    assert_eq!(run("nowhere-at-all").0, Some(127));
+    // Standard tools still resolve through the later entries.
+    assert_eq!(run("true").0, Some(0));
+}

@@ -410,7 +410,8 @@ async fn attack_35_stdin_is_empty_unless_given() {
 #[tokio::test]
 async fn launch_failures_are_typed() {
     let t = Tmp::new();
-    t.write("noexec.sh", "echo hi\n");
+    t.write("noexec.sh", "#!/bin/sh\necho hi\n");
+    t.write("noshebang", "echo hi\n");
     std::fs::create_dir(t.ws().join("adir")).unwrap();
     let sb = t.sandbox(config());
     let cases: Vec<(Vec<&str>, OutcomeKind)> = vec![

@@ -154,7 +154,7 @@ fn attack_05_symlink_swap_race_never_reads_or_writes_outside() {
             while !stop.load(Ordering::Relaxed) {
                 // d -> real dir (by rename of a dir symlink pointing inside) or d -> outside.
                 let _ = std::fs::remove_file(&tmp_link);
-                let target: PathBuf = if swaps % 2 == 0 {
+                let target: PathBuf = if swaps.is_multiple_of(2) {
                     outside.clone()
                 } else {
                     "real".into()

@@ -51,17 +51,26 @@ impl Control {
             };
         };
         let st = r.wait_status;
-        let termination = if libc::WIFEXITED(st) {
+        let termination = if r.reason == supervisor::REASON_NOT_STARTED {
+            Termination::NotStarted {
+                errno: st,
+                at_exec: r.survivors == supervisor::STAGE_EXEC,
+            }
+        } else if libc::WIFEXITED(st) {
             Termination::Exited(libc::WEXITSTATUS(st))
         } else if libc::WIFSIGNALED(st) {
             Termination::Signalled(libc::WTERMSIG(st))
         } else {
             Termination::Unknown
         };
+        let survivors = match termination {
+            Termination::NotStarted { .. } => 0,
+            _ => r.survivors,
+        };
         Finished {
             termination,
             cpu_time: Some(Duration::from_micros(r.cpu_micros)),
-            survivors: r.survivors,
+            survivors,
         }
     }
 }
@@ -96,19 +105,22 @@ pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan) -> io::Result<Spawned> {
             value,
         })
     };
-    let params = Params {
-        // SAFETY: getpid/geteuid cannot fail.
-        toolhost_pid: unsafe { libc::getpid() },
-        status_fd: write.as_raw_fd(),
-        cwd_fd: plan.cwd_dir.as_raw_fd(),
-        limits: [
+    let params = Params::new(
+        // SAFETY: getpid cannot fail.
+        unsafe { libc::getpid() },
+        write.as_raw_fd(),
+        plan.cwd_dir.as_raw_fd(),
+        [
             limit(libc::RLIMIT_AS, l.memory_bytes),
             limit(libc::RLIMIT_CPU, l.cpu_seconds),
             limit(libc::RLIMIT_NPROC, l.processes),
             limit(libc::RLIMIT_FSIZE, l.file_size_bytes),
         ],
-        drop_ptrace: unsafe { libc::geteuid() } == 0,
-    };
+        // SAFETY: geteuid cannot fail.
+        unsafe { libc::geteuid() } == 0,
+        &plan.argv,
+        &plan.env,
+    )?;
     // SAFETY: `enter` only makes async-signal-safe calls (see supervisor.rs), and
     // every fd it uses (status pipe, cwd handle) outlives the spawn.
     unsafe {

@@ -64,6 +64,12 @@ pub(crate) enum Termination {
     Exited(i32),
     #[cfg_attr(not(unix), allow(dead_code))]
     Signalled(i32),
+    /// The tool never ran: preparing it or exec failed with this errno.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    NotStarted {
+        errno: i32,
+        at_exec: bool,
+    },
     /// The supervisor vanished without a report.
     Unknown,
 }
@@ -78,17 +84,16 @@ pub(crate) struct Finished {
 
 async fn run(plan: &ExecPlan) -> RunOutput {
     let start = Instant::now();
+    // Arguments and environment are the platform layer's business: on Linux
+    // the supervisor execs the tool itself.
     let mut cmd = Command::new(&plan.argv[0]);
-    cmd.args(&plan.argv[1..])
-        .env_clear()
-        .envs(plan.env.iter().map(|(k, v)| (k, v)))
-        .stdin(if plan.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.stdin(if plan.stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
 
     let mut spawned = match platform::spawn(&mut cmd, plan) {
         Ok(s) => s,
@@ -151,6 +156,20 @@ async fn run(plan: &ExecPlan) -> RunOutput {
         tracing::error!(
             survivors = finished.survivors,
             "direct backend: processes of a finished call could not be killed"
+        );
+    }
+    if let Termination::NotStarted { errno, at_exec } = finished.termination {
+        let e = io::Error::from_raw_os_error(errno);
+        if at_exec {
+            return launch_failure(plan, &e, start);
+        }
+        return RunOutput::refused(
+            BackendKind::Direct,
+            Outcome::new(
+                OutcomeKind::LaunchFailed,
+                format!("could not prepare the tool: {}", os_reason(&e)),
+            ),
+            start.elapsed(),
         );
     }
     let truncated = out.truncated() || err.truncated();
@@ -276,7 +295,7 @@ fn classify(plan: &ExecPlan, f: &Finished, stderr: &str) -> (Outcome, Option<i32
                 None,
             )
         }
-        Termination::Unknown => (
+        Termination::NotStarted { .. } | Termination::Unknown => (
             Outcome::new(
                 OutcomeKind::LaunchFailed,
                 "the call's supervisor ended without reporting how the tool ended",

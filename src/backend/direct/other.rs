@@ -36,7 +36,11 @@ impl Control {
 }
 
 pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan) -> io::Result<Spawned> {
-    cmd.current_dir(&plan.cwd).kill_on_drop(true);
+    cmd.args(&plan.argv[1..])
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&plan.cwd)
+        .kill_on_drop(true);
     let child = cmd.spawn()?;
     Ok(Spawned {
         control: Control,

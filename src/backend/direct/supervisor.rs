@@ -4,6 +4,9 @@
 //!
 //! How: the process toolhost spawns is not the tool. It is a forked copy of
 //! toolhost (never exec'd) that becomes a *child subreaper* and forks the tool.
+//! The tool itself is created from the supervisor with `clone(CLONE_VM |
+//! CLONE_VFORK)`, as `posix_spawn` does, and execs directly: only one full
+//! `fork` of toolhost per call.
 //! Every descendant of the tool, including those that call `setsid` or double
 //! fork, stays in the supervisor's subtree: when a process's parent dies, the
 //! kernel reparents it to the nearest subreaper, which is the supervisor. When the
@@ -21,8 +24,10 @@
 //! process, so it only makes async-signal-safe system calls: no allocation, no
 //! locks, no std I/O.
 
+use std::cell::UnsafeCell;
+use std::ffi::{CStr, CString, c_char, c_void};
 use std::io;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use libc::{c_int, pid_t};
 
@@ -35,7 +40,8 @@ pub(super) struct RLimit {
     pub value: u64,
 }
 
-/// Everything the supervisor and the tool need, computed before the fork.
+/// Everything the supervisor and the tool need, computed before the fork, so
+/// that nothing is allocated after it.
 #[derive(Debug)]
 pub(super) struct Params {
     pub toolhost_pid: pid_t,
@@ -43,6 +49,85 @@ pub(super) struct Params {
     pub cwd_fd: c_int,
     pub limits: [Option<RLimit>; 4],
     pub drop_ptrace: bool,
+    exec: ExecArgs,
+}
+
+/// argv and envp as C arrays, and the PATH to search when argv[0] has no slash.
+#[derive(Debug)]
+struct ExecArgs {
+    program: CString,
+    search_path: Option<CString>,
+    _argv: Vec<CString>,
+    argv_ptrs: Vec<*const c_char>,
+    _envp: Vec<CString>,
+    envp_ptrs: Vec<*const c_char>,
+}
+
+// SAFETY: the pointers point into the CStrings owned by the same struct, which
+// is never mutated after construction.
+unsafe impl Send for ExecArgs {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for ExecArgs {}
+
+impl Params {
+    /// Builds the parameters; fails on NUL bytes (the plan has refused those).
+    pub fn new(
+        toolhost_pid: pid_t,
+        status_fd: c_int,
+        cwd_fd: c_int,
+        limits: [Option<RLimit>; 4],
+        drop_ptrace: bool,
+        argv: &[std::ffi::OsString],
+        env: &[(std::ffi::OsString, std::ffi::OsString)],
+    ) -> io::Result<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        let cstr = |b: &[u8]| {
+            CString::new(b).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte"))
+        };
+        let argv: Vec<CString> = argv
+            .iter()
+            .map(|a| cstr(a.as_bytes()))
+            .collect::<io::Result<_>>()?;
+        let program = argv
+            .first()
+            .cloned()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))?;
+        let mut search_path = None;
+        let mut envp = Vec::with_capacity(env.len());
+        for (k, v) in env {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            envp.push(cstr(&kv)?);
+            if k == "PATH" {
+                search_path = Some(cstr(v.as_bytes())?);
+            }
+        }
+        if program.as_bytes().contains(&b'/') {
+            search_path = None;
+        } else if search_path.is_none() {
+            search_path = Some(cstr(crate::env::DEFAULT_PATH.as_bytes())?);
+        }
+        let mut argv_ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        argv_ptrs.push(std::ptr::null());
+        let mut envp_ptrs: Vec<*const c_char> = envp.iter().map(|e| e.as_ptr()).collect();
+        envp_ptrs.push(std::ptr::null());
+        Ok(Params {
+            toolhost_pid,
+            status_fd,
+            cwd_fd,
+            limits,
+            drop_ptrace,
+            exec: ExecArgs {
+                program,
+                search_path,
+                _argv: argv,
+                argv_ptrs,
+                _envp: envp,
+                envp_ptrs,
+            },
+        })
+    }
 }
 
 /// What the supervisor reports, as fixed-size bytes on the status pipe.
@@ -59,6 +144,13 @@ pub(super) struct Report {
 }
 
 pub(super) const REPORT_LEN: usize = 24;
+/// `reason` when the tool never ran: `wait_status` holds the errno and
+/// `survivors` the stage ([`STAGE_SETUP`] or [`STAGE_EXEC`]).
+pub(super) const REASON_NOT_STARTED: u32 = 3;
+/// Preparing the tool (cwd, rlimits, clone) failed.
+pub(super) const STAGE_SETUP: u32 = 1;
+/// The exec itself failed.
+pub(super) const STAGE_EXEC: u32 = 2;
 const MAGIC: u32 = 0x7448_5331;
 
 impl Report {
@@ -130,8 +222,9 @@ fn handled_signals() -> [c_int; 5] {
     ]
 }
 
-/// Entry point, called by `pre_exec` in the forked child. Returns `Ok(())` only
-/// in the tool process, which std then execs; the supervisor never returns.
+/// Entry point, called by `pre_exec` in the forked child, which becomes the
+/// supervisor. It never returns `Ok`: it creates and execs the tool itself and
+/// exits when the call is over. An `Err` (setsid failed) aborts the spawn.
 ///
 /// # Safety
 /// Must only be called between `fork` and `exec`.
@@ -164,20 +257,55 @@ pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
         // /proc/<supervisor>/environ (it is a copy of toolhost).
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
 
-        let supervisor = libc::getpid();
-        let tool = libc::fork();
-        if tool < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if tool == 0 {
-            return prepare_tool(p, supervisor);
-        }
+        // The tool runs on this stack, in our memory, until it execs; we are
+        // suspended meanwhile (CLONE_VFORK), so nothing else touches either.
+        TOOL_ERRNO.store(0, Ordering::SeqCst);
+        TOOL_STAGE.store(0, Ordering::SeqCst);
+        let stack = TOOL_STACK.0.get().cast::<u8>();
+        let stack_top = stack.add(TOOL_STACK_SIZE).cast::<c_void>();
+        let tool = libc::clone(
+            tool_main,
+            stack_top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (p as *const Params).cast_mut().cast::<c_void>(),
+        );
         supervise(p, tool)
     }
 }
 
-unsafe fn prepare_tool(p: &Params, supervisor: pid_t) -> io::Result<()> {
+const TOOL_STACK_SIZE: usize = 64 * 1024;
+#[repr(C, align(16))]
+struct ToolStack(UnsafeCell<[u8; TOOL_STACK_SIZE]>);
+// SAFETY: used only by the single-threaded supervisor process (its own copy
+// after fork) and by the vfork child while the supervisor is suspended.
+unsafe impl Sync for ToolStack {}
+static TOOL_STACK: ToolStack = ToolStack(UnsafeCell::new([0; TOOL_STACK_SIZE]));
+/// Set by the tool, in the supervisor's memory, when it fails before or at exec.
+static TOOL_ERRNO: AtomicI32 = AtomicI32::new(0);
+static TOOL_STAGE: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn tool_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the supervisor's `Params`, alive while we run (the
+    // supervisor is suspended until we exec or exit).
     unsafe {
+        let p = &*(arg as *const Params);
+        let stage = match prepare_tool(p) {
+            Ok(()) => {
+                exec_tool(&p.exec);
+                STAGE_EXEC
+            }
+            Err(_) => STAGE_SETUP,
+        };
+        TOOL_ERRNO.store(errno().max(1), Ordering::SeqCst);
+        TOOL_STAGE.store(stage, Ordering::SeqCst);
+        libc::_exit(127)
+    }
+}
+
+/// In the tool process, sharing the supervisor's memory: only system calls.
+unsafe fn prepare_tool(p: &Params) -> Result<(), ()> {
+    unsafe {
+        let supervisor = libc::getppid();
         libc::setpgid(0, 0);
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
@@ -190,7 +318,7 @@ unsafe fn prepare_tool(p: &Params, supervisor: pid_t) -> io::Result<()> {
             libc::_exit(127);
         }
         if libc::fchdir(p.cwd_fd) < 0 {
-            return Err(io::Error::last_os_error());
+            return Err(());
         }
         for l in p.limits.iter().flatten() {
             set_limit(l.resource, l.value)?;
@@ -213,11 +341,54 @@ unsafe fn prepare_tool(p: &Params, supervisor: pid_t) -> io::Result<()> {
     }
 }
 
-unsafe fn set_limit(resource: c_int, value: u64) -> io::Result<()> {
+/// execve, searching PATH like execvp when the program has no slash. Returns
+/// only on failure, with errno set as execvp would.
+unsafe fn exec_tool(e: &ExecArgs) {
+    unsafe {
+        let argv = e.argv_ptrs.as_ptr();
+        let envp = e.envp_ptrs.as_ptr();
+        let Some(path) = &e.search_path else {
+            libc::execve(e.program.as_ptr(), argv, envp);
+            return;
+        };
+        let name = e.program.as_bytes();
+        let mut buf = [0u8; 4096];
+        let mut saw_eacces = false;
+        for dir in path.as_bytes().split(|&b| b == b':') {
+            let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+            if dir.len() + 1 + name.len() + 1 > buf.len() {
+                continue;
+            }
+            buf[..dir.len()].copy_from_slice(dir);
+            buf[dir.len()] = b'/';
+            buf[dir.len() + 1..dir.len() + 1 + name.len()].copy_from_slice(name);
+            buf[dir.len() + 1 + name.len()] = 0;
+            let full = CStr::from_bytes_until_nul(&buf).unwrap_or(c"");
+            libc::execve(full.as_ptr(), argv, envp);
+            match errno() {
+                libc::EACCES => saw_eacces = true,
+                libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG => {}
+                _ => return,
+            }
+        }
+        set_errno(if saw_eacces {
+            libc::EACCES
+        } else {
+            libc::ENOENT
+        });
+    }
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: writes this thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}
+
+unsafe fn set_limit(resource: c_int, value: u64) -> Result<(), ()> {
     unsafe {
         let mut cur: libc::rlimit = std::mem::zeroed();
         if libc::getrlimit(resource as _, &mut cur) < 0 {
-            return Err(io::Error::last_os_error());
+            return Err(());
         }
         let extra = if resource == libc::RLIMIT_CPU as c_int {
             1
@@ -232,7 +403,7 @@ unsafe fn set_limit(resource: c_int, value: u64) -> io::Result<()> {
             rlim_max: hard,
         };
         if libc::setrlimit(resource as _, &new) < 0 {
-            return Err(io::Error::last_os_error());
+            return Err(());
         }
         Ok(())
     }
@@ -299,6 +470,29 @@ fn errno() -> c_int {
 
 unsafe fn supervise(p: &Params, tool: pid_t) -> ! {
     unsafe {
+        let (failure, stage) = if tool < 0 {
+            (errno(), STAGE_SETUP)
+        } else {
+            (
+                TOOL_ERRNO.load(Ordering::SeqCst),
+                TOOL_STAGE.load(Ordering::SeqCst),
+            )
+        };
+        if failure != 0 {
+            // The tool never ran (and, if it was created, has exited).
+            if tool > 0 {
+                libc::waitpid(tool, std::ptr::null_mut(), libc::__WALL);
+            }
+            let report = Report {
+                reason: REASON_NOT_STARTED,
+                wait_status: failure,
+                cpu_micros: 0,
+                survivors: stage,
+            };
+            let bytes = report.encode();
+            libc::write(p.status_fd, bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(0);
+        }
         // Keep nothing of toolhost's but the status pipe; in particular not the
         // output pipes, so they reach EOF as soon as the tool's tree is gone.
         close_from(3, p.status_fd - 1);

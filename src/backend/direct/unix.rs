@@ -67,6 +67,9 @@ impl Drop for Control {
 }
 
 pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan) -> io::Result<Spawned> {
+    cmd.args(&plan.argv[1..])
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)));
     let cwd_fd = plan.cwd_dir.as_raw_fd();
     let l = plan.limits;
     let limits = [

@@ -36,10 +36,47 @@ impl ConfigError {
 #[non_exhaustive]
 pub struct DockerConfig {}
 
-/// Settings of the `[wasm]` section. Reserved, like [`DockerConfig`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// How the wasm backend meters guest CPU time for `max_cpu_seconds`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum CpuMeter {
+    /// Epoch deadlines: a tick every 10 ms of wall-clock time while the guest
+    /// runs; cheap. The default.
+    #[default]
+    Epoch,
+    /// Fuel: counts executed WebAssembly instructions, calibrated to seconds of
+    /// guest compute on the reference machine; deterministic, slower.
+    Fuel,
+}
+
+/// Settings of the `[wasm]` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct WasmConfig {}
+pub struct WasmConfig {
+    /// Directories searched for `NAME.wasm` tools, in order, before the built-in
+    /// collection.
+    pub tool_dirs: Vec<std::path::PathBuf>,
+    /// Whether the built-in tool collection is searched. Default true.
+    pub builtin_tools: bool,
+    /// CPU metering for `max_cpu_seconds`. Default epoch.
+    pub cpu_meter: CpuMeter,
+    /// Whether compiled modules are cached on disk. Default true.
+    pub cache: bool,
+    /// Cache directory; default `$XDG_CACHE_HOME/toolhost/wasm` or
+    /// `~/.cache/toolhost/wasm`.
+    pub cache_dir: Option<std::path::PathBuf>,
+}
+
+impl Default for WasmConfig {
+    fn default() -> Self {
+        WasmConfig {
+            tool_dirs: Vec::new(),
+            builtin_tools: true,
+            cpu_meter: CpuMeter::Epoch,
+            cache: true,
+            cache_dir: None,
+        }
+    }
+}
 
 /// Limits and policy for one sandbox. `Default` gives the seed module's values.
 ///
@@ -199,7 +236,15 @@ impl SandboxConfig {
             "rate_limit_calls" => self.rate_limit_calls = uint(key, value)?,
             "rate_limit_window" => self.rate_limit_window = seconds(key, value)?,
             "protect_host_environ" => self.protect_host_environ = boolean(key, value)?,
-            "docker" | "wasm" => {
+            "wasm" => {
+                let t = value
+                    .as_table()
+                    .ok_or_else(|| type_error(key, "a table", value))?;
+                for (k, v) in t {
+                    self.wasm.apply(&format!("wasm.{k}"), k, v)?;
+                }
+            }
+            "docker" => {
                 let t = value
                     .as_table()
                     .ok_or_else(|| type_error(key, "a table", value))?;
@@ -276,6 +321,48 @@ impl SandboxConfig {
             }
         }
         check_duration("rate_limit_window", self.rate_limit_window)?;
+        Ok(())
+    }
+}
+
+impl WasmConfig {
+    fn apply(&mut self, full: &str, key: &str, v: &toml::Value) -> Result<(), ConfigError> {
+        match key {
+            "tool_dirs" => {
+                self.tool_dirs = strings(full, v)?.into_iter().map(Into::into).collect();
+            }
+            "builtin_tools" => self.builtin_tools = boolean(full, v)?,
+            "cpu_meter" => {
+                self.cpu_meter = match v.as_str() {
+                    Some("epoch") => CpuMeter::Epoch,
+                    Some("fuel") => CpuMeter::Fuel,
+                    Some(other) => {
+                        return Err(ConfigError::key(
+                            full,
+                            format!("unknown meter {other:?} (expected \"epoch\" or \"fuel\")"),
+                        ));
+                    }
+                    None => return Err(type_error(full, "a string", v)),
+                }
+            }
+            "cache" => self.cache = boolean(full, v)?,
+            "cache_dir" => {
+                let s = v.as_str().ok_or_else(|| type_error(full, "a string", v))?;
+                if s.is_empty() {
+                    return Err(ConfigError::key(
+                        full,
+                        "must not be empty (use cache = false)",
+                    ));
+                }
+                self.cache_dir = Some(s.into());
+            }
+            _ => {
+                return Err(ConfigError::key(
+                    full,
+                    "unknown key (known keys: tool_dirs, builtin_tools, cpu_meter, cache, cache_dir)",
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -402,6 +489,11 @@ mod tests {
             protect_host_environ = false
             [docker]
             [wasm]
+            tool_dirs = ["/opt/tools"]
+            builtin_tools = false
+            cpu_meter = "fuel"
+            cache = false
+            cache_dir = "/tmp/c"
             "#,
         )
         .unwrap();
@@ -411,6 +503,9 @@ mod tests {
         assert_eq!(c.env_allowlist, ["PATH", "FOO"]);
         assert!(c.allow_network && c.shell_allow_strings && !c.protect_host_environ);
         assert_eq!(c.rate_limit_window, Duration::from_secs(10));
+        assert_eq!(c.wasm.tool_dirs, [std::path::PathBuf::from("/opt/tools")]);
+        assert!(!c.wasm.builtin_tools && !c.wasm.cache);
+        assert_eq!(c.wasm.cpu_meter, CpuMeter::Fuel);
     }
 
     fn err(text: &str) -> ConfigError {
@@ -451,6 +546,9 @@ mod tests {
             ("docker = 1", "docker"),
             ("[docker]\nimage = \"x\"", "docker.image"),
             ("[wasm]\nfuel = 1", "wasm.fuel"),
+            ("[wasm]\ncpu_meter = \"cycles\"", "wasm.cpu_meter"),
+            ("[wasm]\ntool_dirs = \"x\"", "wasm.tool_dirs"),
+            ("[wasm]\ncache_dir = \"\"", "wasm.cache_dir"),
         ];
         for (text, key) in cases {
             let e = err(text);

@@ -42,6 +42,7 @@ pub mod output;
 pub mod paths;
 pub mod platform;
 pub mod sandbox;
+pub mod tools;
 
 pub use backend::BackendKind;
 pub use config::{ConfigError, SandboxConfig};

@@ -27,6 +27,8 @@ pub enum OutcomeKind {
     CpuLimit,
     /// The program tried to write a file larger than the file-size limit.
     FileSizeLimit,
+    /// A WebAssembly guest trapped (unreachable, stack overflow, bad memory access...).
+    Trapped,
     /// The request had no program to run.
     EmptyArgv,
     /// The request was malformed (e.g. a NUL byte in an argument).
@@ -53,6 +55,7 @@ impl OutcomeKind {
             OutcomeKind::MemoryLimit => "memory_limit",
             OutcomeKind::CpuLimit => "cpu_limit",
             OutcomeKind::FileSizeLimit => "file_size_limit",
+            OutcomeKind::Trapped => "trapped",
             OutcomeKind::EmptyArgv => "empty_argv",
             OutcomeKind::InvalidRequest => "invalid_request",
             OutcomeKind::CwdOutside => "cwd_outside",
@@ -149,7 +152,9 @@ impl RunOutput {
 
     /// The exit code `toolhost run` uses for this result: the tool's own code;
     /// 124 on timeout; 125 when toolhost refused or failed; 126 not executable;
-    /// 127 not found; 128+N killed by signal N.
+    /// 127 not found; 128+N killed by signal N. A wasm guest stopped by a limit or
+    /// a trap gets the code of the matching signal: CPU 152, file size 153,
+    /// memory 137, trap 134.
     pub fn cli_exit_code(&self) -> i32 {
         match self.outcome.kind {
             OutcomeKind::TimedOut => 124,
@@ -159,7 +164,15 @@ impl RunOutput {
             _ => match (self.returncode, self.outcome.signal) {
                 (Some(code), _) => code,
                 (None, Some(sig)) => 128 + sig,
-                (None, None) => 125,
+                // Limits and traps without a signal (the wasm backend): the
+                // codes a native program would get for the same event.
+                (None, None) => match self.outcome.kind {
+                    OutcomeKind::CpuLimit => 128 + 24,
+                    OutcomeKind::FileSizeLimit => 128 + 25,
+                    OutcomeKind::MemoryLimit => 128 + 9,
+                    OutcomeKind::Trapped => 128 + 6,
+                    _ => 125,
+                },
             },
         }
     }

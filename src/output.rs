@@ -48,6 +48,11 @@ impl CappedBuffer {
         self.buf.extend_from_slice(&data[..data.len().min(room)]);
     }
 
+    /// The most bytes this buffer keeps.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
     /// Whether bytes were dropped.
     pub fn truncated(&self) -> bool {
         self.truncated

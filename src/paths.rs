@@ -80,6 +80,10 @@ impl AllowedDir {
     pub fn dir(&self) -> &Dir {
         &self.dir
     }
+    /// The same handle, shared.
+    pub fn shared_dir(&self) -> Arc<Dir> {
+        self.dir.clone()
+    }
 }
 
 /// Why a path was refused. Messages never contain host paths outside the sandbox.
@@ -223,7 +227,8 @@ impl AllowedDirs {
             .iter()
             .enumerate()
             .filter_map(|(i, d)| p.strip_prefix(&d.path).ok().map(|rest| (i, d, rest)))
-            .max_by_key(|(_, d, _)| d.path.components().count())
+            // Most specific first; for the same dir given twice, read-only wins.
+            .max_by_key(|(_, d, _)| (d.path.components().count(), d.read_only))
             .map(|(i, _, rest)| (i, rest.to_path_buf()))
     }
 

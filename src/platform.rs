@@ -13,6 +13,7 @@ pub fn direct_guarantees() -> &'static [&'static str] {
             "process tree killed at the end of every call, setsid and double-fork escapees included (per-call subreaper supervisor)",
             "tool stopped if toolhost dies (parent-death signal, re-armed when the spawning thread exits)",
             "environment from an allowlist, deny list always stripped; only fds 0-2 inherited; stdin never the host's",
+            "tool in its own Landlock domain (kernel ABI 1+): no ptrace or /proc/<pid>/environ of processes outside it; on ABI 6+ it cannot signal them (toolhost, its supervisor); no_new_privs; no inheritable or ambient capabilities",
             "not enforced yet: filesystem confinement and network denial of native programs (use docker or wasm for those)",
         ]
     } else if cfg!(unix) {

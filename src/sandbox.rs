@@ -6,19 +6,21 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cap_std::fs::Dir;
 
 use crate::backend::direct::DirectBackend;
+use crate::backend::wasm::{WasmBackend, WasmTarget};
 use crate::backend::{Backend, BackendKind};
 use crate::config::{ConfigError, SandboxConfig};
-use crate::env::build_env_from;
+use crate::env::{build_env_from, is_denied};
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::paths::{
     AllowedDir, AllowedDirSpec, AllowedDirs, AllowedDirsError, PathError, ResolvedPath,
 };
+use crate::tools::registry::{Registry, ToolFile, ToolInfo};
 
 /// One call: a program with its arguments, an optional working directory and
 /// optional standard input.
@@ -33,6 +35,9 @@ pub struct RunRequest {
     /// Bytes for standard input. `None` means empty input (EOF at once); the
     /// host's own stdin is never passed on.
     pub stdin: Option<Vec<u8>>,
+    /// Variables set for this call only, on top of the allowlisted ones. The
+    /// deny list still applies: a denied name here refuses the call.
+    pub env: Vec<(String, String)>,
 }
 
 impl RunRequest {
@@ -46,7 +51,14 @@ impl RunRequest {
             argv: argv.into_iter().map(Into::into).collect(),
             cwd: None,
             stdin: None,
+            env: Vec::new(),
         }
+    }
+
+    /// Sets a variable for this call.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
     }
 
     /// Sets the working directory.
@@ -129,6 +141,11 @@ pub struct ExecPlan {
     pub allow_network: bool,
     /// The allowed dirs.
     pub mounts: Vec<Mount>,
+    /// Capability handles on the allowed dirs, by path (the wasm backend preopens
+    /// these handles, not the paths).
+    pub mount_dirs: Vec<(PathBuf, Arc<Dir>)>,
+    /// The WASI tool to run, when the backend is `wasm`.
+    pub wasm: Option<WasmTarget>,
 }
 
 /// Why a sandbox could not be built.
@@ -140,6 +157,9 @@ pub enum SandboxError {
     /// An allowed dir could not be opened.
     #[error(transparent)]
     AllowedDirs(#[from] AllowedDirsError),
+    /// A configured wasm tool dir could not be opened.
+    #[error("{0}")]
+    ToolDirs(String),
 }
 
 /// The sandbox: config, allowed dirs, environment and backends.
@@ -155,6 +175,9 @@ pub struct Sandbox {
     host_env: Vec<(OsString, OsString)>,
     /// `build_env(&[])`, computed once: every call gets this environment.
     base_env: Vec<(OsString, OsString)>,
+    registry: Registry,
+    /// Created on first use: the engine costs a thread and some memory.
+    wasm: OnceLock<Result<WasmBackend, String>>,
 }
 
 impl Sandbox {
@@ -181,12 +204,16 @@ impl Sandbox {
             &config.env_allowlist,
             config.allow_network,
         );
+        let registry =
+            Registry::open(&config.wasm).map_err(|e| SandboxError::ToolDirs(e.to_string()))?;
         Ok(Sandbox {
             config,
             dirs,
             direct: DirectBackend::new(),
             host_env,
             base_env,
+            registry,
+            wasm: OnceLock::new(),
         })
     }
 
@@ -276,21 +303,29 @@ impl Sandbox {
             })?;
             (resolved.host_path().to_path_buf(), dir)
         };
-        let backend = match self.config.backend {
-            BackendKind::Direct => BackendKind::Direct,
-            other => {
+        let mut env = self.build_env(&[]);
+        for (k, v) in &request.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
                 return Err(Outcome::new(
-                    OutcomeKind::BackendUnavailable,
-                    format!(
-                        "the {other} backend is not available in this version of toolhost; use backend \"direct\""
-                    ),
+                    OutcomeKind::InvalidRequest,
+                    format!("invalid environment variable {k:?}"),
                 ));
             }
-        };
+            if is_denied(k, self.config.allow_network) {
+                return Err(Outcome::new(
+                    OutcomeKind::InvalidRequest,
+                    format!("environment variable {k} is on the deny list"),
+                ));
+            }
+            env.retain(|(name, _)| name != k.as_str());
+            env.push((k.into(), v.into()));
+        }
+        let (backend, wasm) = self.choose_backend(program, &cwd)?;
         Ok(ExecPlan {
             backend,
+            wasm,
             argv: request.argv.clone(),
-            env: self.build_env(&[]),
+            env,
             cwd,
             cwd_dir: Arc::new(cwd_dir),
             stdin: request.stdin.as_deref().map(Arc::from),
@@ -305,7 +340,108 @@ impl Sandbox {
                     read_only: d.read_only(),
                 })
                 .collect(),
+            mount_dirs: self
+                .dirs
+                .as_slice()
+                .iter()
+                .map(|d| (d.path().to_path_buf(), d.shared_dir()))
+                .collect(),
         })
+    }
+
+    /// The WASI tool `program` names: a registered tool, or a `.wasm` file (or any
+    /// path with a slash) inside the sandbox, relative to the cwd.
+    fn wasm_target(
+        &self,
+        program: &std::ffi::OsStr,
+        cwd: &Path,
+    ) -> Result<Option<ToolFile>, Outcome> {
+        let shown = program.to_string_lossy();
+        let is_path = shown.contains('/') || shown.ends_with(".wasm");
+        if !is_path {
+            return Ok(self.registry.find(&shown));
+        }
+        let resolved = self
+            .dirs
+            .resolve(Path::new(program), Some(cwd))
+            .map_err(|e| Outcome::new(OutcomeKind::NotFound, e.to_string()))?;
+        let name = resolved
+            .host_path()
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| shown.to_string());
+        Ok(Some(ToolFile {
+            name,
+            dir: self.dirs.as_slice()[resolved.root_index()].shared_dir(),
+            rel: resolved.relative().to_path_buf(),
+            host_path: resolved.host_path().to_path_buf(),
+        }))
+    }
+
+    fn choose_backend(
+        &self,
+        program: &std::ffi::OsStr,
+        cwd: &Path,
+    ) -> Result<(BackendKind, Option<WasmTarget>), Outcome> {
+        match self.config.backend {
+            BackendKind::Direct => Ok((BackendKind::Direct, None)),
+            BackendKind::Wasm => match self.wasm_target(program, cwd)? {
+                Some(t) => Ok((BackendKind::Wasm, Some(t))),
+                None => Err(Outcome::new(
+                    OutcomeKind::NotFound,
+                    format!(
+                        "{}: no WASI tool of that name (`toolhost tools` lists them)",
+                        program.to_string_lossy()
+                    ),
+                )),
+            },
+            BackendKind::Auto => {
+                let is_wasm_path = program.to_string_lossy().ends_with(".wasm");
+                let target = if is_wasm_path || !program.to_string_lossy().contains('/') {
+                    self.wasm_target(program, cwd)?
+                } else {
+                    None
+                };
+                match target {
+                    Some(t) => {
+                        tracing::debug!(tool = %t.name, "auto backend: wasm");
+                        Ok((BackendKind::Wasm, Some(t)))
+                    }
+                    None if cfg!(unix) => {
+                        tracing::debug!(program = %program.to_string_lossy(), "auto backend: direct (no WASI tool of that name)");
+                        Ok((BackendKind::Direct, None))
+                    }
+                    None => Err(Outcome::new(
+                        OutcomeKind::NotFound,
+                        format!(
+                            "{}: no WASI tool of that name, and the auto backend only falls back to direct on POSIX systems",
+                            program.to_string_lossy()
+                        ),
+                    )),
+                }
+            }
+            other => Err(Outcome::new(
+                OutcomeKind::BackendUnavailable,
+                format!(
+                    "the {other} backend is not available in this version of toolhost; use \"direct\", \"wasm\" or \"auto\""
+                ),
+            )),
+        }
+    }
+
+    /// The WASI tools this sandbox can run by name.
+    pub fn wasm_tools(&self) -> Vec<ToolInfo> {
+        self.registry.list()
+    }
+
+    /// The wasm backend, created on first use.
+    pub fn wasm_backend(&self) -> Result<&WasmBackend, String> {
+        self.wasm
+            .get_or_init(|| {
+                WasmBackend::new(&self.config.wasm).map_err(|e| format!("wasm engine: {e}"))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// Runs a request (the seed's `run_subprocess`). Never panics and never
@@ -314,7 +450,13 @@ impl Sandbox {
         let start = Instant::now();
         match self.plan(&request) {
             Ok(plan) => self.run_plan(&plan).await,
-            Err(outcome) => RunOutput::refused(self.config.backend, outcome, start.elapsed()),
+            Err(outcome) => {
+                let backend = match self.config.backend {
+                    BackendKind::Auto => BackendKind::Direct,
+                    b => b,
+                };
+                RunOutput::refused(backend, outcome, start.elapsed())
+            }
         }
     }
 
@@ -322,6 +464,14 @@ impl Sandbox {
     pub async fn run_plan(&self, plan: &ExecPlan) -> RunOutput {
         match plan.backend {
             BackendKind::Direct => self.direct.run(plan).await,
+            BackendKind::Wasm => match self.wasm_backend() {
+                Ok(w) => w.run(plan).await,
+                Err(e) => RunOutput::refused(
+                    BackendKind::Wasm,
+                    Outcome::new(OutcomeKind::BackendUnavailable, e),
+                    Duration::ZERO,
+                ),
+            },
             other => RunOutput::refused(
                 other,
                 Outcome::new(

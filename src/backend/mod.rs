@@ -14,6 +14,7 @@ use crate::outcome::RunOutput;
 use crate::sandbox::ExecPlan;
 
 pub mod direct;
+pub mod wasm;
 
 /// Which backend runs a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -23,10 +24,10 @@ pub enum BackendKind {
     Direct,
     /// An ephemeral container per call (not available in this version).
     Docker,
-    /// A WASI tool in wasmtime (not available in this version).
+    /// A WASI tool in wasmtime.
     Wasm,
-    /// wasm when a WASI tool of that name is registered, else direct (not available
-    /// in this version).
+    /// wasm when a WASI tool of that name is registered (or argv[0] is a `.wasm`
+    /// file in the sandbox), else direct on POSIX systems.
     Auto,
 }
 

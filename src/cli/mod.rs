@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod run;
+mod tools;
 
 /// Exit code when toolhost itself refuses or fails (bad flags, bad config, ...).
 pub const EXIT_TOOLHOST: i32 = 125;
@@ -26,7 +27,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
+    Tools(tools::ToolsArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -59,7 +61,8 @@ pub fn main() -> i32 {
     };
     init_logging(cli.verbose);
     let result = match cli.command {
-        Command::Run(args) => run::main(args),
+        Command::Run(args) => run::main(*args),
+        Command::Tools(args) => tools::main(args),
     };
     match result {
         Ok(code) => code,

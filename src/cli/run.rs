@@ -32,7 +32,9 @@ const MAX_FORWARDED_STDIN: u64 = 256 * 1024 * 1024;
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct RunArgs {
-    /// Backend: direct, docker, wasm or auto [default: direct, or the config's]
+    /// Backend: direct, wasm (a WASI tool: a registered name, or a .wasm file in the
+    /// sandbox), auto (wasm when such a tool exists, else direct), docker (not yet)
+    /// [default: direct, or the config's]
     #[arg(long, value_name = "B")]
     backend: Option<BackendKind>,
 
@@ -82,6 +84,10 @@ pub struct RunArgs {
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
 
+    /// Set a variable for this call (any backend). A deny-listed NAME is refused. Repeatable.
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env_pair)]
+    env: Vec<(String, String)>,
+
     /// Print one JSON object with the result instead of the tool's output
     #[arg(long)]
     json: bool,
@@ -91,7 +97,14 @@ pub struct RunArgs {
     argv: Vec<OsString>,
 }
 
-fn build_config(args: &RunArgs) -> anyhow::Result<SandboxConfig> {
+fn parse_env_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected NAME=VALUE, got {s:?}")),
+    }
+}
+
+pub(crate) fn build_config(args: &RunArgs) -> anyhow::Result<SandboxConfig> {
     let mut cfg = match &args.config {
         Some(path) => SandboxConfig::from_file(path)?,
         None => SandboxConfig::default(),
@@ -161,6 +174,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
     let sandbox = Sandbox::new(dirs, config)?;
     let mut request = RunRequest::new(args.argv);
     request.cwd = args.cwd;
+    request.env = args.env;
     request.stdin = read_stdin()?;
 
     let runtime = tokio::runtime::Builder::new_current_thread()

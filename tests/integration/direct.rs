@@ -443,7 +443,7 @@ async fn launch_failures_are_typed() {
 #[tokio::test]
 async fn other_backends_are_refused_clearly() {
     let t = Tmp::new();
-    for backend in [toolhost::BackendKind::Docker, toolhost::BackendKind::Wasm] {
+    for backend in [toolhost::BackendKind::Docker] {
         let sb = t.sandbox(SandboxConfig {
             backend,
             ..config()
@@ -590,4 +590,58 @@ fn plan_is_pure_and_complete() {
     assert!(plan.env.iter().any(|(k, _)| k == "PATH"));
     assert_eq!(plan.mounts.len(), 1);
     assert!(!plan.mounts[0].read_only);
+}
+
+/// Review finding: the tool killed its supervisor (same uid) so a `setsid`
+/// child outlived the call. The tool now cannot signal outside its own tree.
+#[tokio::test]
+async fn tool_cannot_kill_its_supervisor_or_stop_toolhost() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config_timeout(20.0));
+    let r = sh(
+        &sb,
+        "setsid sleep 971 > /dev/null 2>&1 & echo $!; \
+         kill -9 $PPID 2>/dev/null && echo killed-supervisor; \
+         th=$(cut -d' ' -f4 /proc/$PPID/stat); kill -STOP $th 2>/dev/null && echo stopped-toolhost; \
+         kill -0 $$ && echo can-signal-self",
+    )
+    .await;
+    assert!(r.success(), "{r:?}");
+    assert!(
+        !r.stdout.contains("killed-supervisor") && !r.stdout.contains("stopped-toolhost"),
+        "{r:?}"
+    );
+    assert!(
+        r.stdout.contains("can-signal-self"),
+        "positive control: {r:?}"
+    );
+    assert_eq!(
+        still_alive(&pids_in(&r.stdout), Duration::from_secs(2)),
+        Vec::<i32>::new()
+    );
+}
+
+/// Review finding: a kill request arriving while the supervisor was reaping an
+/// orphan was lost, so the timeout did not end the call. A bounded orphan stream
+/// (it stops by itself after 3 s) plus a `setsid` sleeper, many times over.
+#[tokio::test]
+async fn kill_requests_are_not_lost_under_an_orphan_stream() {
+    let t = Tmp::new();
+    let sb = t.sandbox(config_timeout(0.3));
+    for _ in 0..8 {
+        let r = sh(
+            &sb,
+            "setsid sleep 972 > /dev/null 2>&1 & echo $!; \
+             end=$(( $(date +%s) + 3 )); \
+             while [ $(date +%s) -lt $end ]; do (sh -c ':' &); done",
+        )
+        .await;
+        assert!(r.timed_out, "{r:?}");
+        assert!(r.duration < Duration::from_secs(2), "{:?}", r.duration);
+        assert_eq!(
+            still_alive(&pids_in(&r.stdout), Duration::from_secs(2)),
+            Vec::<i32>::new()
+        );
+    }
+    assert!(processes_with("972").is_empty());
 }

@@ -153,3 +153,41 @@ fn attack_16_error_messages_carry_no_secrets_or_outside_paths() {
         assert!(all.contains("\"outcome\""), "{all}");
     }
 }
+
+/// Review finding: the environment of the process that started toolhost (the
+/// agent loop) was readable by the tool. The tool's Landlock domain stops it.
+#[test]
+fn attack_14_the_agent_loops_environment_is_not_readable() {
+    let t = Tmp::new();
+    let script = "th=$(cut -d' ' -f4 /proc/$PPID/stat); loop=$(cut -d' ' -f4 /proc/$th/stat); \
+                  cat /proc/$loop/environ 2>/dev/null | tr '\\0' '\\n'; echo loop=$loop";
+    let out = std::process::Command::new("sh")
+        // Not `exec`: the shell must stay alive as toolhost's parent.
+        .args([
+            "-c",
+            "env -u PARENT_ONLY_CANARY \"$0\" run -- sh -c \"$1\"; :",
+            toolhost_bin().to_str().unwrap(),
+            script,
+        ])
+        .env("PARENT_ONLY_CANARY", CANARY)
+        .current_dir(t.ws())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("loop="), "{stdout}");
+    assert!(!stdout.contains(CANARY), "{stdout}");
+    // Positive control: the same shape without toolhost reads the canary.
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "env -u PARENT_ONLY_CANARY sh -c 'tr \"\\0\" \"\\n\" < /proc/$PPID/environ'; :",
+        ])
+        .env("PARENT_ONLY_CANARY", CANARY)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(CANARY),
+        "control failed"
+    );
+}

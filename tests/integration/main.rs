@@ -7,3 +7,4 @@ mod cli;
 mod direct;
 mod env;
 mod paths;
+mod wasm;

@@ -126,6 +126,9 @@ pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan) -> io::Result<Spawned> {
     unsafe {
         cmd.pre_exec(move || supervisor::enter(&params));
     }
+    // The supervisor never returns to std's exec; should that ever change, std
+    // must not exec with toolhost's own environment.
+    cmd.env_clear();
     let child = cmd.spawn()?;
     drop(write);
     Ok(Spawned {

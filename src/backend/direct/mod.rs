@@ -201,7 +201,7 @@ async fn run(plan: &ExecPlan) -> RunOutput {
     }
 }
 
-fn fmt_secs(d: Duration) -> String {
+pub(crate) fn fmt_secs(d: Duration) -> String {
     let s = d.as_secs_f64();
     if s.fract() == 0.0 {
         format!("{s:.0} s")

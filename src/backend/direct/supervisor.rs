@@ -49,6 +49,8 @@ pub(super) struct Params {
     pub cwd_fd: c_int,
     pub limits: [Option<RLimit>; 4],
     pub drop_ptrace: bool,
+    /// Landlock ABI of the running kernel (0: none).
+    pub landlock_abi: u32,
     exec: ExecArgs,
 }
 
@@ -118,6 +120,7 @@ impl Params {
             cwd_fd,
             limits,
             drop_ptrace,
+            landlock_abi: landlock_abi(),
             exec: ExecArgs {
                 program,
                 search_path,
@@ -191,19 +194,6 @@ const REASON_PARENT_GONE: u32 = 2;
 pub(super) const KILL_REQUEST: c_int = libc::SIGUSR2;
 const PARENT_DEATH: c_int = libc::SIGUSR1;
 
-const FLAG_PARENT_DEATH: u32 = 1;
-const FLAG_KILL: u32 = 2;
-static FLAGS: AtomicU32 = AtomicU32::new(0);
-
-extern "C" fn on_signal(sig: c_int) {
-    let flag = if sig == PARENT_DEATH {
-        FLAG_PARENT_DEATH
-    } else {
-        FLAG_KILL
-    };
-    FLAGS.fetch_or(flag, Ordering::SeqCst);
-}
-
 const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 /// Capabilities that let a root tool read another process's memory and
 /// environment through /proc: CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON
@@ -212,14 +202,91 @@ const PROC_PEEK_CAPS: [libc::c_ulong; 3] = [19, 21, 38];
 /// How long the supervisor keeps killing before it reports survivors.
 const CLEANUP_BUDGET_NS: i64 = 3_000_000_000;
 
-fn handled_signals() -> [c_int; 5] {
-    [
-        PARENT_DEATH,
-        KILL_REQUEST,
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGHUP,
-    ]
+/// Signals the supervisor keeps blocked for its whole life and takes with
+/// `sigwaitinfo`: child exits, the parent-death signal and kill requests.
+/// Blocked signals stay pending, so none of them can be missed.
+fn supervisor_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [
+            libc::SIGCHLD,
+            PARENT_DEATH,
+            KILL_REQUEST,
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+        ] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+/// The one filesystem right the tool's Landlock domain handles (and so denies):
+/// creating block devices. Landlock needs some handled right to make a domain
+/// before ABI 6; this one no tool needs. The domain is what matters: a process
+/// in it cannot ptrace or read /proc/<pid>/environ of processes outside it.
+const LANDLOCK_ACCESS_FS_MAKE_BLOCK: u64 = 1 << 11;
+/// ABI 6: signals to processes outside the domain are refused.
+const LANDLOCK_SCOPE_SIGNAL: u64 = 1 << 1;
+
+#[repr(C)]
+struct LandlockRulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+/// The kernel's Landlock ABI version, 0 when Landlock is unavailable.
+pub(super) fn landlock_abi() -> u32 {
+    static ABI: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ABI.get_or_init(|| {
+        // SAFETY: the version query takes no attr and writes nothing.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<LandlockRulesetAttr>(),
+                0usize,
+                LANDLOCK_CREATE_RULESET_VERSION,
+            )
+        };
+        u32::try_from(r).unwrap_or(0)
+    })
+}
+
+/// Puts the calling process in a new Landlock domain (see the constants).
+unsafe fn enter_landlock_domain(abi: u32) -> Result<(), ()> {
+    unsafe {
+        let attr = LandlockRulesetAttr {
+            handled_access_fs: LANDLOCK_ACCESS_FS_MAKE_BLOCK,
+            handled_access_net: 0,
+            scoped: if abi >= 6 { LANDLOCK_SCOPE_SIGNAL } else { 0 },
+        };
+        let size = if abi >= 6 {
+            std::mem::size_of::<LandlockRulesetAttr>()
+        } else {
+            std::mem::size_of::<u64>()
+        };
+        let fd = libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const LandlockRulesetAttr,
+            size,
+            0 as libc::c_uint,
+        );
+        if fd < 0 {
+            return Err(());
+        }
+        let r = libc::syscall(
+            libc::SYS_landlock_restrict_self,
+            fd as c_int,
+            0 as libc::c_uint,
+        );
+        libc::close(fd as c_int);
+        if r < 0 { Err(()) } else { Ok(()) }
+    }
 }
 
 /// Entry point, called by `pre_exec` in the forked child, which becomes the
@@ -230,13 +297,9 @@ fn handled_signals() -> [c_int; 5] {
 /// Must only be called between `fork` and `exec`.
 pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
     unsafe {
-        // Signals stay blocked until each side has its handlers in place, so a
-        // kill request that arrives early is pending, not lost or fatal.
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in handled_signals() {
-            libc::sigaddset(&mut set, s);
-        }
+        // Blocked from the first instruction: a kill request that arrives
+        // before we wait for it stays pending (see `supervise`).
+        let set = supervisor_signals();
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
 
         if libc::setsid() < 0 {
@@ -334,10 +397,64 @@ unsafe fn prepare_tool(p: &Params) -> Result<(), ()> {
                 libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
             }
         }
+        // Nothing inherited or ambient survives exec either, whoever we are.
+        clear_inheritable_caps();
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        // No setuid/file-capability gains in the tool's tree (and the
+        // precondition for an unprivileged Landlock domain).
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+            return Err(());
+        }
+        if p.landlock_abi >= 1 {
+            enter_landlock_domain(p.landlock_abi)?;
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         Ok(())
+    }
+}
+
+/// Clears the inheritable capability set (capset, v3 header).
+unsafe fn clear_inheritable_caps() {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const V3: u32 = 0x2008_0522;
+    unsafe {
+        let mut h = Header {
+            version: V3,
+            pid: 0,
+        };
+        let mut d = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        if libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) < 0 {
+            return;
+        }
+        if d[0].inheritable == 0 && d[1].inheritable == 0 {
+            return;
+        }
+        d[0].inheritable = 0;
+        d[1].inheritable = 0;
+        libc::syscall(libc::SYS_capset, &mut h as *mut Header, d.as_ptr());
     }
 }
 
@@ -355,7 +472,11 @@ unsafe fn exec_tool(e: &ExecArgs) {
         let mut buf = [0u8; 4096];
         let mut saw_eacces = false;
         for dir in path.as_bytes().split(|&b| b == b':') {
-            let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+            // Relative entries (and empty ones, which mean ".") would search the
+            // cwd, which the agent can write: never.
+            if !dir.starts_with(b"/") {
+                continue;
+            }
             if dir.len() + 1 + name.len() + 1 > buf.len() {
                 continue;
             }
@@ -507,50 +628,46 @@ unsafe fn supervise(p: &Params, tool: pid_t) -> ! {
             }
         }
 
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_signal as *const () as usize;
-        libc::sigemptyset(&mut act.sa_mask);
-        act.sa_flags = 0; // no SA_RESTART: waits must return EINTR
-        for s in handled_signals() {
-            libc::sigaction(s, &act, std::ptr::null_mut());
-        }
-        let mut dfl: libc::sigaction = std::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(libc::SIGCHLD, &dfl, std::ptr::null_mut());
+        // A write to a status pipe whose reader is gone must not kill us.
         let mut ign: libc::sigaction = std::mem::zeroed();
         ign.sa_sigaction = libc::SIG_IGN;
         libc::sigaction(libc::SIGPIPE, &ign, std::ptr::null_mut());
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
 
         let mut report = Report {
             reason: REASON_EXITED,
             ..Report::default()
         };
-        // Wait for the tool without reaping it, reaping orphans that die on the
-        // way: the tool's zombie keeps its process-group id reserved until the
-        // group has been killed.
-        loop {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let r = libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT);
-            if r == 0 {
+        // The signals of `supervisor_signals` stay blocked; we take them with
+        // sigwaitinfo. Each round first looks for exited children without
+        // blocking (the tool's zombie is left unreaped: it keeps its
+        // process-group id reserved until the group has been killed), then
+        // waits for the next signal. A signal that arrives at any point stays
+        // pending until the next sigwaitinfo, so none is lost.
+        let set = supervisor_signals();
+        'wait: loop {
+            loop {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let r = libc::waitid(
+                    libc::P_ALL,
+                    0,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                );
                 let pid = info.si_pid();
+                if r != 0 || pid == 0 {
+                    break; // no exited child right now
+                }
                 if pid == tool {
-                    break;
+                    break 'wait;
                 }
                 libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+            }
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let sig = libc::sigwaitinfo(&set, &mut info);
+            if sig == libc::SIGCHLD || sig < 0 {
                 continue;
             }
-            if errno() != libc::EINTR {
-                break; // ECHILD cannot happen while the tool is ours
-            }
-            let flags = FLAGS.swap(0, Ordering::SeqCst);
-            if flags & FLAG_KILL != 0 {
-                report.reason = REASON_KILLED;
-                break;
-            }
-            if flags & FLAG_PARENT_DEATH != 0 {
+            if sig == PARENT_DEATH {
                 if libc::getppid() != p.toolhost_pid {
                     report.reason = REASON_PARENT_GONE;
                     break;
@@ -567,7 +684,11 @@ unsafe fn supervise(p: &Params, tool: pid_t) -> ! {
                     report.reason = REASON_PARENT_GONE;
                     break;
                 }
+                continue;
             }
+            // KILL_REQUEST, SIGTERM, SIGINT, SIGHUP.
+            report.reason = REASON_KILLED;
+            break;
         }
 
         libc::kill(-tool, libc::SIGKILL);

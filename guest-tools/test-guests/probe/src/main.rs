@@ -1,0 +1,200 @@
+//! Test guest (not shipped as a tool): does whatever hostile thing its
+//! arguments say, so the host's tests can check each limit precisely.
+
+use std::io::{Read, Write};
+
+common::describe!(b"TEST GUEST: hostile probe for toolhost's attack tests");
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
+    let num = |i: usize| arg(i).parse::<u64>().unwrap_or(0);
+    match arg(1).as_str() {
+        "read" => match std::fs::read(arg(2)) {
+            Ok(d) => {
+                std::io::stdout().write_all(&d).unwrap();
+            }
+            Err(e) => {
+                println!("ERR {e}");
+                std::process::exit(3);
+            }
+        },
+        "write" => {
+            // write PATH BYTES: in 64 KiB chunks, report how far it got.
+            let mut f = match std::fs::File::create(arg(2)) {
+                Ok(f) => f,
+                Err(e) => {
+                    println!("ERR open {e}");
+                    std::process::exit(3);
+                }
+            };
+            let chunk = vec![b'x'; 65536];
+            let mut left = num(3);
+            let mut done = 0u64;
+            while left > 0 {
+                let n = left.min(chunk.len() as u64) as usize;
+                if let Err(e) = f.write_all(&chunk[..n]) {
+                    println!("ERR after {done}: {e}");
+                    std::process::exit(4);
+                }
+                done += n as u64;
+                left -= n as u64;
+            }
+            println!("wrote {done}");
+        }
+        "truncate" => match std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(arg(2))
+            .and_then(|f| f.set_len(num(3)))
+        {
+            Ok(()) => println!("truncated"),
+            Err(e) => {
+                println!("ERR {e}");
+                std::process::exit(3);
+            }
+        },
+        "ls" => match std::fs::read_dir(arg(2)) {
+            Ok(rd) => {
+                let mut names: Vec<String> = rd
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                for n in names {
+                    println!("{n}");
+                }
+            }
+            Err(e) => {
+                println!("ERR {e}");
+                std::process::exit(3);
+            }
+        },
+        "env" => {
+            for (k, v) in std::env::vars() {
+                println!("{k}={v}");
+            }
+        }
+        "args" => {
+            for a in &args {
+                println!("{a}");
+            }
+        }
+        "cwd" => println!(
+            "{}",
+            std::env::current_dir()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|e| format!("ERR {e}"))
+        ),
+        "alloc" => {
+            // alloc MB: grow memory MB MiB at a time until told amount or failure.
+            let mut keep: Vec<Vec<u8>> = Vec::new();
+            for i in 0..num(2) {
+                let mut v = Vec::new();
+                if v.try_reserve_exact(1 << 20).is_err() {
+                    println!("reserve failed after {i} MiB");
+                    std::process::exit(5);
+                }
+                v.resize(1 << 20, 1u8);
+                keep.push(v);
+            }
+            println!("allocated {} MiB", keep.len());
+        }
+        "grow" => {
+            // Raw memory.grow loop: what a guest that ignores -1 would do.
+            let mut pages = 0usize;
+            loop {
+                let r = core::arch::wasm32::memory_grow(0, 16);
+                if r == usize::MAX {
+                    println!("grow returned -1 after {pages} pages");
+                    std::process::exit(6);
+                }
+                pages += 16;
+            }
+        }
+        "spin" => {
+            let mut x: u64 = 1;
+            loop {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                if x == 42 {
+                    break;
+                }
+            }
+            println!("{x}");
+        }
+        "count" => {
+            // count N: a fixed amount of compute, for fuel calibration.
+            let mut x: u64 = 1;
+            for _ in 0..num(2) {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            println!("{x}");
+        }
+        "sleep" => {
+            std::thread::sleep(std::time::Duration::from_secs(num(2)));
+            println!("woke");
+        }
+        "stdin" => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf).unwrap();
+            println!("stdin {} bytes", buf.len());
+        }
+        "flood" => {
+            let chunk = vec![b'y'; 65536];
+            let mut out = std::io::stdout().lock();
+            let mut left = num(2);
+            while left > 0 {
+                let n = left.min(65536) as usize;
+                out.write_all(&chunk[..n]).unwrap();
+                left -= n as u64;
+            }
+            drop(out);
+            eprintln!("flood done");
+        }
+        "flood-err" => {
+            let chunk = vec![b'e'; 65536];
+            let mut err = std::io::stderr().lock();
+            for _ in 0..num(2) / 65536 {
+                err.write_all(&chunk).unwrap();
+            }
+            drop(err);
+            println!("done");
+        }
+        "bytes" => {
+            std::io::stdout().write_all(b"a\xff\x00\x1b[31mX").unwrap();
+        }
+        "connect" => match std::net::TcpStream::connect(arg(2)) {
+            Ok(_) => println!("CONNECTED"),
+            Err(e) => {
+                println!("ERR {e}");
+                std::process::exit(3);
+            }
+        },
+        "resolve" => {
+            use std::net::ToSocketAddrs;
+            match (arg(2).as_str(), 80).to_socket_addrs() {
+                Ok(a) => println!("RESOLVED {:?}", a.collect::<Vec<_>>()),
+                Err(e) => {
+                    println!("ERR {e}");
+                    std::process::exit(3);
+                }
+            }
+        }
+        "exit" => std::process::exit(num(2) as i32),
+        "unreachable" => core::arch::wasm32::unreachable(),
+        "recurse" => {
+            #[allow(unconditional_recursion)]
+            fn r(depth: &mut [u64; 16]) -> u64 {
+                depth[0] += 1;
+                let mut next = *depth;
+                std::hint::black_box(r(&mut next)) + depth[0]
+            }
+            println!("{}", r(&mut [0; 16]));
+        }
+        other => {
+            eprintln!("probe: unknown command {other:?}");
+            std::process::exit(2);
+        }
+    }
+}

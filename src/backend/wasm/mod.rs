@@ -1,0 +1,758 @@
+//! The `wasm` backend: WASI tools in wasmtime.
+//!
+//! Invariants: a guest sees only what the plan gives it: its argv, the plan's
+//! environment, its stdin bytes (or EOF), capped stdout/stderr, and each allowed
+//! dir preopened at its own absolute path (read-only ones read-only) plus the cwd
+//! as `.`. There are no sockets and no name lookup. Memory is held by a resource
+//! limiter that ends the call on a failed grow; CPU by epoch deadlines or fuel;
+//! bytes written to files by the host, per call; the whole call by a wall-clock
+//! timeout that also ends a guest blocked inside a host call.
+//!
+//! One `Engine` per process and CPU meter; compiled modules are cached on disk
+//! (`cache`) and as `InstancePre`s in memory; each call gets a fresh `Store`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use wasmtime::{
+    Caller, Config, Engine, InstancePre, Linker, Module, ResourceLimiter, Store, Trap,
+    UpdateDeadline,
+};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::pipe::MemoryInputPipe;
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
+
+use crate::backend::BackendKind;
+use crate::config::{CpuMeter, WasmConfig};
+use crate::outcome::{Outcome, OutcomeKind, RunOutput};
+use crate::sandbox::ExecPlan;
+use crate::tools::registry::ToolFile;
+
+mod cache;
+mod streams;
+
+use streams::CappedPipe;
+
+/// Epoch tick: the granularity of CPU accounting (epoch meter) and of yields
+/// to the async executor, which is what lets the timeout fire on a spinning guest.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Fuel units per second of guest compute, measured on the reference machine
+/// (2-core x86_64; see the `wasm` benchmark, which prints the current figure).
+pub const FUEL_PER_SECOND: u64 = 1_500_000_000;
+
+/// Largest table a guest may grow to (elements).
+const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+
+/// WASI preview-1 errno values used by the host-side file budget.
+const ERRNO_FAULT: i32 = 21;
+const ERRNO_FBIG: i32 = 22;
+
+/// A WASI tool to run: where its file is, and the name it is called by.
+pub type WasmTarget = ToolFile;
+
+/// Per-call store state.
+struct State {
+    wasi: WasiP1Ctx,
+    limiter: Limiter,
+    files: FileBudget,
+    cpu_ticks_left: Option<u64>,
+    cpu_hit: bool,
+}
+
+struct Limiter {
+    max_memory: Option<usize>,
+    hit: bool,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        match self.max_memory {
+            Some(max) if desired > max => {
+                self.hit = true;
+                Err(wasmtime::format_err!(
+                    "memory limit: growing linear memory to {desired} bytes exceeds {max}"
+                ))
+            }
+            _ => Ok(true),
+        }
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// Bytes a call may still write to files (`max_file_size_mb`).
+struct FileBudget {
+    limit: Option<u64>,
+    written: u64,
+    hit: bool,
+}
+
+impl FileBudget {
+    fn admit(&mut self, bytes: u64) -> bool {
+        match self.limit {
+            Some(limit) if self.written.saturating_add(bytes) > limit => {
+                self.hit = true;
+                false
+            }
+            _ => true,
+        }
+    }
+}
+
+/// A loaded tool: compiled, linked, ready to instantiate.
+struct Loaded {
+    pre: InstancePre<State>,
+}
+
+/// Identity of a tool file, to reuse its `InstancePre` while it is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    path: PathBuf,
+}
+
+/// The engine of one CPU meter, shared by every sandbox of the process.
+pub(crate) struct WasmEngine {
+    engine: Engine,
+    meter: CpuMeter,
+    linker: Linker<State>,
+    cache: cache::DiskCache,
+    loaded: Mutex<HashMap<FileKey, Arc<Loaded>>>,
+}
+
+impl std::fmt::Debug for WasmEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmEngine")
+            .field("meter", &self.meter)
+            .finish()
+    }
+}
+
+/// Engines by (CPU meter, cache dir).
+type EngineMap = HashMap<(CpuMeter, Option<PathBuf>), Arc<WasmEngine>>;
+static ENGINES: OnceLock<Mutex<EngineMap>> = OnceLock::new();
+
+fn engine_config(meter: CpuMeter) -> Config {
+    let mut c = Config::new();
+    c.epoch_interruption(true);
+    c.consume_fuel(meter == CpuMeter::Fuel);
+    c
+}
+
+impl WasmEngine {
+    /// The process-wide engine for this configuration, created on first use.
+    pub(crate) fn shared(config: &WasmConfig) -> wasmtime::Result<Arc<WasmEngine>> {
+        let cache_dir = if config.cache {
+            config.cache_dir.clone().or_else(cache::default_dir)
+        } else {
+            None
+        };
+        let key = (config.cpu_meter, cache_dir.clone());
+        let map = ENGINES.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = map.get(&key) {
+            return Ok(e.clone());
+        }
+        let engine = Engine::new(&engine_config(config.cpu_meter))?;
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("toolhost-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })?;
+        let linker = build_linker(&engine)?;
+        let e = Arc::new(WasmEngine {
+            cache: cache::DiskCache::new(&engine, cache_dir),
+            engine,
+            meter: config.cpu_meter,
+            linker,
+            loaded: Mutex::new(HashMap::new()),
+        });
+        map.insert(key, e.clone());
+        Ok(e)
+    }
+
+    /// The wasmtime engine.
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles (or fetches) a module for `wasm`, with the disk cache.
+    pub(crate) fn compile(&self, wasm: &[u8]) -> wasmtime::Result<(Module, bool)> {
+        self.cache.load(&self.engine, wasm)
+    }
+
+    fn load(&self, tool: &ToolFile) -> Result<Arc<Loaded>, Outcome> {
+        let fail = |kind, msg: String| Outcome::new(kind, msg);
+        let mut file = tool.dir.open(&tool.rel).map_err(|e| {
+            fail(
+                OutcomeKind::NotFound,
+                format!("{}: cannot open: {}", tool.name, os_reason(&e)),
+            )
+        })?;
+        let meta = file.metadata().map_err(|e| {
+            fail(
+                OutcomeKind::LaunchFailed,
+                format!("{}: {}", tool.name, os_reason(&e)),
+            )
+        })?;
+        if !meta.is_file() {
+            return Err(fail(
+                OutcomeKind::PermissionDenied,
+                format!("{}: not a regular file", tool.name),
+            ));
+        }
+        let key = file_key(&meta, &tool.host_path);
+        if let Some(l) = self.lock_loaded().get(&key) {
+            return Ok(l.clone());
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| {
+            fail(
+                OutcomeKind::LaunchFailed,
+                format!("{}: {}", tool.name, os_reason(&e)),
+            )
+        })?;
+        if wasmparser::Parser::is_component(&bytes) {
+            return Err(fail(
+                OutcomeKind::BackendUnavailable,
+                format!(
+                    "{}: WASI preview-2 components are not supported by this version of the wasm backend (preview-1 modules are)",
+                    tool.name
+                ),
+            ));
+        }
+        if !wasmparser::Parser::is_core_wasm(&bytes) {
+            return Err(fail(
+                OutcomeKind::PermissionDenied,
+                format!("{}: not a WebAssembly module", tool.name),
+            ));
+        }
+        let (module, _cached) = self.compile(&bytes).map_err(|e| {
+            fail(
+                OutcomeKind::LaunchFailed,
+                format!("{}: invalid WebAssembly: {}", tool.name, first_line(&e)),
+            )
+        })?;
+        let pre = self.linker.instantiate_pre(&module).map_err(|e| {
+            fail(
+                OutcomeKind::LaunchFailed,
+                format!("{}: cannot link: {}", tool.name, first_line(&e)),
+            )
+        })?;
+        let loaded = Arc::new(Loaded { pre });
+        let mut map = self.lock_loaded();
+        if map.len() > 1024 {
+            map.clear();
+        }
+        map.insert(key, loaded.clone());
+        Ok(loaded)
+    }
+
+    fn lock_loaded(&self) -> std::sync::MutexGuard<'_, HashMap<FileKey, Arc<Loaded>>> {
+        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn file_key(meta: &cap_std::fs::Metadata, path: &Path) -> FileKey {
+    #[cfg(unix)]
+    {
+        use cap_std::fs::MetadataExt;
+        FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+            path: path.to_path_buf(),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let mtime_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.into_std().duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as i128)
+            .unwrap_or(0);
+        FileKey {
+            dev: 0,
+            ino: 0,
+            size: meta.len(),
+            mtime_ns,
+            path: path.to_path_buf(),
+        }
+    }
+}
+
+/// Calls a WASI preview-1 function's ABI entry point with the calling guest's
+/// memory, exactly as wasmtime-wasi's own linker glue does.
+macro_rules! call_p1 {
+    ($caller:ident, $func:ident ( $($arg:expr),* )) => {{
+        let fuel = wasmtime::AsContextMut::as_context_mut(&mut $caller).hostcall_fuel();
+        match $caller.get_export("memory") {
+            Some(wasmtime::Extern::Memory(m)) => {
+                let (mem, state) = m.data_and_store_mut(&mut $caller);
+                let ctx = &mut state.wasi;
+                wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1::set_hostcall_fuel(ctx, fuel);
+                let mut mem = wiggle::GuestMemory::Unshared(mem);
+                Ok(wasmtime_wasi::p1::wasi_snapshot_preview1::$func(ctx, &mut mem, $($arg),*).await?)
+            }
+            _ => Err(wasmtime::format_err!("missing required memory export")),
+        }
+    }};
+}
+
+/// The preview-1 linker, with the file-writing calls wrapped by the file budget.
+fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
+    let mut linker: Linker<State> = Linker::new(engine);
+    wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut State| &mut s.wasi)?;
+    linker.allow_shadowing(true);
+    const M: &str = "wasi_snapshot_preview1";
+
+    linker.func_wrap_async(
+        M,
+        "fd_write",
+        |mut caller: Caller<'_, State>, (fd, iovs, n, nwritten): (i32, i32, i32, i32)| {
+            Box::new(async move {
+                if fd > 2 {
+                    let Some(want) = iov_total(&mut caller, iovs, n) else {
+                        return Ok(ERRNO_FAULT);
+                    };
+                    if !caller.data_mut().files.admit(want) {
+                        return Ok(ERRNO_FBIG);
+                    }
+                }
+                let r: wasmtime::Result<i32> = call_p1!(caller, fd_write(fd, iovs, n, nwritten));
+                let r = r?;
+                if fd > 2 && r == 0 {
+                    count_written(&mut caller, nwritten);
+                }
+                Ok(r)
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        M,
+        "fd_pwrite",
+        |mut caller: Caller<'_, State>,
+         (fd, iovs, n, offset, nwritten): (i32, i32, i32, i64, i32)| {
+            Box::new(async move {
+                let Some(want) = iov_total(&mut caller, iovs, n) else {
+                    return Ok(ERRNO_FAULT);
+                };
+                if !caller.data_mut().files.admit(want) {
+                    return Ok(ERRNO_FBIG);
+                }
+                let r: wasmtime::Result<i32> =
+                    call_p1!(caller, fd_pwrite(fd, iovs, n, offset, nwritten));
+                let r = r?;
+                if r == 0 {
+                    count_written(&mut caller, nwritten);
+                }
+                Ok(r)
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        M,
+        "fd_filestat_set_size",
+        |mut caller: Caller<'_, State>, (fd, size): (i32, i64)| {
+            Box::new(async move {
+                let files = &mut caller.data_mut().files;
+                if let Some(limit) = files.limit
+                    && size as u64 > limit
+                {
+                    files.hit = true;
+                    return Ok(ERRNO_FBIG);
+                }
+                let r: wasmtime::Result<i32> = call_p1!(caller, fd_filestat_set_size(fd, size));
+                r
+            })
+        },
+    )?;
+    Ok(linker)
+}
+
+/// Sum of the lengths of an iovec array in guest memory; `None` if out of bounds.
+fn iov_total(caller: &mut Caller<'_, State>, iovs: i32, n: i32) -> Option<u64> {
+    let mem = caller.get_export("memory")?.into_memory()?;
+    let data = mem.data(&*caller);
+    let (start, n) = (iovs as u32 as usize, n as u32 as usize);
+    let bytes = data.get(start..start.checked_add(n.checked_mul(8)?)?)?;
+    Some(
+        bytes
+            .chunks_exact(8)
+            .map(|iov| u32::from_le_bytes([iov[4], iov[5], iov[6], iov[7]]) as u64)
+            .sum(),
+    )
+}
+
+fn count_written(caller: &mut Caller<'_, State>, ptr: i32) {
+    let Some(mem) = caller.get_export("memory").and_then(|e| e.into_memory()) else {
+        return;
+    };
+    let p = ptr as u32 as usize;
+    let n = mem
+        .data(&*caller)
+        .get(p..p + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
+        .unwrap_or(0);
+    let files = &mut caller.data_mut().files;
+    files.written = files.written.saturating_add(n);
+}
+
+fn first_line(e: &impl std::fmt::Display) -> String {
+    e.to_string().lines().next().unwrap_or("").to_string()
+}
+
+fn os_reason(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(c) => std::io::Error::from_raw_os_error(c).to_string(),
+        None => e.kind().to_string(),
+    }
+}
+
+/// The path wasmtime-wasi should open to get exactly the directory `dir`
+/// refers to: on Linux the handle itself via /proc, so a symlink swapped in
+/// after planning cannot redirect the preopen.
+fn preopen_path(dir: &cap_std::fs::Dir, fallback: &Path) -> PathBuf {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let _ = fallback;
+        PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dir;
+        fallback.to_path_buf()
+    }
+}
+
+/// Runs plans as WASI guests.
+#[derive(Debug)]
+pub struct WasmBackend {
+    engine: Arc<WasmEngine>,
+}
+
+impl WasmBackend {
+    /// The backend over the process-wide engine for this configuration.
+    pub fn new(config: &WasmConfig) -> wasmtime::Result<Self> {
+        Ok(WasmBackend {
+            engine: WasmEngine::shared(config)?,
+        })
+    }
+
+    /// The shared wasmtime engine (for tests and benchmarks).
+    pub fn engine(&self) -> &Engine {
+        self.engine.engine()
+    }
+
+    /// Compiles `wasm` through the disk cache; `true` when it came from the cache.
+    pub fn compile_cached(&self, wasm: &[u8]) -> wasmtime::Result<bool> {
+        self.engine.compile(wasm).map(|(_, hit)| hit)
+    }
+
+    /// Runs the plan's WASI tool.
+    pub async fn run(&self, plan: &ExecPlan) -> RunOutput {
+        let start = Instant::now();
+        let refuse = |o: Outcome| RunOutput::refused(BackendKind::Wasm, o, start.elapsed());
+        let Some(target) = &plan.wasm else {
+            return refuse(Outcome::new(
+                OutcomeKind::InvalidRequest,
+                "no WASI tool in the plan",
+            ));
+        };
+        let loaded = match self.engine.load(target) {
+            Ok(l) => l,
+            Err(o) => return refuse(o),
+        };
+        let stdout = CappedPipe::new(plan.limits.stdout_cap);
+        let stderr = CappedPipe::new(plan.limits.stderr_cap);
+        let wasi = match self.build_wasi(plan, target, &stdout, &stderr) {
+            Ok(w) => w,
+            Err(o) => return refuse(o),
+        };
+        let cpu_ticks = match self.engine.meter {
+            CpuMeter::Epoch => plan
+                .limits
+                .cpu_seconds
+                .map(|s| s.saturating_mul(1000) / EPOCH_TICK.as_millis() as u64),
+            CpuMeter::Fuel => None,
+        };
+        let state = State {
+            wasi,
+            limiter: Limiter {
+                max_memory: plan
+                    .limits
+                    .memory_bytes
+                    .map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
+                hit: false,
+            },
+            files: FileBudget {
+                limit: plan.limits.file_size_bytes,
+                written: 0,
+                hit: false,
+            },
+            cpu_ticks_left: cpu_ticks,
+            cpu_hit: false,
+        };
+        let mut store = Store::new(&self.engine.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut ctx| {
+            let s = ctx.data_mut();
+            if let Some(left) = s.cpu_ticks_left.as_mut() {
+                if *left == 0 {
+                    s.cpu_hit = true;
+                    return Ok(UpdateDeadline::Interrupt);
+                }
+                *left -= 1;
+            }
+            Ok(UpdateDeadline::Yield(1))
+        });
+        if self.engine.meter == CpuMeter::Fuel {
+            let fuel = plan
+                .limits
+                .cpu_seconds
+                .map(|s| s.saturating_mul(FUEL_PER_SECOND))
+                .unwrap_or(u64::MAX);
+            if store.set_fuel(fuel).is_err()
+                || store
+                    .fuel_async_yield_interval(Some(FUEL_PER_SECOND / 100))
+                    .is_err()
+            {
+                return refuse(Outcome::new(
+                    OutcomeKind::BackendUnavailable,
+                    "fuel metering is not enabled in this engine",
+                ));
+            }
+        }
+
+        let call = async move {
+            let result = async {
+                let instance = loaded.pre.instantiate_async(&mut store).await?;
+                let main = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+                main.call_async(&mut store, ()).await
+            }
+            .await;
+            let s = store.data();
+            let hits = Hits {
+                memory: s.limiter.hit,
+                cpu: s.cpu_hit,
+                files: s.files.hit,
+            };
+            (result, hits)
+        };
+        let ended = tokio::time::timeout(plan.limits.timeout, call).await;
+        let out = stdout.take();
+        let err = stderr.take();
+        let truncated = out.truncated() || err.truncated();
+        let (outcome, returncode, timed_out) = match ended {
+            Err(_) => (
+                Outcome::new(
+                    OutcomeKind::TimedOut,
+                    format!(
+                        "timed out after {}; the guest was stopped",
+                        super::direct::fmt_secs(plan.limits.timeout)
+                    ),
+                ),
+                None,
+                true,
+            ),
+            Ok((result, hits)) => {
+                let (o, rc) = classify(plan, self.engine.meter, result, hits);
+                (o, rc, false)
+            }
+        };
+        RunOutput {
+            stdout: out.into_string(),
+            stderr: err.into_string(),
+            returncode,
+            timed_out,
+            truncated,
+            outcome,
+            backend: BackendKind::Wasm,
+            duration: start.elapsed(),
+        }
+    }
+
+    fn build_wasi(
+        &self,
+        plan: &ExecPlan,
+        target: &ToolFile,
+        stdout: &CappedPipe,
+        stderr: &CappedPipe,
+    ) -> Result<WasiP1Ctx, Outcome> {
+        let invalid = |m: String| Outcome::new(OutcomeKind::InvalidRequest, m);
+        let mut b = WasiCtxBuilder::new();
+        let mut args = Vec::with_capacity(plan.argv.len());
+        args.push(target.name.clone());
+        for (i, a) in plan.argv.iter().enumerate().skip(1) {
+            args.push(
+                a.to_str()
+                    .ok_or_else(|| invalid(format!("argv[{i}] is not valid UTF-8")))?
+                    .to_string(),
+            );
+        }
+        b.args(&args);
+        for (k, v) in &plan.env {
+            if let (Some(k), Some(v)) = (k.to_str(), v.to_str()) {
+                b.env(k, v);
+            }
+        }
+        let stdin = plan
+            .stdin
+            .as_deref()
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default();
+        b.stdin(MemoryInputPipe::new(stdin));
+        b.stdout(stdout.clone());
+        b.stderr(stderr.clone());
+        // Not `allow_blocking_current_thread`: with it, a guest's sleep blocks the
+        // thread in std::thread::sleep and the timeout could not end the call.
+        let perms = |ro: bool| {
+            if ro {
+                FsPerms::ReadOnly
+            } else {
+                FsPerms::ReadWrite
+            }
+        };
+        for m in &plan.mounts {
+            let guest = m
+                .path
+                .to_str()
+                .ok_or_else(|| invalid(format!("allowed dir {:?} is not valid UTF-8", m.path)))?;
+            let host = plan
+                .mount_dirs
+                .iter()
+                .find(|(p, _)| p == &m.path)
+                .map(|(_, d)| preopen_path(d, &m.path))
+                .unwrap_or_else(|| m.path.clone());
+            b.preopened_dir(&host, guest, perms(m.read_only))
+                .map_err(|e| {
+                    Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!("cannot preopen {guest}: {}", first_line(&e)),
+                    )
+                })?;
+        }
+        let cwd_ro = plan
+            .mounts
+            .iter()
+            .filter(|m| plan.cwd.starts_with(&m.path))
+            .max_by_key(|m| m.path.components().count())
+            .is_some_and(|m| m.read_only);
+        b.preopened_dir(preopen_path(&plan.cwd_dir, &plan.cwd), ".", perms(cwd_ro))
+            .map_err(|e| {
+                Outcome::new(
+                    OutcomeKind::LaunchFailed,
+                    format!("cannot preopen the cwd: {}", first_line(&e)),
+                )
+            })?;
+        if let Some(cwd) = plan.cwd.to_str() {
+            b.env("PWD", cwd);
+        }
+        Ok(b.build_p1())
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Hits {
+    memory: bool,
+    cpu: bool,
+    files: bool,
+}
+
+fn classify(
+    plan: &ExecPlan,
+    meter: CpuMeter,
+    result: wasmtime::Result<()>,
+    hits: Hits,
+) -> (Outcome, Option<i32>) {
+    let mb = |b: Option<u64>| b.unwrap_or(0) >> 20;
+    let code = match &result {
+        Ok(()) => Some(0),
+        Err(e) => e.downcast_ref::<I32Exit>().map(|x| x.0),
+    };
+    if hits.files {
+        return (
+            Outcome::new(
+                OutcomeKind::FileSizeLimit,
+                format!(
+                    "file write refused: the call's {} MiB file-size budget is used up",
+                    mb(plan.limits.file_size_bytes)
+                ),
+            ),
+            code,
+        );
+    }
+    if let Some(c) = code {
+        return (
+            Outcome::new(OutcomeKind::Exited, format!("exited with code {c}")),
+            Some(c),
+        );
+    }
+    let Err(e) = result else {
+        return (
+            Outcome::new(OutcomeKind::Exited, "exited with code 0"),
+            Some(0),
+        );
+    };
+    let trap = e.downcast_ref::<Trap>().copied();
+    if hits.memory {
+        return (
+            Outcome::new(
+                OutcomeKind::MemoryLimit,
+                format!(
+                    "stopped: linear memory would exceed the {} MiB limit",
+                    mb(plan.limits.memory_bytes)
+                ),
+            ),
+            None,
+        );
+    }
+    if hits.cpu || trap == Some(Trap::OutOfFuel) {
+        let how = match meter {
+            CpuMeter::Epoch => "epoch deadline",
+            CpuMeter::Fuel => "fuel",
+        };
+        return (
+            Outcome::new(
+                OutcomeKind::CpuLimit,
+                format!(
+                    "stopped: CPU limit of {} s reached ({how})",
+                    plan.limits.cpu_seconds.unwrap_or(0)
+                ),
+            ),
+            None,
+        );
+    }
+    let message = match trap {
+        Some(t) => t.to_string(),
+        None => format!("wasm error: {}", first_line(&e.root_cause())),
+    };
+    (Outcome::new(OutcomeKind::Trapped, message), None)
+}

@@ -1,0 +1,3 @@
+//! What agents can call: today the registry of WASI tools.
+
+pub mod registry;

@@ -1,0 +1,721 @@
+//! The `wasm` backend (ATTACKS.md W cases), the built-in guest tools against
+//! native coreutils on the same fixtures, the registry and the compile cache.
+//! Needs `scripts/build-guest-tools` (the test command runs it first).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use toolhost::config::{CpuMeter, WasmConfig};
+use toolhost::{BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig};
+
+use crate::util::*;
+
+fn probe_path() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-tools/dist-test/probe.wasm");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/build-guest-tools",
+        p.display()
+    );
+    p
+}
+
+fn builtin_tools_built() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-tools/dist/cat.wasm");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/build-guest-tools",
+        p.display()
+    );
+}
+
+/// One cache dir for the whole test process, so every test shares one engine.
+fn cache_dir() -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("cache dir"))
+        .path()
+        .to_path_buf()
+}
+
+fn wasm_config() -> SandboxConfig {
+    let mut wasm = WasmConfig::default();
+    wasm.cache_dir = Some(cache_dir());
+    SandboxConfig {
+        backend: BackendKind::Wasm,
+        timeout: Duration::from_secs(30),
+        wasm,
+        ..SandboxConfig::default()
+    }
+}
+
+/// A workspace with the probe copied in, and a sandbox on the wasm backend.
+fn setup(config: SandboxConfig) -> (Tmp, Sandbox) {
+    builtin_tools_built();
+    let t = Tmp::new();
+    std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
+    let sb = t.sandbox(config);
+    (t, sb)
+}
+
+async fn probe(sb: &Sandbox, args: &[&str]) -> RunOutput {
+    let mut argv = vec!["./probe.wasm"];
+    argv.extend_from_slice(args);
+    sb.run(RunRequest::new(argv)).await
+}
+
+#[tokio::test]
+async fn runs_a_wasi_command_with_exit_codes_and_stdin() {
+    let (_t, sb) = setup(wasm_config());
+    let r = probe(&sb, &["args", "a b", "ü"]).await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.backend, BackendKind::Wasm);
+    assert_eq!(r.stdout, "probe\nargs\na b\nü\n");
+    let r = probe(&sb, &["exit", "7"]).await;
+    assert_eq!(
+        (r.returncode, r.outcome.kind),
+        (Some(7), OutcomeKind::Exited)
+    );
+    assert_eq!(r.cli_exit_code(), 7);
+    // Attack 35: no stdin given is an empty stdin, at once.
+    let r = probe(&sb, &["stdin"]).await;
+    assert_eq!(r.stdout, "stdin 0 bytes\n");
+    let r = sb
+        .run(RunRequest::new(["./probe.wasm", "stdin"]).stdin(vec![7u8; 100_000]))
+        .await;
+    assert_eq!(r.stdout, "stdin 100000 bytes\n");
+}
+
+#[tokio::test]
+async fn attack_01_02_03_paths_outside_the_preopens_are_invisible() {
+    let (t, sb) = setup(wasm_config());
+    t.write("inside.txt", "inside");
+    std::os::unix::fs::symlink("/etc", t.ws().join("l")).unwrap();
+    std::os::unix::fs::symlink(t.outside(), t.ws().join("out")).unwrap();
+    let secret = t.outside().join("secret.txt");
+    for p in [
+        "../outside/secret.txt",
+        "../../etc/passwd",
+        "/etc/passwd",
+        secret.to_str().unwrap(),
+        "l/passwd",
+        "out/secret.txt",
+        "l/",
+        "out/.",
+    ] {
+        let r = probe(&sb, &["read", p]).await;
+        assert!(
+            !r.stdout.contains(CANARY) && !r.stdout.contains("root:"),
+            "{p}: {r:?}"
+        );
+        assert_eq!(r.returncode, Some(3), "{p}: {r:?}");
+    }
+    // Allowed twins: relative to the cwd, and by the allowed dir's absolute path.
+    let abs = t.ws().join("inside.txt");
+    for p in ["inside.txt", "./inside.txt", abs.to_str().unwrap()] {
+        let r = probe(&sb, &["read", p]).await;
+        assert_eq!(r.stdout, "inside", "{p}: {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn attack_04_symlink_made_by_a_native_call_is_not_followed_out() {
+    let (t, sb) = setup(wasm_config());
+    let native = t.sandbox(config());
+    let r = sh(
+        &native,
+        &format!(
+            "ln -s {} esc && mkdir d && ln -s d ok && echo in > d/f",
+            t.outside().display()
+        ),
+    )
+    .await;
+    assert!(r.success(), "{r:?}");
+    let r = probe(&sb, &["read", "esc/secret.txt"]).await;
+    assert!(!r.stdout.contains(CANARY), "{r:?}");
+    let r = probe(&sb, &["read", "ok/f"]).await;
+    assert_eq!(r.stdout, "in\n");
+}
+
+#[tokio::test]
+async fn attack_05_swap_race_never_reads_outside() {
+    let (t, sb) = setup(wasm_config());
+    std::fs::write(t.outside().join("f"), CANARY).unwrap();
+    std::fs::create_dir(t.ws().join("real")).unwrap();
+    std::fs::write(t.ws().join("real/f"), "inside").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, ws, out) = (stop.clone(), t.ws(), t.outside());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let target: PathBuf = if n.is_multiple_of(2) {
+                    out.clone()
+                } else {
+                    "real".into()
+                };
+                let _ = std::fs::remove_file(ws.join("d.tmp"));
+                let _ = std::os::unix::fs::symlink(&target, ws.join("d.tmp"));
+                let _ = std::fs::rename(ws.join("d.tmp"), ws.join("d"));
+                n += 1;
+            }
+            n
+        })
+    };
+    let mut inside = 0;
+    for _ in 0..150 {
+        let r = probe(&sb, &["read", "d/f"]).await;
+        assert!(!r.stdout.contains(CANARY), "read outside: {r:?}");
+        inside += usize::from(r.stdout == "inside");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(swapper.join().unwrap() > 100);
+    assert!(inside > 0, "positive control: some reads went through");
+}
+
+#[tokio::test]
+async fn read_only_dirs_are_read_only_in_the_guest() {
+    builtin_tools_built();
+    let t = Tmp::new();
+    std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
+    let ro = t.outside();
+    let before = sha256_file(&ro.join("secret.txt"));
+    let sb = Sandbox::new(
+        [
+            toolhost::AllowedDirSpec::read_write(t.ws()),
+            toolhost::AllowedDirSpec::read_only(&ro),
+        ],
+        wasm_config(),
+    )
+    .unwrap();
+    let target = ro.join("secret.txt");
+    let r = probe(&sb, &["write", target.to_str().unwrap(), "10"]).await;
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    let r = probe(&sb, &["write", ro.join("new").to_str().unwrap(), "10"]).await;
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    assert_eq!(sha256_file(&target), before);
+    assert!(!ro.join("new").exists());
+    // Readable, though; and the read-write dir is writable (allowed twin).
+    let r = probe(&sb, &["read", target.to_str().unwrap()]).await;
+    assert_eq!(r.stdout, CANARY);
+    let r = probe(&sb, &["write", "ok.bin", "10"]).await;
+    assert_eq!(r.stdout, "wrote 10\n", "{r:?}");
+    assert_eq!(std::fs::metadata(t.ws().join("ok.bin")).unwrap().len(), 10);
+}
+
+#[tokio::test]
+async fn attack_11_cwd_outside_and_cwd_preopen() {
+    let (t, sb) = setup(wasm_config());
+    std::fs::create_dir(t.ws().join("sub")).unwrap();
+    t.write("sub/x", "in-sub");
+    let r = sb
+        .run(RunRequest::new(["probe.wasm", "read", "x"]).cwd("/etc"))
+        .await;
+    assert_eq!(r.outcome.kind, OutcomeKind::CwdOutside);
+    // The cwd is preopened as `.`: relative paths resolve there.
+    std::fs::copy(probe_path(), t.ws().join("sub/probe.wasm")).unwrap();
+    let r = sb
+        .run(RunRequest::new(["./probe.wasm", "read", "x"]).cwd("sub"))
+        .await;
+    assert_eq!(r.stdout, "in-sub", "{r:?}");
+}
+
+#[test]
+fn attack_12_13_env_canaries_through_the_cli() {
+    builtin_tools_built();
+    let t = Tmp::new();
+    std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
+    let out = toolhost(
+        &t.ws(),
+        &[
+            "run",
+            "--backend",
+            "wasm",
+            "--env-allow",
+            "GITHUB_TOKEN",
+            "--env-allow",
+            "VISIBLE",
+            "--env",
+            "FROM_FLAG=yes",
+            "--",
+            "./probe.wasm",
+            "env",
+        ],
+        &[
+            ("GITHUB_TOKEN", CANARY),
+            ("ANTHROPIC_API_KEY", CANARY),
+            ("UNLISTED", CANARY),
+            ("VISIBLE", "v"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains(CANARY), "{stdout}");
+    assert!(
+        stdout.contains("VISIBLE=v") && stdout.contains("FROM_FLAG=yes"),
+        "{stdout}"
+    );
+    // --env cannot set a deny-listed name either.
+    let out = toolhost(
+        &t.ws(),
+        &[
+            "run",
+            "--backend",
+            "wasm",
+            "--env",
+            "LD_PRELOAD=x",
+            "--",
+            "./probe.wasm",
+            "env",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(125));
+}
+
+#[tokio::test]
+async fn attack_17_memory_bomb_is_a_memory_limit() {
+    let (_t, sb) = setup(SandboxConfig {
+        max_memory_mb: 64,
+        ..wasm_config()
+    });
+    for args in [&["alloc", "100000"][..], &["grow"][..]] {
+        let r = probe(&sb, args).await;
+        assert_eq!(r.outcome.kind, OutcomeKind::MemoryLimit, "{args:?}: {r:?}");
+        assert!(r.outcome.message.contains("64 MiB"));
+        assert_eq!(r.cli_exit_code(), 137);
+    }
+    // Allowed twin: under the limit.
+    let r = probe(&sb, &["alloc", "16"]).await;
+    assert_eq!(r.stdout, "allocated 16 MiB\n", "{r:?}");
+}
+
+#[tokio::test]
+async fn attack_18_cpu_spin_epoch_and_fuel() {
+    for meter in [CpuMeter::Epoch, CpuMeter::Fuel] {
+        let mut cfg = wasm_config();
+        cfg.wasm.cpu_meter = meter;
+        cfg.max_cpu_seconds = 1;
+        let (_t, sb) = setup(cfg);
+        let r = probe(&sb, &["spin"]).await;
+        assert_eq!(r.outcome.kind, OutcomeKind::CpuLimit, "{meter:?}: {r:?}");
+        assert!(r.duration < Duration::from_secs(10), "{:?}", r.duration);
+        // Allowed twin: bounded work finishes.
+        let r = probe(&sb, &["count", "1000"]).await;
+        assert!(r.success(), "{meter:?}: {r:?}");
+    }
+    // Without a CPU limit the timeout ends a spinning guest.
+    let (_t, sb) = setup(SandboxConfig {
+        max_cpu_seconds: 0,
+        timeout: Duration::from_secs(1),
+        ..wasm_config()
+    });
+    let r = probe(&sb, &["spin"]).await;
+    assert!(r.timed_out, "{r:?}");
+    assert!(r.duration < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn attack_20_file_writes_are_held_to_the_budget() {
+    let (t, sb) = setup(SandboxConfig {
+        max_file_size_mb: 1,
+        ..wasm_config()
+    });
+    let r = probe(&sb, &["write", "big", "5000000"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::FileSizeLimit, "{r:?}");
+    assert!(std::fs::metadata(t.ws().join("big")).unwrap().len() <= 1 << 20);
+    let r = probe(&sb, &["truncate", "sparse", "100000000000"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::FileSizeLimit, "{r:?}");
+    assert!(std::fs::metadata(t.ws().join("sparse")).unwrap().len() <= 1 << 20);
+    // Allowed twin.
+    let r = probe(&sb, &["write", "small", "500000"]).await;
+    assert_eq!(r.stdout, "wrote 500000\n");
+    assert!(r.success());
+}
+
+#[tokio::test]
+async fn attack_22_blocked_in_a_host_call_still_times_out() {
+    let (_t, sb) = setup(SandboxConfig {
+        timeout: Duration::from_secs(1),
+        ..wasm_config()
+    });
+    let r = probe(&sb, &["sleep", "30"]).await;
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(r.outcome.kind, OutcomeKind::TimedOut);
+    assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
+    // Allowed twin: a short sleep completes.
+    let (_t, sb) = setup(wasm_config());
+    let r = probe(&sb, &["sleep", "0"]).await;
+    assert_eq!(r.stdout, "woke\n");
+}
+
+#[tokio::test]
+async fn attack_28_29_31_no_sockets_no_name_lookup() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    // Positive control: the port really listens.
+    assert!(std::net::TcpStream::connect(&addr).is_ok());
+    let (_t, sb) = setup(wasm_config());
+    let r = probe(&sb, &["connect", &addr]).await;
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    assert!(!r.stdout.contains("CONNECTED"));
+    let r = probe(&sb, &["resolve", "localhost"]).await;
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    assert!(!r.stdout.contains("RESOLVED"));
+}
+
+#[tokio::test]
+async fn attack_32_33_34_output_is_capped_and_decoded_lossily() {
+    let (_t, sb) = setup(wasm_config());
+    let r = probe(&sb, &["flood", "300000000"]).await;
+    assert!(r.success() && r.truncated, "{}", r.outcome.message);
+    assert_eq!(r.stdout.len(), 8 * 1024 * 1024);
+    assert_eq!(r.stderr, "flood done\n");
+    let r = probe(&sb, &["flood-err", "50000000"]).await;
+    assert!(r.success() && r.truncated);
+    assert_eq!(
+        (r.stdout.as_str(), r.stderr.len()),
+        ("done\n", 2 * 1024 * 1024)
+    );
+    let r = probe(&sb, &["bytes"]).await;
+    assert_eq!(r.stdout, "a\u{fffd}\0\u{1b}[31mX");
+}
+
+#[tokio::test]
+async fn traps_are_typed() {
+    let (_t, sb) = setup(wasm_config());
+    let r = probe(&sb, &["unreachable"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::Trapped, "{r:?}");
+    assert!(
+        r.outcome.message.contains("unreachable"),
+        "{}",
+        r.outcome.message
+    );
+    let r = probe(&sb, &["recurse"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::Trapped);
+    assert!(
+        r.outcome.message.contains("call stack exhausted"),
+        "{}",
+        r.outcome.message
+    );
+    assert_eq!(r.cli_exit_code(), 134);
+}
+
+#[tokio::test]
+async fn registry_names_paths_and_the_auto_backend() {
+    let (t, sb) = setup(wasm_config());
+    t.write("a.txt", "one\ntwo\n");
+    let r = run(&sb, &["wc", "-l", "a.txt"]).await;
+    assert_eq!(r.stdout, "2 a.txt\n", "{r:?}");
+    assert_eq!(r.backend, BackendKind::Wasm);
+    let r = run(&sb, &["no-such-tool"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::NotFound);
+    assert!(r.outcome.message.contains("toolhost tools"));
+    // A name cannot be a path into the tool dirs' parents.
+    let r = run(&sb, &["../dist/cat"]).await;
+    assert_ne!(r.outcome.kind, OutcomeKind::Exited);
+    let names: Vec<String> = sb.wasm_tools().into_iter().map(|t| t.name).collect();
+    for n in [
+        "base64",
+        "cat",
+        "diff",
+        "find",
+        "grep",
+        "head",
+        "ls",
+        "sha256sum",
+        "sort",
+        "tail",
+        "tree",
+        "uniq",
+        "wc",
+    ] {
+        assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
+    }
+    assert!(
+        !names.iter().any(|x| x == "probe"),
+        "test guests are not built-in tools"
+    );
+    // auto: wasm when a tool exists, else direct.
+    let auto = t.sandbox(SandboxConfig {
+        backend: BackendKind::Auto,
+        ..wasm_config()
+    });
+    let r = run(&auto, &["wc", "-l", "a.txt"]).await;
+    assert_eq!(
+        (r.backend, r.stdout.as_str()),
+        (BackendKind::Wasm, "2 a.txt\n")
+    );
+    let r = run(&auto, &["printf", "native"]).await;
+    assert_eq!(
+        (r.backend, r.stdout.as_str()),
+        (BackendKind::Direct, "native")
+    );
+}
+
+/// Runs the same command natively and as the built-in wasm tool, in the same
+/// workspace, and compares stdout and exit code.
+async fn same_as_native(t: &Tmp, native: &Sandbox, wasm: &Sandbox, argv: &[&str]) {
+    let n = run(native, argv).await;
+    let w = run(wasm, argv).await;
+    assert_eq!(w.backend, BackendKind::Wasm);
+    assert_eq!(
+        (w.stdout.as_str(), w.returncode),
+        (n.stdout.as_str(), n.returncode),
+        "{argv:?} in {}\nwasm stderr: {}",
+        t.ws().display(),
+        w.stderr
+    );
+}
+
+#[tokio::test]
+async fn guest_tools_match_coreutils_on_fixtures() {
+    let (t, wasm) = setup(wasm_config());
+    std::fs::remove_file(t.ws().join("probe.wasm")).unwrap();
+    let native = t.sandbox(config());
+    t.write("a.txt", "banana\napple\ncherry\napple\n\nDate 10\ndate 9\n");
+    t.write("b.txt", "banana\napricot\ncherry\napple\n");
+    t.write("nums", "10\n9\n100\n-3\n2.5\n");
+    t.write("dir/one.rs", "fn main() {}\n// TODO: x\n");
+    t.write("dir/sub/two.rs", "todo later\nTODO now\n");
+    t.write("dir/sub/three.txt", "nothing\n");
+    t.write("dups", "a\na\nb\nc\nc\nc\na\n");
+    t.write("noeol", "no newline at end");
+    let cases: &[&[&str]] = &[
+        &["cat", "a.txt", "b.txt"],
+        &["cat", "-n", "a.txt"],
+        &["cat", "missing"],
+        &["head", "-n", "3", "a.txt"],
+        &["head", "-c", "5", "a.txt"],
+        &["head", "a.txt", "b.txt"],
+        &["tail", "-n", "2", "a.txt"],
+        &["tail", "-n", "1", "noeol"],
+        &["tail", "-c", "4", "a.txt"],
+        &["wc", "-l", "a.txt"],
+        &["wc", "-w", "a.txt"],
+        &["wc", "-c", "a.txt"],
+        &["grep", "apple", "a.txt"],
+        &["grep", "-n", "-i", "date", "a.txt"],
+        &["grep", "-c", "a", "a.txt"],
+        &["grep", "-v", "a", "a.txt"],
+        &[
+            "grep",
+            "-l",
+            "TODO",
+            "dir/one.rs",
+            "dir/sub/two.rs",
+            "dir/sub/three.txt",
+        ],
+        &["grep", "nomatch", "a.txt"],
+        &["grep", "x", "missing"],
+        &["sha256sum", "a.txt", "b.txt"],
+        &["sort", "a.txt"],
+        &["sort", "-r", "b.txt"],
+        &["sort", "-u", "a.txt"],
+        &["uniq", "dups"],
+        &["uniq", "-c", "dups"],
+        &["uniq", "-d", "dups"],
+        &["base64", "a.txt"],
+    ];
+    for argv in cases {
+        same_as_native(&t, &native, &wasm, argv).await;
+    }
+    // GNU find lists in directory order; ours sorts by name. Same set of paths.
+    for argv in [
+        &["find", "dir", "-name", "*.rs"][..],
+        &["find", "dir", "-type", "d"][..],
+    ] {
+        let sorted = |s: &str| {
+            let mut v: Vec<String> = s.lines().map(str::to_string).collect();
+            v.sort();
+            v
+        };
+        let (n, w) = (run(&native, argv).await, run(&wasm, argv).await);
+        assert_eq!(sorted(&w.stdout), sorted(&n.stdout), "{argv:?}");
+        assert_eq!(w.returncode, Some(0));
+    }
+    // jq: a subset of jq, checked against the outputs jq gives for these filters.
+    t.write(
+        "j.json",
+        r#"{"a":[{"n":1,"name":"x"},{"n":5,"name":"y"}],"b":"s","c":null}"#,
+    );
+    let jq_cases: &[(&[&str], &str)] = &[
+        (&["jq", ".b", "j.json"], "\"s\"\n"),
+        (
+            &["jq", "-r", ".a[] | select(.n > 2) | .name", "j.json"],
+            "y\n",
+        ),
+        (
+            &[
+                "jq",
+                "-c",
+                "{b, total: (.a | map(.n) | add), names: [.a[].name]}",
+                "j.json",
+            ],
+            "{\"b\":\"s\",\"total\":6,\"names\":[\"x\",\"y\"]}\n",
+        ),
+        (&["jq", "-c", "keys", "j.json"], "[\"a\",\"b\",\"c\"]\n"),
+        (&["jq", ".a | length", "j.json"], "2\n"),
+        (&["jq", ".c // \"default\"", "j.json"], "\"default\"\n"),
+        (
+            &["jq", "-c", ".a[0]", "j.json"],
+            "{\"n\":1,\"name\":\"x\"}\n",
+        ),
+        (
+            &["jq", ".a[0]", "j.json"],
+            "{\n  \"n\": 1,\n  \"name\": \"x\"\n}\n",
+        ),
+        (
+            &["jq", "-r", ".a | map(.name) | join(\",\")", "j.json"],
+            "x,y\n",
+        ),
+    ];
+    for (argv, want) in jq_cases {
+        let r = run(&wasm, argv).await;
+        assert_eq!(r.stdout, *want, "{argv:?}: {r:?}");
+    }
+    let r = run(&wasm, &["jq", ".b.c", "j.json"]).await;
+    assert_eq!(r.returncode, Some(5), "{r:?}");
+    assert!(r.stderr.contains("Cannot index string"), "{r:?}");
+    let r = run(&wasm, &["jq", ".[", "j.json"]).await;
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    // Sorting numbers, C-locale collation and unified diffs differ in small ways
+    // between implementations; check the exact expected output instead.
+    let r = run(&wasm, &["sort", "-n", "nums"]).await;
+    assert_eq!(r.stdout, "-3\n2.5\n9\n10\n100\n");
+    let r = run(&wasm, &["grep", "-r", "-n", "TODO", "dir"]).await;
+    assert_eq!(
+        r.stdout,
+        "dir/one.rs:2:// TODO: x\ndir/sub/two.rs:2:TODO now\n"
+    );
+    let r = run(&wasm, &["diff", "-u", "a.txt", "b.txt"]).await;
+    assert_eq!(r.returncode, Some(1));
+    assert!(
+        r.stdout.starts_with("--- a.txt\n+++ b.txt\n@@ -1,"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("-apple\n-cherry\n") || r.stdout.contains("+apricot\n"),
+        "{}",
+        r.stdout
+    );
+    let r = run(&wasm, &["diff", "a.txt", "a.txt"]).await;
+    assert_eq!((r.returncode, r.stdout.as_str()), (Some(0), ""));
+    let r = wasm
+        .run(RunRequest::new(["base64", "-d"]).stdin("aGVsbG8gd29ybGQ=\n"))
+        .await;
+    assert_eq!(r.stdout, "hello world");
+    let r = run(&wasm, &["ls", "dir"]).await;
+    assert_eq!(r.stdout, "one.rs\nsub\n");
+    let r = run(&wasm, &["tree", "dir"]).await;
+    assert_eq!(
+        r.stdout,
+        "dir\n|-- one.rs\n`-- sub\n    |-- three.txt\n    `-- two.rs\n\n1 directory, 3 files\n"
+    );
+    for tool in [
+        "cat",
+        "head",
+        "tail",
+        "wc",
+        "ls",
+        "grep",
+        "find",
+        "sha256sum",
+        "sort",
+        "uniq",
+        "diff",
+        "base64",
+        "tree",
+    ] {
+        let r = run(&wasm, &[tool, "--help"]).await;
+        assert!(
+            r.success() && r.stdout.starts_with("Usage: "),
+            "{tool} --help: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn compile_cache_is_reused_and_corruption_is_recompiled() {
+    builtin_tools_built();
+    let t = Tmp::new();
+    t.write("a.txt", "x\ny\n");
+    let cache = t.root.join("cache");
+    std::fs::write(
+        t.root.join("cfg.toml"),
+        format!("[wasm]\ncache_dir = {:?}\n", cache.to_str().unwrap()),
+    )
+    .unwrap();
+    let cfg = t.root.join("cfg.toml");
+    let run_wc = || {
+        toolhost(
+            &t.ws(),
+            &[
+                "run",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--backend",
+                "wasm",
+                "--",
+                "wc",
+                "-l",
+                "a.txt",
+            ],
+            &[("TOOLHOST_LOG", "toolhost=debug")],
+        )
+    };
+    let first = run_wc();
+    assert_eq!(String::from_utf8_lossy(&first.stdout), "2 a.txt\n");
+    assert!(
+        String::from_utf8_lossy(&first.stderr).contains("compiled"),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let entries: Vec<PathBuf> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    // A second process (a second Engine) loads the entry.
+    let second = run_wc();
+    assert_eq!(String::from_utf8_lossy(&second.stdout), "2 a.txt\n");
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("from the disk cache"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    // Corrupt it: flip bytes in the middle. It is refused and recompiled.
+    let mut data = std::fs::read(&entries[0]).unwrap();
+    let mid = data.len() / 2;
+    for b in &mut data[mid..mid + 64] {
+        *b ^= 0xff;
+    }
+    std::fs::write(&entries[0], &data).unwrap();
+    let third = run_wc();
+    assert_eq!(String::from_utf8_lossy(&third.stdout), "2 a.txt\n");
+    let err = String::from_utf8_lossy(&third.stderr);
+    assert!(err.contains("corrupt") && err.contains("compiled"), "{err}");
+    // Truncated to its header: same.
+    std::fs::write(&entries[0], b"THCWASM1").unwrap();
+    let fourth = run_wc();
+    assert_eq!(String::from_utf8_lossy(&fourth.stdout), "2 a.txt\n");
+    // And the rewritten entry is valid again.
+    let fifth = run_wc();
+    assert!(String::from_utf8_lossy(&fifth.stderr).contains("from the disk cache"));
+}
+
+#[test]
+fn tools_subcommand_lists_descriptions() {
+    builtin_tools_built();
+    let t = Tmp::new();
+    let out = toolhost(&t.ws(), &["tools"], &[]);
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with("grep ") && l.contains("regular expression")),
+        "{s}"
+    );
+    let out = toolhost(&t.ws(), &["tools", "--json"], &[]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.as_array().unwrap().len() >= 13);
+}

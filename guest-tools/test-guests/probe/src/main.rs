@@ -184,13 +184,15 @@ fn main() {
         "exit" => std::process::exit(num(2) as i32),
         "unreachable" => core::arch::wasm32::unreachable(),
         "recurse" => {
-            #[allow(unconditional_recursion)]
-            fn r(depth: &mut [u64; 16]) -> u64 {
-                depth[0] += 1;
-                let mut next = *depth;
-                std::hint::black_box(r(&mut next)) + depth[0]
+            // Recursion with no frame in linear memory: exhausts the wasm
+            // call stack itself.
+            fn r(n: u64) -> u64 {
+                if n == u64::MAX {
+                    return 0;
+                }
+                std::hint::black_box(r(std::hint::black_box(n + 1))) + 1
             }
-            println!("{}", r(&mut [0; 16]));
+            println!("{}", r(0));
         }
         other => {
             eprintln!("probe: unknown command {other:?}");

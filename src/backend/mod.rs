@@ -26,7 +26,7 @@ pub enum BackendKind {
     Docker,
     /// A WASI tool in wasmtime.
     Wasm,
-    /// wasm when a WASI tool of that name is registered (or argv[0] is a `.wasm`
+    /// wasm when a WASI tool of that name is registered (or `argv[0]` is a `.wasm`
     /// file in the sandbox), else direct on POSIX systems.
     Auto,
 }

@@ -74,3 +74,24 @@ pub fn count(tool: &str, flag: &str, v: Option<&String>) -> usize {
         ),
     }
 }
+
+/// Splits arguments into single-letter flags (grouped like `-lw`, each one of
+/// `allowed`) and operands; an unknown flag exits with `code` and a coreutils
+/// style message. A lone `-` is an operand (standard input).
+pub fn flags(tool: &str, args: &[String], allowed: &str, code: i32) -> (Vec<char>, Vec<String>) {
+    let mut set = Vec::new();
+    let mut operands = Vec::new();
+    for a in args {
+        if a.starts_with('-') && a.len() > 1 {
+            for c in a[1..].chars() {
+                if !allowed.contains(c) {
+                    die(tool, code, format!("invalid option -- '{c}'"));
+                }
+                set.push(c);
+            }
+        } else {
+            operands.push(a.clone());
+        }
+    }
+    (set, operands)
+}

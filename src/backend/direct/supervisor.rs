@@ -54,7 +54,7 @@ pub(super) struct Params {
     exec: ExecArgs,
 }
 
-/// argv and envp as C arrays, and the PATH to search when argv[0] has no slash.
+/// argv and envp as C arrays, and the PATH to search when `argv[0]` has no slash.
 #[derive(Debug)]
 struct ExecArgs {
     program: CString,

@@ -43,6 +43,15 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// (2-core x86_64; see the `wasm` benchmark, which prints the current figure).
 pub const FUEL_PER_SECOND: u64 = 1_500_000_000;
 
+static LAST_FUEL_USED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+/// Fuel consumed by the most recent fuel-metered call of this process, if any:
+/// a diagnostic for calibrating [`FUEL_PER_SECOND`] (see the `wasm` benchmark).
+pub fn fuel_used_by_last_call() -> Option<u64> {
+    let v = LAST_FUEL_USED.load(std::sync::atomic::Ordering::Relaxed);
+    (v != u64::MAX).then_some(v)
+}
+
 /// Largest table a guest may grow to (elements).
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
@@ -533,6 +542,7 @@ impl WasmBackend {
             }
             Ok(UpdateDeadline::Yield(1))
         });
+        let mut initial_fuel = None;
         if self.engine.meter == CpuMeter::Fuel {
             let fuel = plan
                 .limits
@@ -549,6 +559,7 @@ impl WasmBackend {
                     "fuel metering is not enabled in this engine",
                 ));
             }
+            initial_fuel = Some(fuel);
         }
 
         let call = async move {
@@ -558,6 +569,12 @@ impl WasmBackend {
                 main.call_async(&mut store, ()).await
             }
             .await;
+            if let (Some(initial), Ok(left)) = (initial_fuel, store.get_fuel()) {
+                LAST_FUEL_USED.store(
+                    initial.saturating_sub(left),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
             let s = store.data();
             let hits = Hits {
                 memory: s.limiter.hit,

@@ -7,22 +7,8 @@ const HELP: &str = "Usage: ls [-a] [-l] [-1] [PATH]...\nList each directory's en
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     common::help(&args, HELP);
-    let (mut all, mut long) = (false, false);
-    let mut paths = Vec::new();
-    for a in &args {
-        if a.starts_with('-') && a.len() > 1 {
-            for c in a[1..].chars() {
-                match c {
-                    'a' => all = true,
-                    'l' => long = true,
-                    '1' => {}
-                    _ => common::die("ls", 2, format!("invalid option -- '{c}'")),
-                }
-            }
-        } else {
-            paths.push(a.clone());
-        }
-    }
+    let (set, mut paths) = common::flags("ls", &args, "al1", 2);
+    let (all, long) = (set.contains(&'a'), set.contains(&'l'));
     if paths.is_empty() {
         paths.push(".".into());
     }

@@ -17,22 +17,8 @@ fn num(line: &[u8]) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     common::help(&args, HELP);
-    let (mut rev, mut numeric, mut uniq) = (false, false, false);
-    let mut files = Vec::new();
-    for a in &args {
-        if a.starts_with('-') && a.len() > 1 {
-            for c in a[1..].chars() {
-                match c {
-                    'r' => rev = true,
-                    'n' => numeric = true,
-                    'u' => uniq = true,
-                    _ => common::die("sort", 2, format!("invalid option -- '{c}'")),
-                }
-            }
-        } else {
-            files.push(a.clone());
-        }
-    }
+    let (set, mut files) = common::flags("sort", &args, "rnu", 2);
+    let (rev, numeric, uniq) = (set.contains(&'r'), set.contains(&'n'), set.contains(&'u'));
     if files.is_empty() {
         files.push("-".into());
     }

@@ -9,22 +9,8 @@ const HELP: &str = "Usage: uniq [-c] [-d] [-u] [INPUT [OUTPUT]]\nFilter adjacent
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     common::help(&args, HELP);
-    let (mut count, mut dup, mut uni) = (false, false, false);
-    let mut files = Vec::new();
-    for a in &args {
-        if a.starts_with('-') && a.len() > 1 {
-            for c in a[1..].chars() {
-                match c {
-                    'c' => count = true,
-                    'd' => dup = true,
-                    'u' => uni = true,
-                    _ => common::die("uniq", 1, format!("invalid option -- '{c}'")),
-                }
-            }
-        } else {
-            files.push(a.clone());
-        }
-    }
+    let (set, files) = common::flags("uniq", &args, "cdu", 1);
+    let (count, dup, uni) = (set.contains(&'c'), set.contains(&'d'), set.contains(&'u'));
     let input = files.first().cloned().unwrap_or_else(|| "-".into());
     let data = common::read_input(&input)
         .unwrap_or_else(|e| common::die("uniq", 1, format!("{input}: {}", common::reason(&e))));

@@ -16,22 +16,8 @@ fn counts(data: &[u8]) -> [u64; 3] {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     common::help(&args, HELP);
-    let mut show = [false; 3];
-    let mut files = Vec::new();
-    for a in &args {
-        if a.starts_with('-') && a.len() > 1 {
-            for c in a[1..].chars() {
-                match c {
-                    'l' => show[0] = true,
-                    'w' => show[1] = true,
-                    'c' => show[2] = true,
-                    _ => common::die("wc", 1, format!("invalid option -- '{c}'")),
-                }
-            }
-        } else {
-            files.push(a.clone());
-        }
-    }
+    let (set, mut files) = common::flags("wc", &args, "lwc", 1);
+    let mut show = [set.contains(&'l'), set.contains(&'w'), set.contains(&'c')];
     if !show.iter().any(|s| *s) {
         show = [true; 3];
     }

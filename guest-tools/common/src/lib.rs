@@ -95,3 +95,68 @@ pub fn flags(tool: &str, args: &[String], allowed: &str, code: i32) -> (Vec<char
     }
     (set, operands)
 }
+
+/// The options head and tail share: `-n N` lines (default 10) or `-c N` bytes
+/// (also written `-nN`, `-cN`), and the files (`-` when none is given).
+pub struct Span {
+    /// Lines to keep.
+    pub lines: usize,
+    /// Bytes to keep instead of lines, when given.
+    pub bytes: Option<usize>,
+    /// Inputs.
+    pub files: Vec<String>,
+}
+
+/// Parses head/tail arguments, exiting on a bad option.
+pub fn span_args(tool: &str, args: &[String]) -> Span {
+    let mut span = Span {
+        lines: 10,
+        bytes: None,
+        files: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-n" => span.lines = count(tool, "-n", it.next()),
+            "-c" => span.bytes = Some(count(tool, "-c", it.next())),
+            s if s.starts_with("-n") => span.lines = count(tool, "-n", Some(&s[2..].to_string())),
+            s if s.starts_with("-c") => {
+                span.bytes = Some(count(tool, "-c", Some(&s[2..].to_string())))
+            }
+            s if s.starts_with('-') && s.len() > 1 => {
+                die(tool, 1, format!("invalid option -- '{}'", &s[1..]))
+            }
+            s => span.files.push(s.to_string()),
+        }
+    }
+    if span.files.is_empty() {
+        span.files.push("-".into());
+    }
+    span
+}
+
+/// Writes `pick(data)` for each input, with `==> NAME <==` headers when there
+/// are several, as head and tail do. Returns the exit status.
+pub fn each_input(tool: &str, files: &[String], pick: impl Fn(&[u8]) -> &[u8]) -> i32 {
+    use std::io::Write;
+    let many = files.len() > 1;
+    let mut out = std::io::stdout().lock();
+    let mut status = 0;
+    for (i, f) in files.iter().enumerate() {
+        match read_input(f) {
+            Ok(data) => {
+                if many {
+                    let name = if f == "-" { "standard input" } else { f };
+                    let _ = writeln!(out, "{}==> {name} <==", if i > 0 { "\n" } else { "" });
+                }
+                let _ = out.write_all(pick(&data));
+            }
+            Err(e) => {
+                eprintln!("{tool}: cannot open '{f}' for reading: {}", reason(&e));
+                status = 1;
+            }
+        }
+    }
+    let _ = out.flush();
+    status
+}

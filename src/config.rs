@@ -64,7 +64,14 @@ pub struct WasmConfig {
     /// Cache directory; default `$XDG_CACHE_HOME/toolhost/wasm` or
     /// `~/.cache/toolhost/wasm`.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Instances kept in wasmtime's pooling allocator: the most calls that run
+    /// at once (further calls wait for a slot, within their timeout). 0 uses
+    /// on-demand allocation instead. Default 64; at most 4096.
+    pub pool_size: u32,
 }
+
+/// Largest `[wasm] pool_size`.
+pub const MAX_WASM_POOL_SIZE: u32 = 4096;
 
 impl Default for WasmConfig {
     fn default() -> Self {
@@ -74,6 +81,7 @@ impl Default for WasmConfig {
             cpu_meter: CpuMeter::Epoch,
             cache: true,
             cache_dir: None,
+            pool_size: 64,
         }
     }
 }
@@ -356,10 +364,19 @@ impl WasmConfig {
                 }
                 self.cache_dir = Some(s.into());
             }
+            "pool_size" => {
+                let n = uint(full, v)?;
+                self.pool_size = u32::try_from(n)
+                    .ok()
+                    .filter(|n| *n <= MAX_WASM_POOL_SIZE)
+                    .ok_or_else(|| {
+                        ConfigError::key(full, format!("must be at most {MAX_WASM_POOL_SIZE}"))
+                    })?;
+            }
             _ => {
                 return Err(ConfigError::key(
                     full,
-                    "unknown key (known keys: tool_dirs, builtin_tools, cpu_meter, cache, cache_dir)",
+                    "unknown key (known keys: tool_dirs, builtin_tools, cpu_meter, cache, cache_dir, pool_size)",
                 ));
             }
         }
@@ -494,6 +511,7 @@ mod tests {
             cpu_meter = "fuel"
             cache = false
             cache_dir = "/tmp/c"
+            pool_size = 0
             "#,
         )
         .unwrap();
@@ -506,6 +524,7 @@ mod tests {
         assert_eq!(c.wasm.tool_dirs, [std::path::PathBuf::from("/opt/tools")]);
         assert!(!c.wasm.builtin_tools && !c.wasm.cache);
         assert_eq!(c.wasm.cpu_meter, CpuMeter::Fuel);
+        assert_eq!(c.wasm.pool_size, 0);
     }
 
     fn err(text: &str) -> ConfigError {
@@ -549,6 +568,8 @@ mod tests {
             ("[wasm]\ncpu_meter = \"cycles\"", "wasm.cpu_meter"),
             ("[wasm]\ntool_dirs = \"x\"", "wasm.tool_dirs"),
             ("[wasm]\ncache_dir = \"\"", "wasm.cache_dir"),
+            ("[wasm]\npool_size = 5000", "wasm.pool_size"),
+            ("[wasm]\npool_size = -1", "wasm.pool_size"),
         ];
         for (text, key) in cases {
             let e = err(text);

@@ -381,6 +381,44 @@ async fn attack_32_33_34_output_is_capped_and_decoded_lossily() {
 }
 
 #[tokio::test]
+async fn pooled_slots_leak_nothing_between_calls_and_queue_when_full() {
+    // One slot: every call reuses the same memory, table and stack slot.
+    let mut config = wasm_config();
+    config.wasm.pool_size = 1;
+    let (_t, sb) = setup(config);
+    let canary = "POOL-CANARY-7f3a9c";
+    // Allowed twin: the scan finds the canary while it is in this call's memory.
+    let r = probe(&sb, &["plant", canary, "--scan"]).await;
+    assert_eq!((r.success(), r.stdout.as_str()), (true, "found\n"), "{r:?}");
+    for _ in 0..3 {
+        let r = probe(&sb, &["plant", canary]).await;
+        assert!(r.success(), "{r:?}");
+        // Denied case: the next call in the same slot sees none of it.
+        let r = probe(&sb, &["scan", canary]).await;
+        assert_eq!(
+            (r.success(), r.stdout.as_str()),
+            (true, "not found\n"),
+            "{r:?}"
+        );
+    }
+    // More concurrent calls than slots: they wait for the slot, none fails.
+    let sb = std::sync::Arc::new(sb);
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            let sb = sb.clone();
+            tokio::spawn(async move {
+                let code = (i + 1).to_string();
+                probe(&sb, &["exit", &code]).await
+            })
+        })
+        .collect();
+    for (i, c) in calls.into_iter().enumerate() {
+        let r = c.await.unwrap();
+        assert_eq!(r.returncode, Some(i as i32 + 1), "{r:?}");
+    }
+}
+
+#[tokio::test]
 async fn traps_are_typed() {
     let (_t, sb) = setup(wasm_config());
     let r = probe(&sb, &["unreachable"]).await;

@@ -146,6 +146,8 @@ pub(crate) struct WasmEngine {
     linker: Linker<State>,
     cache: cache::DiskCache,
     loaded: Mutex<HashMap<FileKey, Arc<Loaded>>>,
+    /// One permit per pool slot: calls beyond the pool wait instead of failing.
+    slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl std::fmt::Debug for WasmEngine {
@@ -156,20 +158,41 @@ impl std::fmt::Debug for WasmEngine {
     }
 }
 
-/// Engines by (CPU meter, cache dir).
-type EngineMap = HashMap<(CpuMeter, Option<PathBuf>), Arc<WasmEngine>>;
+/// Engines by (CPU meter, cache dir, pool size).
+type EngineMap = HashMap<(CpuMeter, Option<PathBuf>, u32), Arc<WasmEngine>>;
 static ENGINES: OnceLock<Mutex<EngineMap>> = OnceLock::new();
 
-fn engine_config(meter: CpuMeter) -> Config {
+fn engine_config(meter: CpuMeter, pool_size: u32) -> Config {
     let mut c = Config::new();
     c.epoch_interruption(true);
     c.consume_fuel(meter == CpuMeter::Fuel);
     // proc_exit is an error return: with backtraces on, every exit would walk
     // the guest's address maps (measured as the largest cost of a warm call).
     c.wasm_backtrace_max_frames(None);
-    // The pooling allocator measured about 10% faster per warm call here (78 vs
-    // 88 us); not yet the default: it caps concurrent instances and reserves
-    // address space up front.
+    if pool_size > 0 {
+        // Reused slots (memories, tables, async stacks) instead of an mmap and
+        // munmap per call: measured about 20% faster at p50 and 2x better at p99
+        // here. wasmtime resets each slot before reuse. A component instance
+        // (preview 2) holds a few core instances and tables.
+        let mut p = wasmtime::PoolingAllocationConfig::new();
+        p.total_component_instances(pool_size)
+            .total_core_instances(pool_size.saturating_mul(4))
+            .total_memories(pool_size.saturating_mul(2))
+            .total_tables(pool_size.saturating_mul(4))
+            .total_stacks(pool_size)
+            .max_memories_per_component(2)
+            .max_tables_per_component(4);
+        // Reset a reused memory by rewriting only its dirty pages (PAGEMAP_SCAN,
+        // Linux 6.7+) and keep its first MiB resident: the guest's stack and
+        // data then need no page faults on the next call. Measured 25-35 us per
+        // warm call against 55-70 us with madvise resets. Warm slots are capped,
+        // which bounds the memory kept resident to about 16 MiB.
+        p.pagemap_scan(wasmtime::Enabled::Auto)
+            .linear_memory_keep_resident(1 << 20)
+            .table_keep_resident(64 << 10)
+            .max_unused_warm_slots(16);
+        c.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(p));
+    }
     c
 }
 
@@ -181,13 +204,13 @@ impl WasmEngine {
         } else {
             None
         };
-        let key = (config.cpu_meter, cache_dir.clone());
+        let key = (config.cpu_meter, cache_dir.clone(), config.pool_size);
         let map = ENGINES.get_or_init(|| Mutex::new(HashMap::new()));
         let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = map.get(&key) {
             return Ok(e.clone());
         }
-        let engine = Engine::new(&engine_config(config.cpu_meter))?;
+        let engine = Engine::new(&engine_config(config.cpu_meter, config.pool_size))?;
         let weak = engine.weak();
         std::thread::Builder::new()
             .name("toolhost-epoch".into())
@@ -205,6 +228,8 @@ impl WasmEngine {
             meter: config.cpu_meter,
             linker,
             loaded: Mutex::new(HashMap::new()),
+            slots: (config.pool_size > 0)
+                .then(|| Arc::new(tokio::sync::Semaphore::new(config.pool_size as usize))),
         });
         map.insert(key, e.clone());
         Ok(e)
@@ -569,11 +594,26 @@ impl WasmBackend {
             initial_fuel = Some(fuel);
         }
 
+        let slots = self.engine.slots.clone();
         let call = async move {
+            // The pool slot is released only after the store (and the instance
+            // it holds) is gone, whether the call ends or is cancelled.
+            let permit = match slots {
+                Some(s) => match s.acquire_owned().await {
+                    Ok(p) => Some(p),
+                    Err(e) => return (Err(e.into()), Hits::default()),
+                },
+                None => None,
+            };
+            let mut held = PooledStore {
+                store,
+                _permit: permit,
+            };
+            let store = &mut held.store;
             let result = async {
-                let instance = loaded.pre.instantiate_async(&mut store).await?;
-                let main = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
-                main.call_async(&mut store, ()).await
+                let instance = loaded.pre.instantiate_async(&mut *store).await?;
+                let main = instance.get_typed_func::<(), ()>(&mut *store, "_start")?;
+                main.call_async(&mut *store, ()).await
             }
             .await;
             if let (Some(initial), Ok(left)) = (initial_fuel, store.get_fuel()) {
@@ -703,7 +743,14 @@ impl WasmBackend {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+/// A store and the pool slot it runs in; fields drop in order, so the slot is
+/// released after the store's instances are deallocated.
+struct PooledStore {
+    store: Store<State>,
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
 struct Hits {
     memory: bool,
     cpu: bool,

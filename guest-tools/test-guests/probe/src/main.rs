@@ -194,9 +194,44 @@ fn main() {
             }
             println!("{}", r(0));
         }
+        "plant" => {
+            // plant CANARY [--scan]: fill 4 MiB of heap with the canary reversed
+            // (so the argument itself never matches), leave it there and exit;
+            // with --scan, first check that `scan` finds it in this very call.
+            let canary = arg(2).into_bytes();
+            let rev: Vec<u8> = canary.iter().rev().copied().collect();
+            let buf: Vec<u8> = rev.iter().copied().cycle().take(4 << 20).collect();
+            std::hint::black_box(&buf);
+            if arg(3) == "--scan" {
+                println!("{}", if scan(&canary) { "found" } else { "not found" });
+            }
+            std::mem::forget(buf);
+        }
+        "scan" => {
+            // scan CANARY: grow memory by 8 MiB of fresh pages, then look for
+            // the reversed canary anywhere in linear memory.
+            core::arch::wasm32::memory_grow(0, 128);
+            println!("{}", if scan(arg(2).as_bytes()) { "found" } else { "not found" });
+        }
         other => {
             eprintln!("probe: unknown command {other:?}");
             std::process::exit(2);
         }
     }
+}
+
+/// Whether the reverse of `canary` occurs anywhere in linear memory (above the
+/// first KiB), compared byte by byte so that the reversed needle is never
+/// itself stored in memory.
+fn scan(canary: &[u8]) -> bool {
+    let n = canary.len();
+    if n == 0 {
+        return false;
+    }
+    let size = core::arch::wasm32::memory_size(0) * 65536;
+    let at = |i: usize| {
+        // SAFETY: every address in [1024, size) is inside linear memory.
+        unsafe { std::ptr::read_volatile(i as *const u8) }
+    };
+    (1024..size.saturating_sub(n)).any(|i| (0..n).all(|j| at(i + j) == canary[n - 1 - j]))
 }

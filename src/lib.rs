@@ -48,4 +48,6 @@ pub use backend::BackendKind;
 pub use config::{ConfigError, SandboxConfig};
 pub use outcome::{Outcome, OutcomeKind, RunOutput};
 pub use paths::{AllowedDir, AllowedDirSpec, PathError, ResolvedPath};
-pub use sandbox::{ExecPlan, Limits, Mount, RunRequest, Sandbox, SandboxError};
+pub use sandbox::{
+    ExecPlan, Limits, Mount, RunRequest, Sandbox, SandboxError, ToolCallOutput, TypedTool,
+};

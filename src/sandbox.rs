@@ -148,6 +148,39 @@ pub struct ExecPlan {
     pub wasm: Option<WasmTarget>,
 }
 
+/// A typed tool (`toolhost:tool` world) as it describes itself.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TypedTool {
+    /// Name to call it by.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of its input.
+    pub input_schema: serde_json::Value,
+    /// Its file.
+    pub path: PathBuf,
+}
+
+/// The result of [`Sandbox::call_tool`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ToolCallOutput {
+    /// The tool's JSON result, when it returned one.
+    pub output: Option<serde_json::Value>,
+    /// The tool's error message, or why there is no result (refused, timed
+    /// out, a limit hit, a trap).
+    pub error: Option<String>,
+    /// What the tool printed (diagnostics), how the call ended, how long it took.
+    #[serde(flatten)]
+    pub run: RunOutput,
+}
+
+impl ToolCallOutput {
+    /// Whether the tool returned a result.
+    pub fn is_ok(&self) -> bool {
+        self.output.is_some()
+    }
+}
+
 /// Why a sandbox could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -432,6 +465,90 @@ impl Sandbox {
     /// The WASI tools this sandbox can run by name.
     pub fn wasm_tools(&self) -> Vec<ToolInfo> {
         self.registry.list()
+    }
+
+    /// The typed tools (components of the `toolhost:tool` world) among the
+    /// registered WASI tools, each as it describes itself, or why it cannot be
+    /// used. Each tool's `describe` runs once per tool file, with no dirs.
+    pub async fn typed_tools(&self) -> Vec<Result<TypedTool, Outcome>> {
+        let backend = match self.wasm_backend() {
+            Ok(b) => b,
+            Err(e) => return vec![Err(Outcome::new(OutcomeKind::BackendUnavailable, e))],
+        };
+        let limits = Limits::from_config(&self.config);
+        let mut out = Vec::new();
+        for info in self.registry.list().into_iter().filter(|t| t.component) {
+            let Some(file) = self.registry.find(&info.name) else {
+                continue;
+            };
+            match backend.describe(&file, &limits).await {
+                Ok(Some(d)) => out.push(Ok(TypedTool {
+                    name: d.name,
+                    description: d.description,
+                    input_schema: d.input_schema,
+                    path: info.path,
+                })),
+                Ok(None) => {}
+                Err(o) => out.push(Err(o)),
+            }
+        }
+        out
+    }
+
+    /// Calls a typed tool (the `toolhost:tool` world) by name, or by the path
+    /// of its `.wasm` file inside the sandbox, with a JSON input. It runs on the
+    /// wasm backend whatever the configured backend, with this sandbox's dirs,
+    /// environment and limits; `cwd` as in [`RunRequest::cwd`] (default: the
+    /// first allowed dir). Never panics: refusals, limits and the tool's own
+    /// errors are in the result.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        input: &serde_json::Value,
+        cwd: Option<&Path>,
+    ) -> ToolCallOutput {
+        let start = Instant::now();
+        let refused = |o: Outcome| ToolCallOutput {
+            output: None,
+            error: Some(o.message.clone()),
+            run: RunOutput::refused(BackendKind::Wasm, o, start.elapsed()),
+        };
+        let backend = match self.wasm_backend() {
+            Ok(b) => b,
+            Err(e) => return refused(Outcome::new(OutcomeKind::BackendUnavailable, e)),
+        };
+        let mut request = RunRequest::new([name]);
+        request.cwd = cwd.map(Path::to_path_buf);
+        let mut plan = match self.plan(&request) {
+            Ok(p) => p,
+            Err(o) => return refused(o),
+        };
+        match self.wasm_target(std::ffi::OsStr::new(name), &plan.cwd) {
+            Ok(Some(t)) => plan.wasm = Some(t),
+            Ok(None) => {
+                return refused(Outcome::new(
+                    OutcomeKind::NotFound,
+                    format!("{name}: no typed tool of that name (`toolhost tools` lists them)"),
+                ));
+            }
+            Err(o) => return refused(o),
+        }
+        plan.backend = BackendKind::Wasm;
+        let call = backend.call_typed(&plan, &input.to_string()).await;
+        let (output, error) = match call.result {
+            Some(Ok(text)) => match serde_json::from_str(&text) {
+                Ok(v) => (Some(v), None),
+                Err(e) => (None, Some(format!("the tool returned invalid JSON: {e}"))),
+            },
+            Some(Err(message)) => (None, Some(message)),
+            None => (None, Some(call.run.outcome.message.clone())),
+        };
+        let mut run = call.run;
+        if error.is_some() && run.outcome.kind == OutcomeKind::Exited && run.returncode == Some(0) {
+            run.returncode = Some(1);
+            run.outcome = Outcome::new(OutcomeKind::Exited, "the tool returned an error");
+        }
+        ToolCallOutput { output, error, run }
     }
 
     /// The wasm backend, created on first use.

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod call;
 mod run;
 mod tools;
 
@@ -28,6 +29,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Run(Box<run::RunArgs>),
+    Call(Box<call::CallArgs>),
     Tools(tools::ToolsArgs),
 }
 
@@ -62,6 +64,7 @@ pub fn main() -> i32 {
     init_logging(cli.verbose);
     let result = match cli.command {
         Command::Run(args) => run::main(*args),
+        Command::Call(args) => call::main(*args),
         Command::Tools(args) => tools::main(args),
     };
     match result {

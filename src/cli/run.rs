@@ -38,6 +38,25 @@ pub struct RunArgs {
     #[arg(long, value_name = "B")]
     backend: Option<BackendKind>,
 
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+
+    /// Set a variable for this call (any backend). A deny-listed NAME is refused. Repeatable.
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env_pair)]
+    env: Vec<(String, String)>,
+
+    /// Print one JSON object with the result instead of the tool's output
+    #[arg(long)]
+    json: bool,
+
+    /// The program and its arguments (after --)
+    #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]...")]
+    argv: Vec<OsString>,
+}
+
+/// The sandbox's dirs, config and limits: the flags `run` and `call` share.
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
     /// A directory the tool may use, read-write, or read-only with a ":ro" suffix.
     /// Repeatable; the first is the default cwd. Default: the current directory.
     #[arg(long = "allow-dir", value_name = "PATH[:ro]")]
@@ -83,18 +102,6 @@ pub struct RunArgs {
     /// Also pass this host environment variable (the deny list still applies). Repeatable.
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
-
-    /// Set a variable for this call (any backend). A deny-listed NAME is refused. Repeatable.
-    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env_pair)]
-    env: Vec<(String, String)>,
-
-    /// Print one JSON object with the result instead of the tool's output
-    #[arg(long)]
-    json: bool,
-
-    /// The program and its arguments (after --)
-    #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]...")]
-    argv: Vec<OsString>,
 }
 
 fn parse_env_pair(s: &str) -> Result<(String, String), String> {
@@ -104,12 +111,15 @@ fn parse_env_pair(s: &str) -> Result<(String, String), String> {
     }
 }
 
-pub(crate) fn build_config(args: &RunArgs) -> anyhow::Result<SandboxConfig> {
+pub(crate) fn build_config(
+    args: &SandboxArgs,
+    backend: Option<BackendKind>,
+) -> anyhow::Result<SandboxConfig> {
     let mut cfg = match &args.config {
         Some(path) => SandboxConfig::from_file(path)?,
         None => SandboxConfig::default(),
     };
-    if let Some(b) = args.backend {
+    if let Some(b) = backend {
         cfg.backend = b;
     }
     if let Some(t) = args.timeout {
@@ -139,7 +149,31 @@ pub(crate) fn build_config(args: &RunArgs) -> anyhow::Result<SandboxConfig> {
     Ok(cfg)
 }
 
-fn read_stdin() -> anyhow::Result<Option<Vec<u8>>> {
+/// The sandbox the flags describe (with `backend` overriding the config's).
+pub(crate) fn build_sandbox(
+    args: &SandboxArgs,
+    backend: Option<BackendKind>,
+) -> anyhow::Result<Sandbox> {
+    let config = build_config(args, backend)?;
+    let dirs: Vec<AllowedDirSpec> = if args.allow_dirs.is_empty() {
+        vec![AllowedDirSpec::read_write(
+            std::env::current_dir().context("cannot determine the current directory")?,
+        )]
+    } else {
+        args.allow_dirs
+            .iter()
+            .map(|s| AllowedDirSpec::parse(s))
+            .collect()
+    };
+    Ok(Sandbox::new(dirs, config)?)
+}
+
+/// The working directory the flags ask for.
+pub(crate) fn cwd(args: &SandboxArgs) -> Option<PathBuf> {
+    args.cwd.clone()
+}
+
+pub(crate) fn read_stdin() -> anyhow::Result<Option<Vec<u8>>> {
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
         return Ok(None);
@@ -160,20 +194,9 @@ fn read_stdin() -> anyhow::Result<Option<Vec<u8>>> {
 }
 
 pub fn main(args: RunArgs) -> anyhow::Result<i32> {
-    let config = build_config(&args)?;
-    let dirs: Vec<AllowedDirSpec> = if args.allow_dirs.is_empty() {
-        vec![AllowedDirSpec::read_write(
-            std::env::current_dir().context("cannot determine the current directory")?,
-        )]
-    } else {
-        args.allow_dirs
-            .iter()
-            .map(|s| AllowedDirSpec::parse(s))
-            .collect()
-    };
-    let sandbox = Sandbox::new(dirs, config)?;
+    let sandbox = build_sandbox(&args.sandbox, args.backend)?;
     let mut request = RunRequest::new(args.argv);
-    request.cwd = args.cwd;
+    request.cwd = cwd(&args.sandbox);
     request.env = args.env;
     request.stdin = read_stdin()?;
 

@@ -1,24 +1,41 @@
-//! `toolhost tools`: the WASI tools available to `--backend wasm`.
+//! `toolhost tools`: the WASI tools available to `--backend wasm` and `toolhost call`.
 
 use std::io::Write;
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Args;
 
-use toolhost::SandboxConfig;
+use toolhost::backend::wasm::WasmBackend;
 use toolhost::tools::registry::Registry;
+use toolhost::{Limits, SandboxConfig};
 
-/// List the WASI tools that `toolhost run --backend wasm -- NAME` can run: the
-/// configured [wasm] tool_dirs, then the built-in collection.
+/// List the WASI tools: commands, which `toolhost run --backend wasm -- NAME`
+/// runs, and typed tools (toolhost:tool world), which `toolhost call NAME JSON`
+/// calls. They come from the configured [wasm] tool_dirs, then the built-in
+/// collection.
 #[derive(Debug, Args)]
 pub struct ToolsArgs {
     /// TOML config file (its [wasm] section says where tools are)
     #[arg(long, value_name = "FILE", env = "TOOLHOST_CONFIG")]
     config: Option<PathBuf>,
 
-    /// Print a JSON array of {name, description, path}
+    /// Print a JSON array of {name, kind ("command" or "typed"), description,
+    /// path, input_schema (typed tools), error (a tool that cannot be used)}
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct Listed {
+    name: String,
+    kind: &'static str,
+    description: String,
+    path: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_schema: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 pub fn main(args: ToolsArgs) -> anyhow::Result<i32> {
@@ -26,20 +43,60 @@ pub fn main(args: ToolsArgs) -> anyhow::Result<i32> {
         Some(p) => SandboxConfig::from_file(p)?,
         None => SandboxConfig::default(),
     };
-    let tools = Registry::open(&config.wasm)?.list();
+    let registry = Registry::open(&config.wasm)?;
+    let tools = registry.list();
+    let limits = Limits::from_config(&config);
+    let has_components = tools.iter().any(|t| t.component);
+    let backend = if has_components {
+        Some(WasmBackend::new(&config.wasm).map_err(|e| anyhow::anyhow!("wasm engine: {e}"))?)
+    } else {
+        None
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let mut listed = Vec::with_capacity(tools.len());
+    for t in tools {
+        let mut item = Listed {
+            name: t.name.clone(),
+            kind: "command",
+            description: t.description.clone(),
+            path: t.path.clone(),
+            input_schema: None,
+            error: None,
+        };
+        if let (true, Some(backend), Some(file)) = (t.component, &backend, registry.find(&t.name)) {
+            match runtime.block_on(backend.describe(&file, &limits)) {
+                Ok(Some(info)) => {
+                    item.kind = "typed";
+                    item.description = info.description;
+                    item.input_schema = Some(info.input_schema);
+                }
+                Ok(None) => {}
+                Err(o) => item.error = Some(o.message),
+            }
+        }
+        listed.push(item);
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &tools)?;
+        serde_json::to_writer_pretty(&mut out, &listed)?;
         writeln!(out)?;
-    } else if tools.is_empty() {
+    } else if listed.is_empty() {
         writeln!(
             out,
             "no WASI tools found (build the built-in ones with scripts/build-guest-tools, or set [wasm] tool_dirs)"
         )?;
     } else {
-        let width = tools.iter().map(|t| t.name.len()).max().unwrap_or(0);
-        for t in &tools {
-            writeln!(out, "{:<width$}  {}", t.name, t.description)?;
+        let width = listed.iter().map(|t| t.name.len()).max().unwrap_or(0);
+        for t in &listed {
+            let text = match &t.error {
+                Some(e) => format!("(unusable: {e})"),
+                None if t.kind == "typed" => format!("[typed] {}", t.description),
+                None => t.description.clone(),
+            };
+            writeln!(out, "{:<width$}  {text}", t.name)?;
         }
     }
     Ok(0)

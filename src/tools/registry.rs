@@ -38,6 +38,9 @@ pub struct ToolInfo {
     pub description: String,
     /// Where it was found.
     pub path: PathBuf,
+    /// Whether it is a WASI preview-2 component (a command component, or a
+    /// typed tool of the `toolhost:tool` world) rather than a preview-1 module.
+    pub component: bool,
 }
 
 /// Tool dirs, searched in order.
@@ -123,15 +126,12 @@ impl Registry {
                 if !valid_name(name) || out.iter().any(|t| t.name == name) {
                     continue;
                 }
-                let description = dir
-                    .read(&fname)
-                    .ok()
-                    .and_then(|bytes| describe(&bytes))
-                    .unwrap_or_default();
+                let bytes = dir.read(&fname).unwrap_or_default();
                 out.push(ToolInfo {
                     name: name.to_string(),
-                    description,
+                    description: describe(&bytes).unwrap_or_default(),
                     path: path.join(&fname),
+                    component: wasmparser::Parser::is_component(&bytes),
                 });
             }
         }

@@ -12,6 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
 use wasmtime::{Engine, Module};
 
 const MAGIC: &[u8; 8] = b"THCWASM1";
@@ -61,6 +62,41 @@ fn usable_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// What the cache stores: a compiled module or component.
+pub(crate) trait Artifact: Sized {
+    fn compile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Self>;
+    fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>>;
+    /// # Safety
+    /// `bytes` must come from `precompile` of an engine with this configuration.
+    unsafe fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self>;
+}
+
+impl Artifact for Module {
+    fn compile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Self> {
+        Module::new(engine, wasm)
+    }
+    fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        engine.precompile_module(wasm)
+    }
+    unsafe fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
+        // SAFETY: as the caller promises.
+        unsafe { Module::deserialize(engine, bytes) }
+    }
+}
+
+impl Artifact for Component {
+    fn compile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Self> {
+        Component::new(engine, wasm)
+    }
+    fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        engine.precompile_component(wasm)
+    }
+    unsafe fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
+        // SAFETY: as the caller promises.
+        unsafe { Component::deserialize(engine, bytes) }
+    }
+}
+
 impl DiskCache {
     pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>) -> Self {
         let dir = dir.and_then(|d| match usable_dir(&d) {
@@ -82,19 +118,23 @@ impl DiskCache {
         Some(dir.join(format!("{:x}-{}.cwasm", hash, self.engine_key)))
     }
 
-    /// Loads the compiled module for `wasm`, compiling (and storing) it on a miss.
-    /// Returns whether it came from the cache.
-    pub(crate) fn load(&self, engine: &Engine, wasm: &[u8]) -> wasmtime::Result<(Module, bool)> {
+    /// Loads the compiled module (or component) for `wasm`, compiling (and
+    /// storing) it on a miss. Returns whether it came from the cache.
+    pub(crate) fn load<A: Artifact>(
+        &self,
+        engine: &Engine,
+        wasm: &[u8],
+    ) -> wasmtime::Result<(A, bool)> {
         let Some(path) = self.entry(wasm) else {
-            return Ok((Module::new(engine, wasm)?, false));
+            return Ok((A::compile(engine, wasm)?, false));
         };
         if let Some(module) = self.read(engine, &path) {
             tracing::debug!("wasm module loaded from the disk cache: {}", path.display());
             return Ok((module, true));
         }
-        let compiled = engine.precompile_module(wasm)?;
+        let compiled = A::precompile(engine, wasm)?;
         // SAFETY: these bytes were produced just now by this engine.
-        let module = unsafe { Module::deserialize(engine, &compiled)? };
+        let module = unsafe { A::deserialize(engine, &compiled)? };
         match self.write(&path, &compiled) {
             Ok(()) => tracing::debug!("wasm module compiled and cached: {}", path.display()),
             Err(e) => tracing::warn!(
@@ -105,7 +145,7 @@ impl DiskCache {
         Ok((module, false))
     }
 
-    fn read(&self, engine: &Engine, path: &Path) -> Option<Module> {
+    fn read<A: Artifact>(&self, engine: &Engine, path: &Path) -> Option<A> {
         let data = fs::read(path).ok()?;
         let ok = data.len() > MAGIC.len() + 32
             && &data[..MAGIC.len()] == MAGIC
@@ -121,7 +161,7 @@ impl DiskCache {
         // SAFETY: the payload's checksum matches the one we stored with it, in a
         // directory only this user can write, under a key that includes the
         // engine configuration; wasmtime checks its own header and version too.
-        match unsafe { Module::deserialize(engine, &data[MAGIC.len() + 32..]) } {
+        match unsafe { A::deserialize(engine, &data[MAGIC.len() + 32..]) } {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(

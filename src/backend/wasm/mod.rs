@@ -13,6 +13,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -27,11 +29,14 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 use crate::backend::BackendKind;
 use crate::config::{CpuMeter, WasmConfig};
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
-use crate::sandbox::ExecPlan;
+use crate::sandbox::{ExecPlan, Limits};
 use crate::tools::registry::ToolFile;
 
 mod cache;
+mod component;
 mod streams;
+
+use component::CState;
 
 use streams::CappedPipe;
 
@@ -63,13 +68,29 @@ const ERRNO_FBIG: i32 = 22;
 /// A WASI tool to run: where its file is, and the name it is called by.
 pub type WasmTarget = ToolFile;
 
-/// Per-call store state.
+/// Per-call store state of a preview-1 module.
 struct State {
     wasi: WasiP1Ctx,
+    common: Common,
+}
+
+/// Per-call state every kind of guest has: limits and what hit them.
+pub(crate) struct Common {
     limiter: Limiter,
-    files: FileBudget,
+    files: Arc<FileBudget>,
     cpu_ticks_left: Option<u64>,
     cpu_hit: bool,
+}
+
+/// Store data that carries the [`Common`] state.
+pub(crate) trait HasCommon: Send + 'static {
+    fn common(&mut self) -> &mut Common;
+}
+
+impl HasCommon for State {
+    fn common(&mut self) -> &mut Common {
+        &mut self.common
+    }
 }
 
 struct Limiter {
@@ -105,28 +126,74 @@ impl ResourceLimiter for Limiter {
     }
 }
 
-/// Bytes a call may still write to files (`max_file_size_mb`).
-struct FileBudget {
+/// Bytes a call may still write to files (`max_file_size_mb`). Shared with the
+/// budgeted file streams of preview-2 guests.
+pub(crate) struct FileBudget {
     limit: Option<u64>,
-    written: u64,
-    hit: bool,
+    written: AtomicU64,
+    hit: AtomicBool,
 }
 
 impl FileBudget {
-    fn admit(&mut self, bytes: u64) -> bool {
+    fn new(limit: Option<u64>) -> Self {
+        FileBudget {
+            limit,
+            written: AtomicU64::new(0),
+            hit: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether `bytes` more may be written; records the hit when not.
+    pub(crate) fn admit(&self, bytes: u64) -> bool {
         match self.limit {
-            Some(limit) if self.written.saturating_add(bytes) > limit => {
-                self.hit = true;
+            Some(limit) if self.written.load(Relaxed).saturating_add(bytes) > limit => {
+                self.hit.store(true, Relaxed);
                 false
             }
             _ => true,
         }
     }
+
+    /// Whether a file may be truncated or extended to `size` bytes.
+    pub(crate) fn admit_size(&self, size: u64) -> bool {
+        match self.limit {
+            Some(limit) if size > limit => {
+                self.hit.store(true, Relaxed);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Counts `bytes` written.
+    pub(crate) fn add(&self, bytes: u64) {
+        self.written.fetch_add(bytes, Relaxed);
+    }
+
+    fn hit(&self) -> bool {
+        self.hit.load(Relaxed)
+    }
 }
 
 /// A loaded tool: compiled, linked, ready to instantiate.
-struct Loaded {
-    pre: InstancePre<State>,
+enum Loaded {
+    /// A WASI preview-1 command module.
+    Module(InstancePre<State>),
+    /// A WASI preview-2 command component (`wasi:cli/run`).
+    Command(wasmtime_wasi::p2::bindings::CommandPre<CState>),
+    /// A typed tool (the `toolhost:tool` world), with its description once known.
+    Typed(component::ToolPre<CState>, OnceLock<TypedToolInfo>),
+}
+
+/// A typed tool's description of itself (the `toolhost:tool` world's `describe`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TypedToolInfo {
+    /// Name the tool gave itself.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of its input.
+    pub input_schema: serde_json::Value,
 }
 
 /// Identity of a tool file, to reuse its `InstancePre` while it is unchanged.
@@ -144,6 +211,7 @@ pub(crate) struct WasmEngine {
     engine: Engine,
     meter: CpuMeter,
     linker: Linker<State>,
+    component_linker: wasmtime::component::Linker<CState>,
     cache: cache::DiskCache,
     loaded: Mutex<HashMap<FileKey, Arc<Loaded>>>,
     /// One permit per pool slot: calls beyond the pool wait instead of failing.
@@ -222,7 +290,9 @@ impl WasmEngine {
                 }
             })?;
         let linker = build_linker(&engine)?;
+        let component_linker = component::build_linker(&engine)?;
         let e = Arc::new(WasmEngine {
+            component_linker,
             cache: cache::DiskCache::new(&engine, cache_dir),
             engine,
             meter: config.cpu_meter,
@@ -243,6 +313,11 @@ impl WasmEngine {
     /// Compiles (or fetches) a module for `wasm`, with the disk cache.
     pub(crate) fn compile(&self, wasm: &[u8]) -> wasmtime::Result<(Module, bool)> {
         self.cache.load(&self.engine, wasm)
+    }
+
+    /// Compiles (or fetches) a component, with the disk cache.
+    fn compile_component(&self, wasm: &[u8]) -> wasmtime::Result<wasmtime::component::Component> {
+        self.cache.load(&self.engine, wasm).map(|(c, _)| c)
     }
 
     fn load(&self, tool: &ToolFile) -> Result<Arc<Loaded>, Outcome> {
@@ -276,34 +351,55 @@ impl WasmEngine {
                 format!("{}: {}", tool.name, os_reason(&e)),
             )
         })?;
-        if wasmparser::Parser::is_component(&bytes) {
-            return Err(fail(
-                OutcomeKind::BackendUnavailable,
-                format!(
-                    "{}: WASI preview-2 components are not supported by this version of the wasm backend (preview-1 modules are)",
-                    tool.name
-                ),
-            ));
-        }
-        if !wasmparser::Parser::is_core_wasm(&bytes) {
-            return Err(fail(
-                OutcomeKind::PermissionDenied,
-                format!("{}: not a WebAssembly module", tool.name),
-            ));
-        }
-        let (module, _cached) = self.compile(&bytes).map_err(|e| {
-            fail(
-                OutcomeKind::LaunchFailed,
-                format!("{}: invalid WebAssembly: {}", tool.name, first_line(&e)),
-            )
-        })?;
-        let pre = self.linker.instantiate_pre(&module).map_err(|e| {
+        let link_failed = |e: wasmtime::Error| {
             fail(
                 OutcomeKind::LaunchFailed,
                 format!("{}: cannot link: {}", tool.name, first_line(&e)),
             )
-        })?;
-        let loaded = Arc::new(Loaded { pre });
+        };
+        let loaded = if wasmparser::Parser::is_component(&bytes) {
+            let component = self.compile_component(&bytes).map_err(|e| {
+                fail(
+                    OutcomeKind::LaunchFailed,
+                    format!(
+                        "{}: invalid WebAssembly component: {}",
+                        tool.name,
+                        first_line(&e)
+                    ),
+                )
+            })?;
+            let pre = self
+                .component_linker
+                .instantiate_pre(&component)
+                .map_err(link_failed)?;
+            if let Ok(cmd) = wasmtime_wasi::p2::bindings::CommandPre::new(pre.clone()) {
+                Loaded::Command(cmd)
+            } else if let Ok(typed) = component::ToolPre::new(pre) {
+                Loaded::Typed(typed, OnceLock::new())
+            } else {
+                return Err(fail(
+                    OutcomeKind::PermissionDenied,
+                    format!(
+                        "{}: the component exports neither wasi:cli/run (a command) nor toolhost:tool/typed-tool (a typed tool)",
+                        tool.name
+                    ),
+                ));
+            }
+        } else if wasmparser::Parser::is_core_wasm(&bytes) {
+            let (module, _cached) = self.compile(&bytes).map_err(|e| {
+                fail(
+                    OutcomeKind::LaunchFailed,
+                    format!("{}: invalid WebAssembly: {}", tool.name, first_line(&e)),
+                )
+            })?;
+            Loaded::Module(self.linker.instantiate_pre(&module).map_err(link_failed)?)
+        } else {
+            return Err(fail(
+                OutcomeKind::PermissionDenied,
+                format!("{}: not a WebAssembly module or component", tool.name),
+            ));
+        };
+        let loaded = Arc::new(loaded);
         let mut map = self.lock_loaded();
         if map.len() > 1024 {
             map.clear();
@@ -381,7 +477,7 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
                     let Some(want) = iov_total(&mut caller, iovs, n) else {
                         return Ok(ERRNO_FAULT);
                     };
-                    if !caller.data_mut().files.admit(want) {
+                    if !caller.data().common.files.admit(want) {
                         return Ok(ERRNO_FBIG);
                     }
                 }
@@ -403,7 +499,7 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
                 let Some(want) = iov_total(&mut caller, iovs, n) else {
                     return Ok(ERRNO_FAULT);
                 };
-                if !caller.data_mut().files.admit(want) {
+                if !caller.data().common.files.admit(want) {
                     return Ok(ERRNO_FBIG);
                 }
                 let r: wasmtime::Result<i32> =
@@ -421,11 +517,7 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         "fd_filestat_set_size",
         |mut caller: Caller<'_, State>, (fd, size): (i32, i64)| {
             Box::new(async move {
-                let files = &mut caller.data_mut().files;
-                if let Some(limit) = files.limit
-                    && size as u64 > limit
-                {
-                    files.hit = true;
+                if !caller.data().common.files.admit_size(size as u64) {
                     return Ok(ERRNO_FBIG);
                 }
                 let r: wasmtime::Result<i32> = call_p1!(caller, fd_filestat_set_size(fd, size));
@@ -460,8 +552,7 @@ fn count_written(caller: &mut Caller<'_, State>, ptr: i32) {
         .get(p..p + 4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
         .unwrap_or(0);
-    let files = &mut caller.data_mut().files;
-    files.written = files.written.saturating_add(n);
+    caller.data().common.files.add(n);
 }
 
 fn first_line(e: &impl std::fmt::Display) -> String {
@@ -516,7 +607,8 @@ impl WasmBackend {
         self.engine.compile(wasm).map(|(_, hit)| hit)
     }
 
-    /// Runs the plan's WASI tool.
+    /// Runs the plan's WASI tool: a preview-1 command module or a preview-2
+    /// command component.
     pub async fn run(&self, plan: &ExecPlan) -> RunOutput {
         let start = Instant::now();
         let refuse = |o: Outcome| RunOutput::refused(BackendKind::Wasm, o, start.elapsed());
@@ -532,39 +624,260 @@ impl WasmBackend {
         };
         let stdout = CappedPipe::new(plan.limits.stdout_cap);
         let stderr = CappedPipe::new(plan.limits.stderr_cap);
-        let wasi = match self.build_wasi(plan, target, &stdout, &stderr) {
-            Ok(w) => w,
+        let builder = match build_wasi(plan, &target.name, &stdout, &stderr) {
+            Ok(b) => b,
             Err(o) => return refuse(o),
         };
+        let limits = &plan.limits;
+        let ended = match &*loaded {
+            Loaded::Module(pre) => {
+                let mut builder = builder;
+                let state = State {
+                    wasi: builder.build_p1(),
+                    common: self.common(limits),
+                };
+                let pre = pre.clone();
+                self.execute(limits, state, move |store| {
+                    Box::pin(async move {
+                        let instance = pre.instantiate_async(&mut *store).await?;
+                        let main = instance.get_typed_func::<(), ()>(&mut *store, "_start")?;
+                        main.call_async(&mut *store, ()).await
+                    })
+                })
+                .await
+            }
+            Loaded::Command(pre) => {
+                let state = self.component_state(builder, limits);
+                let pre = pre.clone();
+                self.execute(limits, state, move |store| {
+                    Box::pin(async move {
+                        let cmd = pre.instantiate_async(&mut *store).await?;
+                        match cmd.wasi_cli_run().call_run(&mut *store).await? {
+                            Ok(()) => Ok(()),
+                            Err(()) => Err(I32Exit(1).into()),
+                        }
+                    })
+                })
+                .await
+            }
+            Loaded::Typed(..) => {
+                return refuse(Outcome::new(
+                    OutcomeKind::InvalidRequest,
+                    format!(
+                        "{0} is a typed tool (toolhost:tool world): call it with a JSON input (`toolhost call {0} JSON`), not with arguments",
+                        target.name
+                    ),
+                ));
+            }
+        };
+        self.finish(limits, start, ended, &stdout, &stderr).0
+    }
+
+    /// Describes a typed tool (`Ok(None)` for a command), calling its
+    /// `describe` once per tool file with no preopened dirs and no environment.
+    pub async fn describe(
+        &self,
+        tool: &ToolFile,
+        limits: &Limits,
+    ) -> Result<Option<TypedToolInfo>, Outcome> {
+        let loaded = self.engine.load(tool)?;
+        let Loaded::Typed(pre, info) = &*loaded else {
+            return Ok(None);
+        };
+        if let Some(i) = info.get() {
+            return Ok(Some(i.clone()));
+        }
+        let fail =
+            |m: String| Outcome::new(OutcomeKind::LaunchFailed, format!("{}: {m}", tool.name));
+        let stdout = CappedPipe::new(limits.stdout_cap);
+        let stderr = CappedPipe::new(limits.stderr_cap);
+        let mut b = WasiCtxBuilder::new();
+        b.args(std::slice::from_ref(&tool.name))
+            .stdout(stdout.clone())
+            .stderr(stderr.clone());
+        let state = self.component_state(b, limits);
+        let pre = pre.clone();
+        let ended = self
+            .execute(limits, state, move |store| {
+                Box::pin(async move {
+                    let t = pre.instantiate_async(&mut *store).await?;
+                    t.toolhost_tool_typed_tool()
+                        .call_describe(&mut *store)
+                        .await
+                })
+            })
+            .await;
+        let (run, got) = self.finish(limits, Instant::now(), ended, &stdout, &stderr);
+        let Some(got) = got else {
+            return Err(fail(format!("describe failed: {}", run.outcome.message)));
+        };
+        if got.name != tool.name {
+            return Err(fail(format!(
+                "the tool calls itself {:?}; its file must be named {:?}.wasm",
+                got.name, got.name
+            )));
+        }
+        let input_schema: serde_json::Value = serde_json::from_str(&got.input_schema)
+            .map_err(|e| fail(format!("its input schema is not JSON: {e}")))?;
+        if !input_schema.is_object() {
+            return Err(fail("its input schema is not a JSON object".into()));
+        }
+        let described = TypedToolInfo {
+            name: got.name,
+            description: got.description,
+            input_schema,
+        };
+        Ok(Some(info.get_or_init(|| described).clone()))
+    }
+
+    /// Calls the plan's typed tool with `input` (JSON text). The plan's dirs,
+    /// environment and limits apply as for a command.
+    pub async fn call_typed(&self, plan: &ExecPlan, input: &str) -> TypedCall {
+        let start = Instant::now();
+        let refuse = |o: Outcome| TypedCall {
+            result: None,
+            run: RunOutput::refused(BackendKind::Wasm, o, start.elapsed()),
+        };
+        let Some(target) = &plan.wasm else {
+            return refuse(Outcome::new(
+                OutcomeKind::InvalidRequest,
+                "no WASI tool in the plan",
+            ));
+        };
+        let loaded = match self.engine.load(target) {
+            Ok(l) => l,
+            Err(o) => return refuse(o),
+        };
+        let Loaded::Typed(pre, _) = &*loaded else {
+            return refuse(Outcome::new(
+                OutcomeKind::InvalidRequest,
+                format!(
+                    "{0} is a WASI command, not a typed tool: run it with arguments (`toolhost run --backend wasm -- {0} ...`)",
+                    target.name
+                ),
+            ));
+        };
+        let stdout = CappedPipe::new(plan.limits.stdout_cap);
+        let stderr = CappedPipe::new(plan.limits.stderr_cap);
+        let builder = match build_wasi(plan, &target.name, &stdout, &stderr) {
+            Ok(b) => b,
+            Err(o) => return refuse(o),
+        };
+        let state = self.component_state(builder, &plan.limits);
+        let pre = pre.clone();
+        let input = input.to_string();
+        let ended = self
+            .execute(&plan.limits, state, move |store| {
+                Box::pin(async move {
+                    let t = pre.instantiate_async(&mut *store).await?;
+                    t.toolhost_tool_typed_tool()
+                        .call_call(&mut *store, &input)
+                        .await
+                })
+            })
+            .await;
+        let (run, result) = self.finish(&plan.limits, start, ended, &stdout, &stderr);
+        TypedCall { result, run }
+    }
+
+    /// The RunOutput of an executed call, and the guest's return value if it
+    /// returned one.
+    fn finish<R>(
+        &self,
+        limits: &Limits,
+        start: Instant,
+        ended: Executed<R>,
+        stdout: &CappedPipe,
+        stderr: &CappedPipe,
+    ) -> (RunOutput, Option<R>) {
+        let out = stdout.take();
+        let err = stderr.take();
+        let truncated = out.truncated() || err.truncated();
+        let (outcome, returncode, timed_out, value) = match ended {
+            Executed::Refused(o) => (o, None, false, None),
+            Executed::TimedOut => (
+                Outcome::new(
+                    OutcomeKind::TimedOut,
+                    format!(
+                        "timed out after {}; the guest was stopped",
+                        super::direct::fmt_secs(limits.timeout)
+                    ),
+                ),
+                None,
+                true,
+                None,
+            ),
+            Executed::Done(result, hits) => {
+                let (result, value) = match result {
+                    Ok(v) => (Ok(()), Some(v)),
+                    Err(e) => (Err(e), None),
+                };
+                let (o, rc) = classify(limits, self.engine.meter, result, hits);
+                (o, rc, false, value)
+            }
+        };
+        let run = RunOutput {
+            stdout: out.into_string(),
+            stderr: err.into_string(),
+            returncode,
+            timed_out,
+            truncated,
+            outcome,
+            backend: BackendKind::Wasm,
+            duration: start.elapsed(),
+        };
+        (run, value)
+    }
+
+    fn common(&self, limits: &Limits) -> Common {
         let cpu_ticks = match self.engine.meter {
-            CpuMeter::Epoch => plan
-                .limits
+            CpuMeter::Epoch => limits
                 .cpu_seconds
                 .map(|s| s.saturating_mul(1000) / EPOCH_TICK.as_millis() as u64),
             CpuMeter::Fuel => None,
         };
-        let state = State {
-            wasi,
+        Common {
             limiter: Limiter {
-                max_memory: plan
-                    .limits
+                max_memory: limits
                     .memory_bytes
                     .map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
                 hit: false,
             },
-            files: FileBudget {
-                limit: plan.limits.file_size_bytes,
-                written: 0,
-                hit: false,
-            },
+            files: Arc::new(FileBudget::new(limits.file_size_bytes)),
             cpu_ticks_left: cpu_ticks,
             cpu_hit: false,
-        };
+        }
+    }
+
+    fn component_state(&self, mut builder: WasiCtxBuilder, limits: &Limits) -> CState {
+        CState {
+            ctx: builder.build(),
+            table: wasmtime::component::ResourceTable::new(),
+            common: self.common(limits),
+        }
+    }
+
+    /// Runs `body` on a fresh store holding `state`, within the limits: the
+    /// store's limiter, epoch or fuel, a pool slot, and the wall-clock timeout.
+    async fn execute<T, R>(
+        &self,
+        limits: &Limits,
+        state: T,
+        body: impl for<'s> FnOnce(
+            &'s mut Store<T>,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = wasmtime::Result<R>> + Send + 's>,
+        > + Send,
+    ) -> Executed<R>
+    where
+        T: HasCommon,
+        R: Send,
+    {
         let mut store = Store::new(&self.engine.engine, state);
-        store.limiter(|s| &mut s.limiter);
+        store.limiter(|s| &mut s.common().limiter);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
-            let s = ctx.data_mut();
+            let s = ctx.data_mut().common();
             if let Some(left) = s.cpu_ticks_left.as_mut() {
                 if *left == 0 {
                     s.cpu_hit = true;
@@ -576,8 +889,7 @@ impl WasmBackend {
         });
         let mut initial_fuel = None;
         if self.engine.meter == CpuMeter::Fuel {
-            let fuel = plan
-                .limits
+            let fuel = limits
                 .cpu_seconds
                 .map(|s| s.saturating_mul(FUEL_PER_SECOND))
                 .unwrap_or(u64::MAX);
@@ -586,14 +898,13 @@ impl WasmBackend {
                     .fuel_async_yield_interval(Some(FUEL_PER_SECOND / 100))
                     .is_err()
             {
-                return refuse(Outcome::new(
+                return Executed::Refused(Outcome::new(
                     OutcomeKind::BackendUnavailable,
                     "fuel metering is not enabled in this engine",
                 ));
             }
             initial_fuel = Some(fuel);
         }
-
         let slots = self.engine.slots.clone();
         let call = async move {
             // The pool slot is released only after the store (and the instance
@@ -610,144 +921,130 @@ impl WasmBackend {
                 _permit: permit,
             };
             let store = &mut held.store;
-            let result = async {
-                let instance = loaded.pre.instantiate_async(&mut *store).await?;
-                let main = instance.get_typed_func::<(), ()>(&mut *store, "_start")?;
-                main.call_async(&mut *store, ()).await
-            }
-            .await;
+            let result = body(store).await;
             if let (Some(initial), Ok(left)) = (initial_fuel, store.get_fuel()) {
-                LAST_FUEL_USED.store(
-                    initial.saturating_sub(left),
-                    std::sync::atomic::Ordering::Relaxed,
-                );
+                LAST_FUEL_USED.store(initial.saturating_sub(left), Relaxed);
             }
-            let s = store.data();
+            let s = store.data_mut().common();
             let hits = Hits {
                 memory: s.limiter.hit,
                 cpu: s.cpu_hit,
-                files: s.files.hit,
+                files: s.files.hit(),
             };
             (result, hits)
         };
-        let ended = tokio::time::timeout(plan.limits.timeout, call).await;
-        let out = stdout.take();
-        let err = stderr.take();
-        let truncated = out.truncated() || err.truncated();
-        let (outcome, returncode, timed_out) = match ended {
-            Err(_) => (
-                Outcome::new(
-                    OutcomeKind::TimedOut,
-                    format!(
-                        "timed out after {}; the guest was stopped",
-                        super::direct::fmt_secs(plan.limits.timeout)
-                    ),
-                ),
-                None,
-                true,
-            ),
-            Ok((result, hits)) => {
-                let (o, rc) = classify(plan, self.engine.meter, result, hits);
-                (o, rc, false)
-            }
-        };
-        RunOutput {
-            stdout: out.into_string(),
-            stderr: err.into_string(),
-            returncode,
-            timed_out,
-            truncated,
-            outcome,
-            backend: BackendKind::Wasm,
-            duration: start.elapsed(),
+        match tokio::time::timeout(limits.timeout, call).await {
+            Ok((result, hits)) => Executed::Done(result, hits),
+            Err(_) => Executed::TimedOut,
         }
     }
+}
 
-    fn build_wasi(
-        &self,
-        plan: &ExecPlan,
-        target: &ToolFile,
-        stdout: &CappedPipe,
-        stderr: &CappedPipe,
-    ) -> Result<WasiP1Ctx, Outcome> {
-        let invalid = |m: String| Outcome::new(OutcomeKind::InvalidRequest, m);
-        let mut b = WasiCtxBuilder::new();
-        let mut args = Vec::with_capacity(plan.argv.len());
-        args.push(target.name.clone());
-        for (i, a) in plan.argv.iter().enumerate().skip(1) {
-            args.push(
-                a.to_str()
-                    .ok_or_else(|| invalid(format!("argv[{i}] is not valid UTF-8")))?
-                    .to_string(),
-            );
+/// The WASI context of a call: argv (argv[0] the tool's name), env, stdin,
+/// capped stdout/stderr, the allowed dirs and the cwd as `.`.
+fn build_wasi(
+    plan: &ExecPlan,
+    name: &str,
+    stdout: &CappedPipe,
+    stderr: &CappedPipe,
+) -> Result<WasiCtxBuilder, Outcome> {
+    let invalid = |m: String| Outcome::new(OutcomeKind::InvalidRequest, m);
+    let mut b = WasiCtxBuilder::new();
+    let mut args = Vec::with_capacity(plan.argv.len());
+    args.push(name.to_string());
+    for (i, a) in plan.argv.iter().enumerate().skip(1) {
+        args.push(
+            a.to_str()
+                .ok_or_else(|| invalid(format!("argv[{i}] is not valid UTF-8")))?
+                .to_string(),
+        );
+    }
+    b.args(&args);
+    for (k, v) in &plan.env {
+        if let (Some(k), Some(v)) = (k.to_str(), v.to_str()) {
+            b.env(k, v);
         }
-        b.args(&args);
-        for (k, v) in &plan.env {
-            if let (Some(k), Some(v)) = (k.to_str(), v.to_str()) {
-                b.env(k, v);
-            }
+    }
+    let stdin = plan
+        .stdin
+        .as_deref()
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
+    b.stdin(MemoryInputPipe::new(stdin));
+    b.stdout(stdout.clone());
+    b.stderr(stderr.clone());
+    // Not `allow_blocking_current_thread`: with it, a guest's sleep blocks the
+    // thread in std::thread::sleep and the timeout could not end the call.
+    let perms = |ro: bool| {
+        if ro {
+            FsPerms::ReadOnly
+        } else {
+            FsPerms::ReadWrite
         }
-        let stdin = plan
-            .stdin
-            .as_deref()
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default();
-        b.stdin(MemoryInputPipe::new(stdin));
-        b.stdout(stdout.clone());
-        b.stderr(stderr.clone());
-        // Not `allow_blocking_current_thread`: with it, a guest's sleep blocks the
-        // thread in std::thread::sleep and the timeout could not end the call.
-        let perms = |ro: bool| {
-            if ro {
-                FsPerms::ReadOnly
-            } else {
-                FsPerms::ReadWrite
-            }
-        };
-        for m in &plan.mounts {
-            let guest = m
-                .path
-                .to_str()
-                .ok_or_else(|| invalid(format!("allowed dir {:?} is not valid UTF-8", m.path)))?;
-            let host = plan
-                .mount_dirs
-                .iter()
-                .find(|(p, _)| p == &m.path)
-                .map(|(_, d)| preopen_path(d, &m.path))
-                .unwrap_or_else(|| m.path.clone());
-            b.preopened_dir(&host, guest, perms(m.read_only))
-                .map_err(|e| {
-                    Outcome::new(
-                        OutcomeKind::LaunchFailed,
-                        format!("cannot preopen {guest}: {}", first_line(&e)),
-                    )
-                })?;
-        }
-        let cwd_ro = plan
-            .mounts
+    };
+    for m in &plan.mounts {
+        let guest = m
+            .path
+            .to_str()
+            .ok_or_else(|| invalid(format!("allowed dir {:?} is not valid UTF-8", m.path)))?;
+        let host = plan
+            .mount_dirs
             .iter()
-            .filter(|m| plan.cwd.starts_with(&m.path))
-            .max_by_key(|m| m.path.components().count())
-            .is_some_and(|m| m.read_only);
-        b.preopened_dir(preopen_path(&plan.cwd_dir, &plan.cwd), ".", perms(cwd_ro))
+            .find(|(p, _)| p == &m.path)
+            .map(|(_, d)| preopen_path(d, &m.path))
+            .unwrap_or_else(|| m.path.clone());
+        b.preopened_dir(&host, guest, perms(m.read_only))
             .map_err(|e| {
                 Outcome::new(
                     OutcomeKind::LaunchFailed,
-                    format!("cannot preopen the cwd: {}", first_line(&e)),
+                    format!("cannot preopen {guest}: {}", first_line(&e)),
                 )
             })?;
-        if let Some(cwd) = plan.cwd.to_str() {
-            b.env("PWD", cwd);
-        }
-        Ok(b.build_p1())
     }
+    let cwd_ro = plan
+        .mounts
+        .iter()
+        .filter(|m| plan.cwd.starts_with(&m.path))
+        .max_by_key(|m| m.path.components().count())
+        .is_some_and(|m| m.read_only);
+    b.preopened_dir(preopen_path(&plan.cwd_dir, &plan.cwd), ".", perms(cwd_ro))
+        .map_err(|e| {
+            Outcome::new(
+                OutcomeKind::LaunchFailed,
+                format!("cannot preopen the cwd: {}", first_line(&e)),
+            )
+        })?;
+    if let Some(cwd) = plan.cwd.to_str() {
+        b.env("PWD", cwd);
+    }
+    Ok(b)
 }
 
 /// A store and the pool slot it runs in; fields drop in order, so the slot is
 /// released after the store's instances are deallocated.
-struct PooledStore {
-    store: Store<State>,
+struct PooledStore<T: 'static> {
+    store: Store<T>,
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// How an executed call ended.
+enum Executed<R> {
+    /// It could not start.
+    Refused(Outcome),
+    /// The wall-clock timeout ended it.
+    TimedOut,
+    /// It returned (or trapped, or exited).
+    Done(wasmtime::Result<R>, Hits),
+}
+
+/// The result of a typed tool call at the backend level.
+#[derive(Debug, Clone)]
+pub struct TypedCall {
+    /// The tool's answer: its JSON result text or its error message. `None`
+    /// when the call did not complete (see `run.outcome`).
+    pub result: Option<Result<String, String>>,
+    /// What the tool printed, how the call ended, and how long it took.
+    pub run: RunOutput,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -758,7 +1055,7 @@ struct Hits {
 }
 
 fn classify(
-    plan: &ExecPlan,
+    limits: &Limits,
     meter: CpuMeter,
     result: wasmtime::Result<()>,
     hits: Hits,
@@ -774,7 +1071,7 @@ fn classify(
                 OutcomeKind::FileSizeLimit,
                 format!(
                     "file write refused: the call's {} MiB file-size budget is used up",
-                    mb(plan.limits.file_size_bytes)
+                    mb(limits.file_size_bytes)
                 ),
             ),
             code,
@@ -799,7 +1096,7 @@ fn classify(
                 OutcomeKind::MemoryLimit,
                 format!(
                     "stopped: linear memory would exceed the {} MiB limit",
-                    mb(plan.limits.memory_bytes)
+                    mb(limits.memory_bytes)
                 ),
             ),
             None,
@@ -815,7 +1112,7 @@ fn classify(
                 OutcomeKind::CpuLimit,
                 format!(
                     "stopped: CPU limit of {} s reached ({how})",
-                    plan.limits.cpu_seconds.unwrap_or(0)
+                    limits.cpu_seconds.unwrap_or(0)
                 ),
             ),
             None,

@@ -211,7 +211,14 @@ fn main() {
             // scan CANARY: grow memory by 8 MiB of fresh pages, then look for
             // the reversed canary anywhere in linear memory.
             core::arch::wasm32::memory_grow(0, 128);
-            println!("{}", if scan(arg(2).as_bytes()) { "found" } else { "not found" });
+            println!(
+                "{}",
+                if scan(arg(2).as_bytes()) {
+                    "found"
+                } else {
+                    "not found"
+                }
+            );
         }
         other => {
             eprintln!("probe: unknown command {other:?}");

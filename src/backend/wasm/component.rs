@@ -1,0 +1,180 @@
+//! WASI preview-2 components: command components (`wasi:cli/run`) and typed
+//! tools (the `toolhost:tool` world in `wit/`).
+//!
+//! They get the same limits as preview-1 modules: the store's limiter, epoch or
+//! fuel, the wall-clock timeout and the per-call file budget. The budget is
+//! kept by shadowing the `wasi:filesystem` functions that write: a descriptor's
+//! `write` and `set-size` check it, and the output streams `write-via-stream`
+//! and `append-via-stream` hand out are wrapped in a stream that counts bytes.
+
+use std::sync::Arc;
+
+use wasmtime::component::{Linker, Resource, ResourceTable};
+use wasmtime::{Engine, StoreContextMut};
+use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
+use wasmtime_wasi::p2::bindings::filesystem::types::{
+    ErrorCode, Host as FsTypesHost, HostDescriptor,
+};
+use wasmtime_wasi::p2::{DynOutputStream, OutputStream, Pollable, StreamError, StreamResult};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::{Common, FileBudget, HasCommon};
+
+/// Host bindings of the `toolhost:tool` world.
+pub(crate) mod bindings {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "tool",
+        exports: { default: async },
+    });
+}
+
+pub(crate) use bindings::ToolPre;
+
+/// Per-call store state of a component.
+pub(crate) struct CState {
+    pub(crate) ctx: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) common: Common,
+}
+
+impl WasiView for CState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl HasCommon for CState {
+    fn common(&mut self) -> &mut Common {
+        &mut self.common
+    }
+}
+
+/// The `wasi:filesystem/types` instance wasmtime-wasi defines (the version of
+/// its WIT); guests importing an older 0.2.x resolve to it by semver.
+const FS_TYPES: &str = "wasi:filesystem/types@0.2.12";
+
+/// The preview-2 linker, with the file-writing functions held to the budget.
+pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> {
+    let mut linker: Linker<CState> = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    linker.allow_shadowing(true);
+    let mut fs = linker.instance(FS_TYPES)?;
+
+    fs.func_wrap_async(
+        "[method]descriptor.write",
+        |mut store: StoreContextMut<'_, CState>,
+         (fd, buf, offset): (Resource<Descriptor>, Vec<u8>, u64)| {
+            Box::new(async move {
+                let budget = store.data().common.files.clone();
+                if !budget.admit(buf.len() as u64) {
+                    return Ok((Err(ErrorCode::FileTooLarge),));
+                }
+                let mut view = store.data_mut().filesystem();
+                match HostDescriptor::write(&mut view, fd, buf, offset).await {
+                    Ok(n) => {
+                        budget.add(n);
+                        Ok((Ok(n),))
+                    }
+                    Err(e) => Ok((Err(view.convert_error_code(e)?),)),
+                }
+            })
+        },
+    )?;
+    fs.func_wrap_async(
+        "[method]descriptor.set-size",
+        |mut store: StoreContextMut<'_, CState>, (fd, size): (Resource<Descriptor>, u64)| {
+            Box::new(async move {
+                let budget = store.data().common.files.clone();
+                if !budget.admit_size(size) {
+                    return Ok((Err(ErrorCode::FileTooLarge),));
+                }
+                let mut view = store.data_mut().filesystem();
+                match HostDescriptor::set_size(&mut view, fd, size).await {
+                    Ok(()) => Ok((Ok(()),)),
+                    Err(e) => Ok((Err(view.convert_error_code(e)?),)),
+                }
+            })
+        },
+    )?;
+    fs.func_wrap(
+        "[method]descriptor.write-via-stream",
+        |mut store: StoreContextMut<'_, CState>, (fd, offset): (Resource<Descriptor>, u64)| {
+            let budget = store.data().common.files.clone();
+            let mut view = store.data_mut().filesystem();
+            let r = HostDescriptor::write_via_stream(&mut view, fd, offset);
+            wrap_stream(&mut view, budget, r)
+        },
+    )?;
+    fs.func_wrap(
+        "[method]descriptor.append-via-stream",
+        |mut store: StoreContextMut<'_, CState>, (fd,): (Resource<Descriptor>,)| {
+            let budget = store.data().common.files.clone();
+            let mut view = store.data_mut().filesystem();
+            let r = HostDescriptor::append_via_stream(&mut view, fd);
+            wrap_stream(&mut view, budget, r)
+        },
+    )?;
+    Ok(linker)
+}
+
+type StreamReturn = (Result<Resource<DynOutputStream>, ErrorCode>,);
+
+/// Replaces a file output stream in the table by one that counts its bytes
+/// against the call's budget.
+fn wrap_stream(
+    view: &mut wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_>,
+    budget: Arc<FileBudget>,
+    r: wasmtime_wasi::p2::FsResult<Resource<DynOutputStream>>,
+) -> wasmtime::Result<StreamReturn> {
+    let stream = match r {
+        Ok(s) => s,
+        Err(e) => return Ok((Err(view.convert_error_code(e)?),)),
+    };
+    let inner = view.table.delete(stream)?;
+    let wrapped: DynOutputStream = Box::new(BudgetedStream { inner, budget });
+    Ok((Ok(view.table.push(wrapped)?),))
+}
+
+/// A file output stream held to the call's file budget.
+struct BudgetedStream {
+    inner: DynOutputStream,
+    budget: Arc<FileBudget>,
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for BudgetedStream {
+    async fn ready(&mut self) {
+        self.inner.ready().await
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for BudgetedStream {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        let n = bytes.len() as u64;
+        if !self.budget.admit(n) {
+            return Err(StreamError::LastOperationFailed(wasmtime::format_err!(
+                "file size limit: the call's file-write budget is used up"
+            )));
+        }
+        self.inner.write(bytes)?;
+        self.budget.add(n);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        self.inner.flush()
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        self.inner.check_write()
+    }
+
+    async fn cancel(&mut self) {
+        self.inner.cancel().await
+    }
+}

@@ -1,0 +1,80 @@
+//! `toolhost call`: one call of a typed tool (the `toolhost:tool` world).
+
+use std::io::Write;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use super::run::{SandboxArgs, build_sandbox, cwd, read_stdin};
+
+/// Call a typed tool (a component of the toolhost:tool world, see wit/) with a
+/// JSON input, and print its JSON result.
+///
+/// The input is the INPUT argument, or standard input when INPUT is absent or
+/// "-". The tool runs on the wasm backend with the sandbox's dirs, environment
+/// and limits, whatever backend the config names.
+///
+/// Exit status: 0 the tool returned a result (printed on stdout); 1 the tool
+/// returned an error (printed on stderr); 124 timed out; 125 toolhost refused
+/// (bad flags or input, not a typed tool); 127 no such tool; 137 memory limit;
+/// 152 CPU limit; 153 file-size limit; 134 the guest trapped. With --json one
+/// object is printed on stdout: {"output", "error", "stdout", "stderr",
+/// "returncode", "timed_out", "truncated", "outcome", "backend", "duration_ms"}.
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct CallArgs {
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+
+    /// Print one JSON object with the result and how the call ended
+    #[arg(long)]
+    json: bool,
+
+    /// The typed tool: a name from `toolhost tools`, or the path of its .wasm file
+    name: String,
+
+    /// The input, as JSON text ("-" or absent: read standard input)
+    input: Option<String>,
+}
+
+pub fn main(args: CallArgs) -> anyhow::Result<i32> {
+    let text = match args.input.as_deref() {
+        Some(t) if t != "-" => t.to_string(),
+        _ => {
+            let bytes = read_stdin()?.unwrap_or_default();
+            String::from_utf8(bytes).context("the input on stdin is not UTF-8")?
+        }
+    };
+    let input: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => bail!("the input is not valid JSON: {e}"),
+    };
+    let sandbox = build_sandbox(&args.sandbox, None)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let cwd = cwd(&args.sandbox);
+    let result = runtime.block_on(sandbox.call_tool(&args.name, &input, cwd.as_deref()));
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &result)?;
+        writeln!(out)?;
+    } else {
+        if let Some(v) = &result.output {
+            serde_json::to_writer_pretty(&mut out, v)?;
+            writeln!(out)?;
+        }
+        let mut err = std::io::stderr().lock();
+        err.write_all(result.run.stderr.as_bytes())?;
+        match (&result.error, result.run.returncode) {
+            // The tool ran and returned an error.
+            (Some(e), Some(_)) => writeln!(err, "toolhost: {}: {e}", args.name)?,
+            // Refused, timed out, a limit hit: the message names the tool.
+            (Some(e), None) => writeln!(err, "toolhost: {e}")?,
+            (None, _) => {}
+        }
+    }
+    out.flush()?;
+    Ok(result.run.cli_exit_code())
+}

@@ -8,8 +8,9 @@
 //! 3. Cold `toolhost run --backend wasm -- wc ...` as a new process, warm disk
 //!    cache against an empty one.
 //! 4. Guest compute: sha256 of a 64 MiB file with the wasm `sha256sum` against
-//!    native `sha256sum`, with the epoch meter and with fuel; and the fuel
-//!    calibration (fuel units per second of guest compute).
+//!    native `sha256sum`, with the epoch meter and with fuel (medians of
+//!    interleaved rounds); and the fuel calibration (fuel units per second of
+//!    guest compute).
 //!
 //! Needs `scripts/build-guest-tools`. Run: `cargo bench --bench wasm`.
 //! `BENCH_ITERS` sets the calls per latency series (default 2000);
@@ -245,21 +246,33 @@ fn main() {
         wasm_sha(&sb);
         wasm_sha(&sb_fuel);
         native_sha();
-        let best = |f: &dyn Fn() -> (Duration, String)| {
-            let mut runs: Vec<(Duration, String)> = (0..5).map(|_| f()).collect();
-            runs.sort_by_key(|r| r.0);
-            runs.swap_remove(0)
-        };
-        let (n, nh) = best(&native_sha);
-        let (e, eh) = best(&|| wasm_sha(&sb));
-        let (f, fh) = best(&|| wasm_sha(&sb_fuel));
+        // Rounds of native, epoch, fuel in turn, so that the three share the
+        // machine's drift; the median of each is reported.
+        let rounds = 7;
+        let (mut ns, mut es, mut fs) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut nh, mut eh, mut fh) = (String::new(), String::new(), String::new());
+        for _ in 0..rounds {
+            let (d, h) = native_sha();
+            ns.push(d);
+            nh = h;
+            let (d, h) = wasm_sha(&sb);
+            es.push(d);
+            eh = h;
+            let (d, h) = wasm_sha(&sb_fuel);
+            fs.push(d);
+            fh = h;
+        }
+        for v in [&mut ns, &mut es, &mut fs] {
+            v.sort();
+        }
+        let (n, e, f) = (ns[rounds / 2], es[rounds / 2], fs[rounds / 2]);
         // The last fuel run was not necessarily the best one: measure one more.
         let (sha_secs, _) = wasm_sha(&sb_fuel);
         let sha_fuel = toolhost::backend::wasm::fuel_used_by_last_call().unwrap_or(0);
         assert_eq!(nh, eh, "digests differ");
         assert_eq!(nh, fh, "digests differ");
         println!();
-        println!("sha256 of 64 MiB (best of 5)");
+        println!("sha256 of 64 MiB (median of {rounds} interleaved rounds)");
         println!("  native sha256sum:        {:.0} ms", n.as_secs_f64() * 1e3);
         println!(
             "  wasm sha256sum, epoch:   {:.0} ms ({:.2}x native)",

@@ -740,6 +740,45 @@ fn compile_cache_is_reused_and_corruption_is_recompiled() {
     // And the rewritten entry is valid again.
     let fifth = run_wc();
     assert!(String::from_utf8_lossy(&fifth.stderr).contains("from the disk cache"));
+
+    // Components (a typed tool) go through the same cache.
+    let cache2 = t.root.join("cache2");
+    let cfg2 = t.root.join("cfg2.toml");
+    std::fs::write(
+        &cfg2,
+        format!("[wasm]\ncache_dir = {:?}\n", cache2.to_str().unwrap()),
+    )
+    .unwrap();
+    let call = || {
+        let out = toolhost(
+            &t.ws(),
+            &[
+                "call",
+                "--config",
+                cfg2.to_str().unwrap(),
+                "text-stats",
+                r#"{"text":"a b"}"#,
+            ],
+            &[("TOOLHOST_LOG", "toolhost=debug")],
+        );
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["words"], 2);
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(call().contains("compiled"));
+    assert!(call().contains("from the disk cache"));
+    let entries: Vec<PathBuf> = std::fs::read_dir(&cache2)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let mut data = std::fs::read(&entries[0]).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0x5a;
+    std::fs::write(&entries[0], &data).unwrap();
+    let err = call();
+    assert!(err.contains("corrupt") && err.contains("compiled"), "{err}");
 }
 
 #[test]

@@ -129,16 +129,16 @@ impl DiskCache {
             return Ok((A::compile(engine, wasm)?, false));
         };
         if let Some(module) = self.read(engine, &path) {
-            tracing::debug!("wasm module loaded from the disk cache: {}", path.display());
+            tracing::debug!("wasm code loaded from the disk cache: {}", path.display());
             return Ok((module, true));
         }
         let compiled = A::precompile(engine, wasm)?;
         // SAFETY: these bytes were produced just now by this engine.
         let module = unsafe { A::deserialize(engine, &compiled)? };
         match self.write(&path, &compiled) {
-            Ok(()) => tracing::debug!("wasm module compiled and cached: {}", path.display()),
+            Ok(()) => tracing::debug!("wasm code compiled and cached: {}", path.display()),
             Err(e) => tracing::warn!(
-                "wasm module compiled; cache write {} failed: {e}",
+                "wasm code compiled; cache write {} failed: {e}",
                 path.display()
             ),
         }

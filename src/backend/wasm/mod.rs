@@ -45,9 +45,11 @@ use streams::CappedPipe;
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Fuel units per second of guest compute, measured on the reference machine
-/// (2-core x86_64): the `wasm` benchmark measured 7.3e9 to 8.0e9/s for sha256 and
-/// 6.4e9 to 7.9e9/s for a tight integer loop, and prints the current figures.
-pub const FUEL_PER_SECOND: u64 = 7_000_000_000;
+/// (2-core x86_64) by the `wasm` benchmark, which prints the current figures:
+/// 8.7e9 to 1.5e10 per second for a tight integer loop and 9.8e9 to 1.8e10 for
+/// sha256 (built at opt-level 3). A limit of N CPU seconds under fuel is N times
+/// this much fuel.
+pub const FUEL_PER_SECOND: u64 = 10_000_000_000;
 
 static LAST_FUEL_USED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
 

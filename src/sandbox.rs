@@ -535,15 +535,27 @@ impl Sandbox {
         }
         plan.backend = BackendKind::Wasm;
         let call = backend.call_typed(&plan, &input.to_string()).await;
+        let mut run = call.run;
+        let cap = plan.limits.stdout_cap;
         let (output, error) = match call.result {
+            // The output budget holds for results as for a command's stdout.
+            Some(Ok(text)) if text.len() > cap => {
+                run.truncated = true;
+                (
+                    None,
+                    Some(format!(
+                        "the tool's result ({} bytes) is larger than the output cap ({cap} bytes)",
+                        text.len()
+                    )),
+                )
+            }
             Some(Ok(text)) => match serde_json::from_str(&text) {
                 Ok(v) => (Some(v), None),
                 Err(e) => (None, Some(format!("the tool returned invalid JSON: {e}"))),
             },
             Some(Err(message)) => (None, Some(message)),
-            None => (None, Some(call.run.outcome.message.clone())),
+            None => (None, Some(run.outcome.message.clone())),
         };
-        let mut run = call.run;
         if error.is_some() && run.outcome.kind == OutcomeKind::Exited && run.returncode == Some(0) {
             run.returncode = Some(1);
             run.outcome = Outcome::new(OutcomeKind::Exited, "the tool returned an error");

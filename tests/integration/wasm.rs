@@ -1031,6 +1031,27 @@ async fn typed_tools_keep_the_limits_and_names_must_match() {
         .call_tool("text-stats", &serde_json::json!({"text": "small"}), None)
         .await;
     assert!(r.is_ok(), "{r:?}");
+    // The output cap holds for a typed tool's result too.
+    let (t2, small) = setup(SandboxConfig {
+        max_output_bytes: 1000,
+        ..wasm_config()
+    });
+    let paths: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+    for p in &paths {
+        std::fs::write(t2.ws().join(p), p).unwrap();
+    }
+    let r = small
+        .call_tool("file-digest", &serde_json::json!({"paths": paths}), None)
+        .await;
+    assert!(r.output.is_none() && r.run.truncated, "{r:?}");
+    assert!(
+        r.error.as_deref().unwrap_or("").contains("output cap"),
+        "{r:?}"
+    );
+    let r = small
+        .call_tool("file-digest", &serde_json::json!({"paths": ["f1"]}), None)
+        .await;
+    assert!(r.is_ok(), "{r:?}");
     // A typed tool whose file name differs from the name it declares is
     // listed as unusable, not silently renamed.
     let dir = t.ws().join("tools");

@@ -30,11 +30,142 @@ impl ConfigError {
     }
 }
 
-/// Settings of the `[docker]` section. Reserved: the docker backend has no
-/// settings yet, so any key here is refused rather than ignored.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Settings of the `[docker]` section: the engine, the image and how
+/// containers are made.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct DockerConfig {}
+pub struct DockerConfig {
+    /// Image every call runs in. No default: the docker backend refuses calls
+    /// until one is set, and never pulls one unless `pull` is true.
+    pub image: Option<String>,
+    /// User the tool runs as inside the container. Default `65534:65534` (nobody).
+    pub user: String,
+    /// Host paths bind-mounted read-only at the same path in every container,
+    /// besides the allowed dirs (absolute paths).
+    pub extra_ro_mounts: Vec<std::path::PathBuf>,
+    /// Size of the tmpfs at /tmp, in MiB. Default 64.
+    pub tmpfs_size_mb: u64,
+    /// Whether a missing image is pulled. Default false.
+    pub pull: bool,
+    /// Engine address: `unix:///path/docker.sock`, `tcp://host:port` or
+    /// `https://host:port`. Default: `$DOCKER_HOST`, else the local socket.
+    pub host: Option<String>,
+    /// TLS client files for a `tcp://`/`https://` engine (CA, certificate,
+    /// key); all three, or none. Default: `$DOCKER_CERT_PATH/{ca,cert,key}.pem`
+    /// when `$DOCKER_TLS_VERIFY` is set.
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// TLS client certificate (see `tls_ca`).
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// TLS client key (see `tls_ca`).
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Warm mode: one container per sandbox, kept running, each call an `exec`
+    /// in it. Faster; gives up some isolation between calls (see the README).
+    /// Default false.
+    pub warm: bool,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            image: None,
+            user: "65534:65534".to_string(),
+            extra_ro_mounts: Vec::new(),
+            tmpfs_size_mb: 64,
+            pull: false,
+            host: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            warm: false,
+        }
+    }
+}
+
+impl DockerConfig {
+    fn apply(&mut self, full: &str, key: &str, v: &toml::Value) -> Result<(), ConfigError> {
+        let string = |v: &toml::Value| -> Result<String, ConfigError> {
+            match v.as_str() {
+                Some("") => Err(ConfigError::key(full, "must not be empty")),
+                Some(s) if s.contains('\0') => Err(ConfigError::key(full, "must not contain NUL")),
+                Some(s) => Ok(s.to_string()),
+                None => Err(type_error(full, "a string", v)),
+            }
+        };
+        let path = |v: &toml::Value| -> Result<std::path::PathBuf, ConfigError> {
+            let s = string(v)?;
+            if !std::path::Path::new(&s).is_absolute() {
+                return Err(ConfigError::key(
+                    full,
+                    format!("{s:?} must be an absolute path"),
+                ));
+            }
+            Ok(s.into())
+        };
+        match key {
+            "image" => self.image = Some(string(v)?),
+            "user" => self.user = string(v)?,
+            "extra_ro_mounts" => {
+                let mut out = Vec::new();
+                for (i, s) in strings(full, v)?.into_iter().enumerate() {
+                    if !std::path::Path::new(&s).is_absolute() || s.contains([':', '\0']) {
+                        return Err(ConfigError::key(
+                            &format!("{full}[{i}]"),
+                            format!("{s:?} must be an absolute path without ':'"),
+                        ));
+                    }
+                    out.push(s.into());
+                }
+                self.extra_ro_mounts = out;
+            }
+            "tmpfs_size_mb" => {
+                let n = uint(full, v)?;
+                if n == 0 || n > 1 << 20 {
+                    return Err(ConfigError::key(full, "must be from 1 to 1048576"));
+                }
+                self.tmpfs_size_mb = n;
+            }
+            "pull" => self.pull = boolean(full, v)?,
+            "warm" => self.warm = boolean(full, v)?,
+            "host" => {
+                let h = string(v)?;
+                if !["unix://", "tcp://", "http://", "https://"]
+                    .iter()
+                    .any(|p| h.starts_with(p))
+                {
+                    return Err(ConfigError::key(
+                        full,
+                        format!("{h:?} must start with unix://, tcp://, http:// or https://"),
+                    ));
+                }
+                self.host = Some(h);
+            }
+            "tls_ca" => self.tls_ca = Some(path(v)?),
+            "tls_cert" => self.tls_cert = Some(path(v)?),
+            "tls_key" => self.tls_key = Some(path(v)?),
+            _ => {
+                return Err(ConfigError::key(
+                    full,
+                    "unknown key (known keys: image, user, extra_ro_mounts, tmpfs_size_mb, pull, host, tls_ca, tls_cert, tls_key, warm)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let set = [&self.tls_ca, &self.tls_cert, &self.tls_key]
+            .iter()
+            .filter(|p| p.is_some())
+            .count();
+        if set != 0 && set != 3 {
+            return Err(ConfigError::key(
+                "docker.tls_ca",
+                "tls_ca, tls_cert and tls_key go together: set all three or none",
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// How the wasm backend meters guest CPU time for `max_cpu_seconds`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -123,7 +254,7 @@ pub struct SandboxConfig {
     /// On Linux, mark the toolhost process non-dumpable so that tools running as
     /// the same user cannot read its `/proc/PID/environ` (host secrets). Default true.
     pub protect_host_environ: bool,
-    /// `[docker]` section (reserved).
+    /// `[docker]` section.
     pub docker: DockerConfig,
     /// `[wasm]` section (reserved).
     pub wasm: WasmConfig,
@@ -256,13 +387,8 @@ impl SandboxConfig {
                 let t = value
                     .as_table()
                     .ok_or_else(|| type_error(key, "a table", value))?;
-                if let Some(inner) = t.keys().next() {
-                    return Err(ConfigError::key(
-                        &format!("{key}.{inner}"),
-                        format!(
-                            "unknown key: the [{key}] section is reserved and has no settings in this version"
-                        ),
-                    ));
+                for (k, v) in t {
+                    self.docker.apply(&format!("docker.{k}"), k, v)?;
                 }
             }
             _ => {
@@ -329,6 +455,7 @@ impl SandboxConfig {
             }
         }
         check_duration("rate_limit_window", self.rate_limit_window)?;
+        self.docker.validate()?;
         Ok(())
     }
 }
@@ -505,6 +632,13 @@ mod tests {
             rate_limit_window = 10
             protect_host_environ = false
             [docker]
+            image = "toolhost-test-busybox:1"
+            user = "1000:1000"
+            extra_ro_mounts = ["/usr/share/zoneinfo"]
+            tmpfs_size_mb = 16
+            pull = true
+            host = "tcp://127.0.0.1:2375"
+            warm = true
             [wasm]
             tool_dirs = ["/opt/tools"]
             builtin_tools = false
@@ -525,6 +659,11 @@ mod tests {
         assert!(!c.wasm.builtin_tools && !c.wasm.cache);
         assert_eq!(c.wasm.cpu_meter, CpuMeter::Fuel);
         assert_eq!(c.wasm.pool_size, 0);
+        assert_eq!(c.docker.image.as_deref(), Some("toolhost-test-busybox:1"));
+        assert_eq!(c.docker.user, "1000:1000");
+        assert_eq!(c.docker.tmpfs_size_mb, 16);
+        assert!(c.docker.pull && c.docker.warm);
+        assert_eq!(c.docker.host.as_deref(), Some("tcp://127.0.0.1:2375"));
     }
 
     fn err(text: &str) -> ConfigError {
@@ -563,7 +702,15 @@ mod tests {
             ("backend = \"podman\"", "backend"),
             ("rate_limit_window = 0", "rate_limit_window"),
             ("docker = 1", "docker"),
-            ("[docker]\nimage = \"x\"", "docker.image"),
+            ("[docker]\nimage = \"\"", "docker.image"),
+            ("[docker]\nimgae = \"x\"", "docker.imgae"),
+            ("[docker]\nhost = \"ssh://x\"", "docker.host"),
+            (
+                "[docker]\nextra_ro_mounts = [\"rel\"]",
+                "docker.extra_ro_mounts[0]",
+            ),
+            ("[docker]\ntmpfs_size_mb = 0", "docker.tmpfs_size_mb"),
+            ("[docker]\ntls_ca = \"/ca.pem\"", "docker.tls_ca"),
             ("[wasm]\nfuel = 1", "wasm.fuel"),
             ("[wasm]\ncpu_meter = \"cycles\"", "wasm.cpu_meter"),
             ("[wasm]\ntool_dirs = \"x\"", "wasm.tool_dirs"),

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use cap_std::fs::Dir;
 
 use crate::backend::direct::DirectBackend;
+use crate::backend::docker::DockerBackend;
 use crate::backend::wasm::{WasmBackend, WasmTarget};
 use crate::backend::{Backend, BackendKind};
 use crate::config::{ConfigError, SandboxConfig};
@@ -211,6 +212,8 @@ pub struct Sandbox {
     registry: Registry,
     /// Created on first use: the engine costs a thread and some memory.
     wasm: OnceLock<Result<WasmBackend, String>>,
+    /// Created on first use; connects to the engine on its first call.
+    docker: OnceLock<DockerBackend>,
 }
 
 impl Sandbox {
@@ -247,6 +250,7 @@ impl Sandbox {
             base_env,
             registry,
             wasm: OnceLock::new(),
+            docker: OnceLock::new(),
         })
     }
 
@@ -453,13 +457,15 @@ impl Sandbox {
                     )),
                 }
             }
-            other => Err(Outcome::new(
-                OutcomeKind::BackendUnavailable,
-                format!(
-                    "the {other} backend is not available in this version of toolhost; use \"direct\", \"wasm\" or \"auto\""
-                ),
-            )),
+            BackendKind::Docker => Ok((BackendKind::Docker, None)),
         }
+    }
+
+    /// The docker backend, created on first use (it contacts the engine on
+    /// its first call, not here).
+    pub fn docker_backend(&self) -> &DockerBackend {
+        self.docker
+            .get_or_init(|| DockerBackend::new(&self.config.docker))
     }
 
     /// The WASI tools this sandbox can run by name.
@@ -553,7 +559,17 @@ impl Sandbox {
                 Ok(v) => (Some(v), None),
                 Err(e) => (None, Some(format!("the tool returned invalid JSON: {e}"))),
             },
-            Some(Err(message)) => (None, Some(message)),
+            Some(Err(mut message)) => {
+                if message.len() > cap {
+                    let mut end = cap;
+                    while !message.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    message.truncate(end);
+                    run.truncated = true;
+                }
+                (None, Some(message))
+            }
             None => (None, Some(run.outcome.message.clone())),
         };
         if error.is_some() && run.outcome.kind == OutcomeKind::Exited && run.returncode == Some(0) {
@@ -601,11 +617,12 @@ impl Sandbox {
                     Duration::ZERO,
                 ),
             },
-            other => RunOutput::refused(
-                other,
+            BackendKind::Docker => self.docker_backend().run(plan).await,
+            BackendKind::Auto => RunOutput::refused(
+                BackendKind::Auto,
                 Outcome::new(
-                    OutcomeKind::BackendUnavailable,
-                    format!("the {other} backend is not available in this version of toolhost"),
+                    OutcomeKind::InvalidRequest,
+                    "a plan names the backend that runs it; auto is resolved by plan()",
                 ),
                 Duration::ZERO,
             ),

@@ -14,6 +14,7 @@ use crate::outcome::RunOutput;
 use crate::sandbox::ExecPlan;
 
 pub mod direct;
+pub mod docker;
 pub mod wasm;
 
 /// Which backend runs a call.
@@ -22,7 +23,7 @@ pub mod wasm;
 pub enum BackendKind {
     /// A native subprocess.
     Direct,
-    /// An ephemeral container per call (not available in this version).
+    /// An ephemeral, locked-down container per call on a Docker engine.
     Docker,
     /// A WASI tool in wasmtime.
     Wasm,

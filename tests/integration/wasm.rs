@@ -1031,7 +1031,21 @@ async fn typed_tools_keep_the_limits_and_names_must_match() {
         .call_tool("text-stats", &serde_json::json!({"text": "small"}), None)
         .await;
     assert!(r.is_ok(), "{r:?}");
-    // The output cap holds for a typed tool's result too.
+    // The output cap holds for a typed tool's result and error too.
+    let long = "x".repeat(3000);
+    let (_t3, capped) = setup(SandboxConfig {
+        max_output_bytes: 1000,
+        ..wasm_config()
+    });
+    let r = capped
+        .call_tool("file-digest", &serde_json::json!({"paths": [long]}), None)
+        .await;
+    let e = r.error.as_deref().unwrap_or("");
+    assert!(
+        r.run.truncated && !e.is_empty() && e.len() <= 800,
+        "{}",
+        e.len()
+    );
     let (t2, small) = setup(SandboxConfig {
         max_output_bytes: 1000,
         ..wasm_config()
@@ -1110,4 +1124,83 @@ fn call_subcommand_prints_json_results_and_exit_codes() {
         .expect("listed");
     assert_eq!(stats["kind"], "typed");
     assert_eq!(stats["input_schema"]["required"][0], "text");
+}
+
+/// From a review: the file budget is decided by what a descriptor is (not its
+/// number), bounds where a write lands (not only how much is written), and
+/// counts growth by resizing.
+#[tokio::test]
+async fn file_budget_holds_against_renumbering_sparse_offsets_and_resizes() {
+    let (t, sb) = setup_p2(SandboxConfig {
+        max_file_size_mb: 1,
+        ..wasm_config()
+    });
+    let len = |name: &str| {
+        std::fs::metadata(t.ws().join(name))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    // A file moved onto fd 1 is still a file (preview 1).
+    let r = probe(&sb, &["renumber", "moved", "10000000"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::FileSizeLimit, "{r:?}");
+    assert!(len("moved") <= 1 << 20, "{}", len("moved"));
+    let r = probe(&sb, &["renumber", "moved-small", "100000"]).await;
+    assert!(r.success() && r.stderr.contains("wrote"), "{r:?}");
+    for (which, run) in [("p1", false), ("p2", true)] {
+        let call = |args: Vec<String>| {
+            let sb = &sb;
+            async move {
+                let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                if run {
+                    probe2(sb, &a).await
+                } else {
+                    probe(sb, &a).await
+                }
+            }
+        };
+        // One byte at 1 TiB would make a 1 TiB file.
+        let f = format!("sparse-{which}");
+        let r = call(vec!["sparse".into(), f.clone(), (1u64 << 40).to_string()]).await;
+        assert_eq!(r.outcome.kind, OutcomeKind::FileSizeLimit, "{which}: {r:?}");
+        assert!(len(&f) <= 1 << 20, "{which}: {}", len(&f));
+        // Allowed twin: inside the limit.
+        let f = format!("sparse-ok-{which}");
+        let r = call(vec!["sparse".into(), f.clone(), "100000".into()]).await;
+        assert!(r.success(), "{which}: {r:?}");
+        assert_eq!(len(&f), 100001, "{which}");
+        // Three files grown to 512 KiB each: 1.5 MiB of growth in one call.
+        let prefix = format!("grown-{which}-");
+        let r = call(vec![
+            "setsize".into(),
+            prefix.clone(),
+            "3".into(),
+            "524288".into(),
+        ])
+        .await;
+        assert_eq!(r.outcome.kind, OutcomeKind::FileSizeLimit, "{which}: {r:?}");
+        let total: u64 = (0..3).map(|i| len(&format!("{prefix}{i}"))).sum();
+        assert!(total <= 1 << 20, "{which}: {total}");
+        // Allowed twin: two of them fit.
+        let prefix = format!("grown-ok-{which}-");
+        let r = call(vec!["setsize".into(), prefix, "2".into(), "524288".into()]).await;
+        assert!(r.success(), "{which}: {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_huge_file_named_as_a_tool_is_refused_without_reading_it() {
+    let (t, sb) = setup(wasm_config());
+    let f = std::fs::File::create(t.ws().join("huge.wasm")).unwrap();
+    f.set_len(1 << 40).unwrap();
+    drop(f);
+    let r = sb.run(RunRequest::new(["./huge.wasm"])).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::PermissionDenied, "{r:?}");
+    assert!(r.outcome.message.contains("too large"), "{r:?}");
+    let r = sb
+        .call_tool("./huge.wasm", &serde_json::json!({}), None)
+        .await;
+    assert_eq!(r.run.outcome.kind, OutcomeKind::PermissionDenied, "{r:?}");
+    // Allowed twin: the probe next to it runs.
+    let r = probe(&sb, &["exit", "0"]).await;
+    assert!(r.success(), "{r:?}");
 }

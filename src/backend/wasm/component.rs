@@ -70,7 +70,7 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
          (fd, buf, offset): (Resource<Descriptor>, Vec<u8>, u64)| {
             Box::new(async move {
                 let budget = store.data().common.files.clone();
-                if !budget.admit(buf.len() as u64) {
+                if !budget.admit_write(offset, buf.len() as u64) {
                     return Ok((Err(ErrorCode::FileTooLarge),));
                 }
                 let mut view = store.data_mut().filesystem();
@@ -89,12 +89,17 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
         |mut store: StoreContextMut<'_, CState>, (fd, size): (Resource<Descriptor>, u64)| {
             Box::new(async move {
                 let budget = store.data().common.files.clone();
-                if !budget.admit_size(size) {
+                let mut view = store.data_mut().filesystem();
+                let current = file_size(&mut view, &fd).await;
+                let growth = size.saturating_sub(current.unwrap_or(size));
+                if !budget.admit_resize(size, growth) {
                     return Ok((Err(ErrorCode::FileTooLarge),));
                 }
-                let mut view = store.data_mut().filesystem();
                 match HostDescriptor::set_size(&mut view, fd, size).await {
-                    Ok(()) => Ok((Ok(()),)),
+                    Ok(()) => {
+                        budget.add(growth);
+                        Ok((Ok(()),))
+                    }
                     Err(e) => Ok((Err(view.convert_error_code(e)?),)),
                 }
             })
@@ -106,16 +111,21 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
             let budget = store.data().common.files.clone();
             let mut view = store.data_mut().filesystem();
             let r = HostDescriptor::write_via_stream(&mut view, fd, offset);
-            wrap_stream(&mut view, budget, r)
+            wrap_stream(&mut view, budget, offset, r)
         },
     )?;
-    fs.func_wrap(
+    fs.func_wrap_async(
         "[method]descriptor.append-via-stream",
         |mut store: StoreContextMut<'_, CState>, (fd,): (Resource<Descriptor>,)| {
-            let budget = store.data().common.files.clone();
-            let mut view = store.data_mut().filesystem();
-            let r = HostDescriptor::append_via_stream(&mut view, fd);
-            wrap_stream(&mut view, budget, r)
+            Box::new(async move {
+                let budget = store.data().common.files.clone();
+                let mut view = store.data_mut().filesystem();
+                // Appends start at the end: a file already at the limit
+                // cannot grow through its append stream.
+                let end = file_size(&mut view, &fd).await.unwrap_or(0);
+                let r = HostDescriptor::append_via_stream(&mut view, fd);
+                wrap_stream(&mut view, budget, end, r)
+            })
         },
     )?;
     Ok(linker)
@@ -123,11 +133,25 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
 
 type StreamReturn = (Result<Resource<DynOutputStream>, ErrorCode>,);
 
+/// The size of the file a descriptor refers to (`None` if it cannot be
+/// stat'ed: the real call then reports the error).
+async fn file_size(
+    view: &mut wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_>,
+    fd: &Resource<Descriptor>,
+) -> Option<u64> {
+    let borrowed = Resource::<Descriptor>::new_borrow(fd.rep());
+    HostDescriptor::stat(view, borrowed)
+        .await
+        .ok()
+        .map(|st| st.size)
+}
+
 /// Replaces a file output stream in the table by one that counts its bytes
-/// against the call's budget.
+/// against the call's budget, starting at offset `pos` of the file.
 fn wrap_stream(
     view: &mut wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_>,
     budget: Arc<FileBudget>,
+    pos: u64,
     r: wasmtime_wasi::p2::FsResult<Resource<DynOutputStream>>,
 ) -> wasmtime::Result<StreamReturn> {
     let stream = match r {
@@ -135,14 +159,16 @@ fn wrap_stream(
         Err(e) => return Ok((Err(view.convert_error_code(e)?),)),
     };
     let inner = view.table.delete(stream)?;
-    let wrapped: DynOutputStream = Box::new(BudgetedStream { inner, budget });
+    let wrapped: DynOutputStream = Box::new(BudgetedStream { inner, budget, pos });
     Ok((Ok(view.table.push(wrapped)?),))
 }
 
-/// A file output stream held to the call's file budget.
+/// A file output stream held to the call's file budget: the total written,
+/// and the offset it writes at (no file grows past the limit).
 struct BudgetedStream {
     inner: DynOutputStream,
     budget: Arc<FileBudget>,
+    pos: u64,
 }
 
 #[wasmtime_wasi::async_trait]
@@ -156,13 +182,14 @@ impl Pollable for BudgetedStream {
 impl OutputStream for BudgetedStream {
     fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
         let n = bytes.len() as u64;
-        if !self.budget.admit(n) {
+        if !self.budget.admit_write(self.pos, n) {
             return Err(StreamError::LastOperationFailed(wasmtime::format_err!(
                 "file size limit: the call's file-write budget is used up"
             )));
         }
         self.inner.write(bytes)?;
         self.budget.add(n);
+        self.pos = self.pos.saturating_add(n);
         Ok(())
     }
 

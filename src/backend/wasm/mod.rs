@@ -60,6 +60,17 @@ pub fn fuel_used_by_last_call() -> Option<u64> {
     (v != u64::MAX).then_some(v)
 }
 
+/// Core instances one component may hold in the pool (a Rust wasip2 component
+/// has 3: its module, a shim and a fixup module).
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 8;
+
+/// Largest WebAssembly file accepted as a tool.
+const MAX_TOOL_BYTES: u64 = 256 << 20;
+
+/// Largest description and input schema a typed tool may declare.
+const MAX_DESCRIPTION_BYTES: usize = 4096;
+const MAX_SCHEMA_BYTES: usize = 64 << 10;
+
 /// Largest table a guest may grow to (elements).
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
@@ -156,14 +167,27 @@ impl FileBudget {
         }
     }
 
-    /// Whether a file may be truncated or extended to `size` bytes.
-    pub(crate) fn admit_size(&self, size: u64) -> bool {
+    /// Whether `len` bytes may be written at offset `start` of a file: the
+    /// call's total stays within the budget and no file grows past it.
+    pub(crate) fn admit_write(&self, start: u64, len: u64) -> bool {
+        match self.limit {
+            Some(limit) if start.saturating_add(len) > limit => {
+                self.hit.store(true, Relaxed);
+                false
+            }
+            _ => self.admit(len),
+        }
+    }
+
+    /// Whether a file may be resized to `size` bytes, growing it by `growth`
+    /// (which counts against the total, as written bytes do).
+    pub(crate) fn admit_resize(&self, size: u64, growth: u64) -> bool {
         match self.limit {
             Some(limit) if size > limit => {
                 self.hit.store(true, Relaxed);
                 false
             }
-            _ => true,
+            _ => self.admit(growth),
         }
     }
 
@@ -243,13 +267,15 @@ fn engine_config(meter: CpuMeter, pool_size: u32) -> Config {
         // Reused slots (memories, tables, async stacks) instead of an mmap and
         // munmap per call: measured about 20% faster at p50 and 2x better at p99
         // here. wasmtime resets each slot before reuse. A component instance
-        // (preview 2) holds a few core instances and tables.
+        // (preview 2) holds a few core instances and tables; each is capped
+        // per component, so one call can never take another call's slots.
         let mut p = wasmtime::PoolingAllocationConfig::new();
         p.total_component_instances(pool_size)
-            .total_core_instances(pool_size.saturating_mul(4))
+            .total_core_instances(pool_size.saturating_mul(MAX_CORE_INSTANCES_PER_COMPONENT))
             .total_memories(pool_size.saturating_mul(2))
             .total_tables(pool_size.saturating_mul(4))
             .total_stacks(pool_size)
+            .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
             .max_memories_per_component(2)
             .max_tables_per_component(4);
         // Reset a reused memory by rewriting only its dirty pages (PAGEMAP_SCAN,
@@ -346,8 +372,22 @@ impl WasmEngine {
         if let Some(l) = self.lock_loaded().get(&key) {
             return Ok(l.clone());
         }
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| {
+        if meta.len() > MAX_TOOL_BYTES {
+            return Err(fail(
+                OutcomeKind::PermissionDenied,
+                format!(
+                    "{}: {} bytes is too large for a WebAssembly tool (at most {MAX_TOOL_BYTES})",
+                    tool.name,
+                    meta.len()
+                ),
+            ));
+        }
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(&mut file, MAX_TOOL_BYTES),
+            &mut bytes,
+        )
+        .map_err(|e| {
             fail(
                 OutcomeKind::LaunchFailed,
                 format!("{}: {}", tool.name, os_reason(&e)),
@@ -463,7 +503,54 @@ macro_rules! call_p1 {
     }};
 }
 
-/// The preview-1 linker, with the file-writing calls wrapped by the file budget.
+/// Where a preview-1 write to `fd` would start, if `fd` is a regular file:
+/// `at` for a positioned write, else the file's size when it was opened for
+/// appending, else its current offset. `None` when `fd` is anything else
+/// (stdio, a directory, a bad descriptor: the real call decides those).
+async fn file_write_start(caller: &mut Caller<'_, State>, fd: i32, at: Option<u64>) -> Option<u64> {
+    use wasmtime_wasi::p1::types;
+    use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
+    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
+        return None;
+    };
+    let (mem, state) = m.data_and_store_mut(&mut *caller);
+    let ctx = &mut state.wasi;
+    let mut mem = wiggle::GuestMemory::Unshared(mem);
+    let fd = types::Fd::from(fd as u32);
+    let st = P1::fd_fdstat_get(ctx, &mut mem, fd).await.ok()?;
+    if st.fs_filetype != types::Filetype::RegularFile {
+        return None;
+    }
+    if let Some(at) = at {
+        return Some(at);
+    }
+    if st.fs_flags.contains(types::Fdflags::APPEND) {
+        return P1::fd_filestat_get(ctx, &mut mem, fd)
+            .await
+            .ok()
+            .map(|f| f.size);
+    }
+    P1::fd_tell(ctx, &mut mem, fd).ok()
+}
+
+/// The current size of the regular file `fd`, if it is one.
+async fn file_size(caller: &mut Caller<'_, State>, fd: i32) -> Option<u64> {
+    use wasmtime_wasi::p1::types;
+    use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
+    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
+        return None;
+    };
+    let (mem, state) = m.data_and_store_mut(&mut *caller);
+    let mut mem = wiggle::GuestMemory::Unshared(mem);
+    let f = P1::fd_filestat_get(&mut state.wasi, &mut mem, types::Fd::from(fd as u32))
+        .await
+        .ok()?;
+    (f.filetype == types::Filetype::RegularFile).then_some(f.size)
+}
+
+/// The preview-1 linker, with the file-writing calls wrapped by the file
+/// budget. Whether a write goes to a file is decided by the descriptor's type,
+/// not its number (a guest can renumber a file onto fd 1).
 fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
     let mut linker: Linker<State> = Linker::new(engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut State| &mut s.wasi)?;
@@ -475,17 +562,18 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         "fd_write",
         |mut caller: Caller<'_, State>, (fd, iovs, n, nwritten): (i32, i32, i32, i32)| {
             Box::new(async move {
-                if fd > 2 {
-                    let Some(want) = iov_total(&mut caller, iovs, n) else {
+                let start = file_write_start(&mut caller, fd, None).await;
+                if let Some(start) = start {
+                    let Some(want) = iov_first(&mut caller, iovs, n) else {
                         return Ok(ERRNO_FAULT);
                     };
-                    if !caller.data().common.files.admit(want) {
+                    if !caller.data().common.files.admit_write(start, want) {
                         return Ok(ERRNO_FBIG);
                     }
                 }
                 let r: wasmtime::Result<i32> = call_p1!(caller, fd_write(fd, iovs, n, nwritten));
                 let r = r?;
-                if fd > 2 && r == 0 {
+                if start.is_some() && r == 0 {
                     count_written(&mut caller, nwritten);
                 }
                 Ok(r)
@@ -498,16 +586,19 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         |mut caller: Caller<'_, State>,
          (fd, iovs, n, offset, nwritten): (i32, i32, i32, i64, i32)| {
             Box::new(async move {
-                let Some(want) = iov_total(&mut caller, iovs, n) else {
-                    return Ok(ERRNO_FAULT);
-                };
-                if !caller.data().common.files.admit(want) {
-                    return Ok(ERRNO_FBIG);
+                let start = file_write_start(&mut caller, fd, Some(offset as u64)).await;
+                if let Some(start) = start {
+                    let Some(want) = iov_first(&mut caller, iovs, n) else {
+                        return Ok(ERRNO_FAULT);
+                    };
+                    if !caller.data().common.files.admit_write(start, want) {
+                        return Ok(ERRNO_FBIG);
+                    }
                 }
                 let r: wasmtime::Result<i32> =
                     call_p1!(caller, fd_pwrite(fd, iovs, n, offset, nwritten));
                 let r = r?;
-                if r == 0 {
+                if start.is_some() && r == 0 {
                     count_written(&mut caller, nwritten);
                 }
                 Ok(r)
@@ -519,19 +610,30 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         "fd_filestat_set_size",
         |mut caller: Caller<'_, State>, (fd, size): (i32, i64)| {
             Box::new(async move {
-                if !caller.data().common.files.admit_size(size as u64) {
+                let size = size as u64;
+                let growth = match file_size(&mut caller, fd).await {
+                    Some(current) => size.saturating_sub(current),
+                    None => 0,
+                };
+                if !caller.data().common.files.admit_resize(size, growth) {
                     return Ok(ERRNO_FBIG);
                 }
-                let r: wasmtime::Result<i32> = call_p1!(caller, fd_filestat_set_size(fd, size));
-                r
+                let r: wasmtime::Result<i32> =
+                    call_p1!(caller, fd_filestat_set_size(fd, size as i64));
+                let r = r?;
+                if r == 0 {
+                    caller.data().common.files.add(growth);
+                }
+                Ok(r)
             })
         },
     )?;
     Ok(linker)
 }
 
-/// Sum of the lengths of an iovec array in guest memory; `None` if out of bounds.
-fn iov_total(caller: &mut Caller<'_, State>, iovs: i32, n: i32) -> Option<u64> {
+/// Length of the first non-empty iovec of an array in guest memory (what a
+/// preview-1 write of wasmtime-wasi writes at most); `None` if out of bounds.
+fn iov_first(caller: &mut Caller<'_, State>, iovs: i32, n: i32) -> Option<u64> {
     let mem = caller.get_export("memory")?.into_memory()?;
     let data = mem.data(&*caller);
     let (start, n) = (iovs as u32 as usize, n as u32 as usize);
@@ -540,7 +642,8 @@ fn iov_total(caller: &mut Caller<'_, State>, iovs: i32, n: i32) -> Option<u64> {
         bytes
             .chunks_exact(8)
             .map(|iov| u32::from_le_bytes([iov[4], iov[5], iov[6], iov[7]]) as u64)
-            .sum(),
+            .find(|len| *len > 0)
+            .unwrap_or(0),
     )
 }
 
@@ -551,10 +654,33 @@ fn count_written(caller: &mut Caller<'_, State>, ptr: i32) {
     let p = ptr as u32 as usize;
     let n = mem
         .data(&*caller)
-        .get(p..p + 4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64)
+        .get(p..p.saturating_add(4))
+        .and_then(|b| b.try_into().ok())
+        .map(|b: [u8; 4]| u32::from_le_bytes(b) as u64)
         .unwrap_or(0);
     caller.data().common.files.add(n);
+}
+
+/// An instantiation that failed (a link or pool error, not the guest's own
+/// trap): reported as `launch_failed`.
+#[derive(Debug)]
+struct InstantiateFailed(String);
+
+impl std::fmt::Display for InstantiateFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot instantiate: {}", self.0)
+    }
+}
+
+impl std::error::Error for InstantiateFailed {}
+
+fn instantiation(e: wasmtime::Error) -> wasmtime::Error {
+    // A trap in a start function, or the limiter refusing the initial memory,
+    // stays what it is.
+    if e.downcast_ref::<Trap>().is_some() {
+        return e;
+    }
+    wasmtime::Error::new(InstantiateFailed(first_line(&e)))
 }
 
 fn first_line(e: &impl std::fmt::Display) -> String {
@@ -641,7 +767,10 @@ impl WasmBackend {
                 let pre = pre.clone();
                 self.execute(limits, state, move |store| {
                     Box::pin(async move {
-                        let instance = pre.instantiate_async(&mut *store).await?;
+                        let instance = pre
+                            .instantiate_async(&mut *store)
+                            .await
+                            .map_err(instantiation)?;
                         let main = instance.get_typed_func::<(), ()>(&mut *store, "_start")?;
                         main.call_async(&mut *store, ()).await
                     })
@@ -653,7 +782,10 @@ impl WasmBackend {
                 let pre = pre.clone();
                 self.execute(limits, state, move |store| {
                     Box::pin(async move {
-                        let cmd = pre.instantiate_async(&mut *store).await?;
+                        let cmd = pre
+                            .instantiate_async(&mut *store)
+                            .await
+                            .map_err(instantiation)?;
                         match cmd.wasi_cli_run().call_run(&mut *store).await? {
                             Ok(()) => Ok(()),
                             Err(()) => Err(I32Exit(1).into()),
@@ -702,7 +834,10 @@ impl WasmBackend {
         let ended = self
             .execute(limits, state, move |store| {
                 Box::pin(async move {
-                    let t = pre.instantiate_async(&mut *store).await?;
+                    let t = pre
+                        .instantiate_async(&mut *store)
+                        .await
+                        .map_err(instantiation)?;
                     t.toolhost_tool_typed_tool()
                         .call_describe(&mut *store)
                         .await
@@ -717,6 +852,16 @@ impl WasmBackend {
             return Err(fail(format!(
                 "the tool calls itself {:?}; its file must be named {:?}.wasm",
                 got.name, got.name
+            )));
+        }
+        if got.description.len() > MAX_DESCRIPTION_BYTES {
+            return Err(fail(format!(
+                "its description is longer than {MAX_DESCRIPTION_BYTES} bytes"
+            )));
+        }
+        if got.input_schema.len() > MAX_SCHEMA_BYTES {
+            return Err(fail(format!(
+                "its input schema is longer than {MAX_SCHEMA_BYTES} bytes"
             )));
         }
         let input_schema: serde_json::Value = serde_json::from_str(&got.input_schema)
@@ -771,7 +916,10 @@ impl WasmBackend {
         let ended = self
             .execute(&plan.limits, state, move |store| {
                 Box::pin(async move {
-                    let t = pre.instantiate_async(&mut *store).await?;
+                    let t = pre
+                        .instantiate_async(&mut *store)
+                        .await
+                        .map_err(instantiation)?;
                     t.toolhost_tool_typed_tool()
                         .call_call(&mut *store, &input)
                         .await
@@ -1119,6 +1267,9 @@ fn classify(
             ),
             None,
         );
+    }
+    if let Some(i) = e.downcast_ref::<InstantiateFailed>() {
+        return (Outcome::new(OutcomeKind::LaunchFailed, i.to_string()), None);
     }
     let message = match trap {
         Some(t) => t.to_string(),

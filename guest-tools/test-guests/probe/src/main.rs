@@ -194,6 +194,71 @@ fn main() {
             }
             println!("{}", r(0));
         }
+        "renumber" => {
+            // renumber PATH BYTES: move a new file onto fd 1 (stdout) and write
+            // BYTES through "stdout"; report on stderr. Preview 1 only.
+            #[cfg(target_env = "p1")]
+            {
+                use std::os::fd::AsRawFd;
+                #[link(wasm_import_module = "wasi_snapshot_preview1")]
+                unsafe extern "C" {
+                    fn fd_renumber(from: u32, to: u32) -> u16;
+                }
+                let f = std::fs::File::create(arg(2)).unwrap();
+                // SAFETY: both are descriptors of this process.
+                let r = unsafe { fd_renumber(f.as_raw_fd() as u32, 1) };
+                std::mem::forget(f);
+                eprintln!("renumber: {r}");
+                let chunk = vec![b'r'; 64 * 1024];
+                let mut done = 0u64;
+                let mut out = std::io::stdout();
+                while done < num(3) {
+                    if let Err(e) = out.write_all(&chunk).and_then(|_| out.flush()) {
+                        eprintln!("ERR after {done}: {e}");
+                        std::process::exit(3);
+                    }
+                    done += chunk.len() as u64;
+                }
+                eprintln!("wrote {done}");
+            }
+            #[cfg(not(target_env = "p1"))]
+            {
+                eprintln!("renumber: preview 1 only");
+                std::process::exit(2);
+            }
+        }
+        "sparse" => {
+            // sparse PATH OFFSET: write one byte at OFFSET (seek, then write).
+            use std::io::{Seek, SeekFrom};
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(arg(2))
+                .unwrap();
+            let r = f
+                .seek(SeekFrom::Start(num(3)))
+                .and_then(|_| f.write_all(b"s"))
+                .and_then(|_| f.flush());
+            match r {
+                Ok(()) => println!("wrote 1 at {}", num(3)),
+                Err(e) => {
+                    println!("ERR {e}");
+                    std::process::exit(3);
+                }
+            }
+        }
+        "setsize" => {
+            // setsize PREFIX N SIZE: resize N new files to SIZE bytes each.
+            for i in 0..num(3) {
+                let f = std::fs::File::create(format!("{}{i}", arg(2))).unwrap();
+                if let Err(e) = f.set_len(num(4)) {
+                    println!("ERR at file {i}: {e}");
+                    std::process::exit(3);
+                }
+            }
+            println!("resized {}", num(3));
+        }
         "plant" => {
             // plant CANARY [--scan]: fill 4 MiB of heap with the canary reversed
             // (so the argument itself never matches), leave it there and exit;

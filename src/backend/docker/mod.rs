@@ -1,0 +1,875 @@
+//! The `docker` backend: an ephemeral, locked-down container per call, on a
+//! real Docker engine (the local socket, or a remote engine over TCP/TLS).
+//!
+//! Invariants: every container is created with no network (unless the plan
+//! allows it), all capabilities dropped, no-new-privileges, a read-only root,
+//! a size-limited tmpfs at /tmp, memory = memory+swap, a pids limit, CPU and
+//! file-size ulimits, a non-root user, an init process (so the tool gets
+//! normal signal semantics), and only the allowed dirs (and configured
+//! read-only extras) bind-mounted, each at its own path. Each container
+//! carries toolhost's labels and is removed in every case: success, error,
+//! timeout, and a dropped call future (a removal is spawned). Containers left
+//! by a toolhost process that died are removed when the next one connects.
+//!
+//! Warm mode (`[docker] warm = true`) keeps one container per backend and
+//! runs each call as an `exec` in it, with the same limits; see the README for
+//! what it gives up.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits};
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, CreateImageOptions, KillContainerOptions,
+    ListContainersOptions, RemoveContainerOptions, WaitContainerOptions,
+};
+use futures_util::{Stream, StreamExt};
+use tokio::io::AsyncWriteExt;
+
+use crate::backend::BackendKind;
+use crate::config::DockerConfig;
+use crate::outcome::{Outcome, OutcomeKind, RunOutput};
+use crate::output::CappedBuffer;
+use crate::sandbox::ExecPlan;
+
+/// Label every toolhost container carries.
+pub const LABEL: &str = "toolhost";
+/// Label naming the backend instance (the session) a container belongs to.
+pub const LABEL_SESSION: &str = "toolhost.session";
+/// Label naming the process that owns a container: `HOST/PID/STARTTIME`.
+pub const LABEL_OWNER: &str = "toolhost.owner";
+
+/// Seconds bollard waits for an engine request.
+const REQUEST_TIMEOUT_SECS: u64 = 120;
+
+/// Cleanup of dead owners' containers runs once per process.
+static CLEANED: AtomicBool = AtomicBool::new(false);
+
+/// Runs plans in containers.
+pub struct DockerBackend {
+    config: DockerConfig,
+    session: String,
+    counter: AtomicU64,
+    client: tokio::sync::OnceCell<Result<Docker, String>>,
+    image_ok: AtomicBool,
+    warm: tokio::sync::Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for DockerBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerBackend")
+            .field("session", &self.session)
+            .field("image", &self.config.image)
+            .finish()
+    }
+}
+
+/// This process, as the owner label spells it.
+fn owner() -> String {
+    format!(
+        "{}/{}/{}",
+        hostname(),
+        std::process::id(),
+        start_time(std::process::id())
+    )
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// A process's start time (clock ticks since boot, from /proc), "0" if unknown.
+fn start_time(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            // Field 22, counted after the command name's closing parenthesis.
+            let rest = &s[s.rfind(')')? + 1..];
+            rest.split_whitespace().nth(19).map(str::to_string)
+        })
+        .unwrap_or_else(|| "0".into())
+}
+
+/// Whether the owner a label names is a live process on this host.
+fn owner_alive(owner: &str) -> bool {
+    let mut parts = owner.split('/');
+    let (Some(host), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
+        return true;
+    };
+    if host != hostname() {
+        // Another machine's process: not ours to judge.
+        return true;
+    }
+    match pid.parse::<u32>() {
+        Ok(pid) => start_time(pid) == start,
+        Err(_) => true,
+    }
+}
+
+fn unavailable(msg: impl Into<String>) -> Outcome {
+    Outcome::new(OutcomeKind::BackendUnavailable, msg)
+}
+
+fn engine_error(e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn status(e: &bollard::errors::Error) -> Option<u16> {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+impl DockerBackend {
+    /// A backend for this `[docker]` config; nothing is contacted until a call.
+    pub fn new(config: &DockerConfig) -> Self {
+        let session = format!(
+            "{:x}{:x}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+                & 0xffff_ffff_ffff
+        );
+        DockerBackend {
+            config: config.clone(),
+            session,
+            counter: AtomicU64::new(0),
+            client: tokio::sync::OnceCell::new(),
+            image_ok: AtomicBool::new(false),
+            warm: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// This backend's session id (the value of the `toolhost.session` label).
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// The engine address this backend talks to.
+    pub fn engine_address(&self) -> String {
+        self.config
+            .host
+            .clone()
+            .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()))
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".into())
+    }
+
+    fn connect(&self) -> Result<Docker, String> {
+        let addr = self.engine_address();
+        let version = bollard::API_DEFAULT_VERSION;
+        let fail =
+            |e: bollard::errors::Error| format!("cannot use the Docker engine at {addr}: {e}");
+        if let Some(path) = addr.strip_prefix("unix://") {
+            #[cfg(unix)]
+            return Docker::connect_with_unix(path, REQUEST_TIMEOUT_SECS, version).map_err(fail);
+            #[cfg(not(unix))]
+            {
+                let _ = path;
+                return Err(format!(
+                    "{addr}: unix sockets are not available on this platform"
+                ));
+            }
+        }
+        let tls = match (
+            &self.config.tls_ca,
+            &self.config.tls_cert,
+            &self.config.tls_key,
+        ) {
+            (Some(ca), Some(cert), Some(key)) => Some((ca.clone(), cert.clone(), key.clone())),
+            _ if std::env::var("DOCKER_TLS_VERIFY").is_ok_and(|v| !v.is_empty() && v != "0") => {
+                let dir = std::env::var("DOCKER_CERT_PATH").map_err(|_| {
+                    "DOCKER_TLS_VERIFY is set but DOCKER_CERT_PATH is not".to_string()
+                })?;
+                let dir = std::path::PathBuf::from(dir);
+                Some((
+                    dir.join("ca.pem"),
+                    dir.join("cert.pem"),
+                    dir.join("key.pem"),
+                ))
+            }
+            _ => None,
+        };
+        match tls {
+            Some((ca, cert, key)) => {
+                let addr = addr.replacen("tcp://", "https://", 1);
+                Docker::connect_with_ssl(&addr, &key, &cert, &ca, REQUEST_TIMEOUT_SECS, version)
+                    .map_err(fail)
+            }
+            None if addr.starts_with("https://") => Err(format!(
+                "{addr}: an https engine needs [docker] tls_ca, tls_cert and tls_key (or DOCKER_TLS_VERIFY and DOCKER_CERT_PATH)"
+            )),
+            None => Docker::connect_with_http(&addr, REQUEST_TIMEOUT_SECS, version).map_err(fail),
+        }
+    }
+
+    /// The engine client: connected, version negotiated, and (once per
+    /// process) containers of dead toolhost processes removed.
+    pub async fn client(&self) -> Result<&Docker, Outcome> {
+        let r = self
+            .client
+            .get_or_init(|| async {
+                let docker = self.connect()?;
+                let docker = docker.negotiate_version().await.map_err(|e| {
+                    format!(
+                        "the Docker engine at {} is unreachable: {}",
+                        self.engine_address(),
+                        engine_error(&e)
+                    )
+                })?;
+                if !CLEANED.swap(true, Ordering::SeqCst) {
+                    let n = remove_dead_owners(&docker).await;
+                    if n > 0 {
+                        tracing::info!(
+                            "removed {n} container(s) left by toolhost processes that died"
+                        );
+                    }
+                }
+                Ok(docker)
+            })
+            .await;
+        r.as_ref().map_err(|e| unavailable(e.clone()))
+    }
+
+    async fn ensure_image(&self, docker: &Docker) -> Result<String, Outcome> {
+        let Some(image) = self.config.image.clone() else {
+            return Err(unavailable(
+                "the docker backend needs an image: set [docker] image in the config (the README shows how to build a small one)",
+            ));
+        };
+        if self.image_ok.load(Ordering::Relaxed) {
+            return Ok(image);
+        }
+        match docker.inspect_image(&image).await {
+            Ok(_) => {}
+            Err(e) if status(&e) == Some(404) && self.config.pull => {
+                let opts = CreateImageOptions {
+                    from_image: Some(image.clone()),
+                    ..Default::default()
+                };
+                let mut pull = docker.create_image(Some(opts), None, None);
+                while let Some(step) = pull.next().await {
+                    if let Err(e) = step {
+                        return Err(unavailable(format!(
+                            "cannot pull image {image}: {}",
+                            engine_error(&e)
+                        )));
+                    }
+                }
+            }
+            Err(e) if status(&e) == Some(404) => {
+                return Err(unavailable(format!(
+                    "image {image} is not on the Docker engine and [docker] pull is false: build it (`docker build -t {image} DIR`) or pull it (`docker pull {image}`), or set [docker] pull = true"
+                )));
+            }
+            Err(e) => {
+                return Err(unavailable(format!(
+                    "cannot inspect image {image}: {}",
+                    engine_error(&e)
+                )));
+            }
+        }
+        self.image_ok.store(true, Ordering::Relaxed);
+        Ok(image)
+    }
+
+    fn labels(&self) -> HashMap<String, String> {
+        HashMap::from([
+            (LABEL.to_string(), "1".to_string()),
+            (LABEL_SESSION.to_string(), self.session.clone()),
+            (LABEL_OWNER.to_string(), owner()),
+        ])
+    }
+
+    /// The container's host config: isolation and limits from the plan.
+    fn host_config(&self, plan: &ExecPlan) -> HostConfig {
+        let limits = &plan.limits;
+        let mut mounts: Vec<Mount> = plan
+            .mounts
+            .iter()
+            .map(|m| Mount {
+                target: Some(m.path.to_string_lossy().into_owned()),
+                source: Some(m.path.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(m.read_only),
+                ..Default::default()
+            })
+            .collect();
+        for p in &self.config.extra_ro_mounts {
+            mounts.push(Mount {
+                target: Some(p.to_string_lossy().into_owned()),
+                source: Some(p.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
+        let mut ulimits = Vec::new();
+        if let Some(s) = limits.cpu_seconds {
+            let s = i64::try_from(s).unwrap_or(i64::MAX);
+            ulimits.push(ResourcesUlimits {
+                name: Some("cpu".into()),
+                soft: Some(s),
+                hard: Some(s.saturating_add(1)),
+            });
+        }
+        if let Some(b) = limits.file_size_bytes {
+            let b = i64::try_from(b).unwrap_or(i64::MAX);
+            ulimits.push(ResourcesUlimits {
+                name: Some("fsize".into()),
+                soft: Some(b),
+                hard: Some(b),
+            });
+        }
+        ulimits.push(ResourcesUlimits {
+            name: Some("core".into()),
+            soft: Some(0),
+            hard: Some(0),
+        });
+        let memory = limits
+            .memory_bytes
+            .map(|b| i64::try_from(b).unwrap_or(i64::MAX));
+        HostConfig {
+            mounts: Some(mounts),
+            network_mode: Some(if plan.allow_network { "bridge" } else { "none" }.into()),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            readonly_rootfs: Some(true),
+            tmpfs: Some(HashMap::from([(
+                "/tmp".to_string(),
+                format!("rw,nosuid,nodev,size={}m", self.config.tmpfs_size_mb),
+            )])),
+            memory,
+            memory_swap: memory,
+            pids_limit: limits
+                .processes
+                .map(|p| i64::try_from(p).unwrap_or(i64::MAX)),
+            ulimits: Some(ulimits),
+            init: Some(true),
+            ipc_mode: Some("private".into()),
+            ..Default::default()
+        }
+    }
+
+    fn next_name(&self) -> String {
+        format!(
+            "toolhost-{}-{}",
+            self.session,
+            self.counter.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Runs the plan in a container (or, in warm mode, as an exec in the
+    /// session's container).
+    pub async fn run(&self, plan: &ExecPlan) -> RunOutput {
+        let start = Instant::now();
+        let refuse = |o: Outcome| RunOutput::refused(BackendKind::Docker, o, start.elapsed());
+        let mut argv = Vec::with_capacity(plan.argv.len());
+        for (i, a) in plan.argv.iter().enumerate() {
+            match a.to_str() {
+                Some(s) => argv.push(s.to_string()),
+                None => {
+                    return refuse(Outcome::new(
+                        OutcomeKind::InvalidRequest,
+                        format!("argv[{i}] is not valid UTF-8 (the Docker API takes UTF-8)"),
+                    ));
+                }
+            }
+        }
+        let mut env = Vec::with_capacity(plan.env.len());
+        for (k, v) in &plan.env {
+            if let (Some(k), Some(v)) = (k.to_str(), v.to_str()) {
+                env.push(format!("{k}={v}"));
+            }
+        }
+        let docker = match self.client().await {
+            Ok(d) => d,
+            Err(o) => return refuse(o),
+        };
+        let image = match self.ensure_image(docker).await {
+            Ok(i) => i,
+            Err(o) => return refuse(o),
+        };
+        if self.config.warm {
+            return self.run_warm(docker, &image, plan, argv, env, start).await;
+        }
+        let name = self.next_name();
+        let body = ContainerCreateBody {
+            image: Some(image.clone()),
+            cmd: Some(argv),
+            env: Some(env),
+            working_dir: Some(plan.cwd.to_string_lossy().into_owned()),
+            user: Some(self.config.user.clone()),
+            labels: Some(self.labels()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            attach_stdin: Some(plan.stdin.is_some()),
+            open_stdin: Some(plan.stdin.is_some()),
+            stdin_once: Some(plan.stdin.is_some()),
+            tty: Some(false),
+            network_disabled: Some(!plan.allow_network),
+            host_config: Some(self.host_config(plan)),
+            ..Default::default()
+        };
+        let opts = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let created = match docker.create_container(Some(opts), body).await {
+            Ok(c) => c,
+            Err(e) => return refuse(create_refusal(&e, &image, plan)),
+        };
+        // From here on the container is removed whatever happens.
+        let mut guard = Removal::new(docker.clone(), created.id.clone());
+        let limits = &plan.limits;
+        let mut out = CappedBuffer::new(limits.stdout_cap);
+        let mut err = CappedBuffer::new(limits.stderr_cap);
+        let id = created.id.as_str();
+        let call = async {
+            let attach = AttachContainerOptions {
+                stream: true,
+                stdout: true,
+                stderr: true,
+                stdin: plan.stdin.is_some(),
+                logs: true,
+                ..Default::default()
+            };
+            let attached = docker
+                .attach_container(id, Some(attach))
+                .await
+                .map_err(|e| launch_failed(&e))?;
+            docker
+                .start_container(id, None)
+                .await
+                .map_err(|e| start_refusal(&e))?;
+            let mut input = attached.input;
+            let stdin = plan.stdin.clone();
+            let feed = async move {
+                if let Some(bytes) = stdin {
+                    // A tool that exits without reading its stdin closes the
+                    // pipe: that is not an error of the call.
+                    let _ = input.write_all(&bytes).await;
+                }
+                let _ = input.shutdown().await;
+            };
+            let drain = drain(attached.output, &mut out, &mut err);
+            let ((), ()) = tokio::join!(feed, drain);
+            let mut wait = docker.wait_container(id, None::<WaitContainerOptions>);
+            let code = match wait.next().await {
+                Some(Ok(w)) => w.status_code,
+                // A non-zero exit comes back as an error carrying the code.
+                Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+                Some(Err(e)) => return Err(launch_failed(&e)),
+                None => -1,
+            };
+            let oom = docker
+                .inspect_container(id, None)
+                .await
+                .ok()
+                .and_then(|i| i.state)
+                .and_then(|s| s.oom_killed)
+                .unwrap_or(false);
+            Ok((code, oom))
+        };
+        let ended = tokio::time::timeout(limits.timeout, call).await;
+        let result = match ended {
+            Err(_) => {
+                let _ = docker
+                    .kill_container(
+                        id,
+                        Some(KillContainerOptions {
+                            signal: "KILL".into(),
+                        }),
+                    )
+                    .await;
+                Ended::TimedOut
+            }
+            Ok(Err(o)) => Ended::Refused(o),
+            Ok(Ok((code, oom))) => Ended::Exited { code, oom },
+        };
+        guard.remove_now().await;
+        finish(plan, start, result, out, err)
+    }
+
+    /// Warm mode: the session's container, created on first use.
+    async fn warm_container(
+        &self,
+        docker: &Docker,
+        image: &str,
+        plan: &ExecPlan,
+    ) -> Result<String, Outcome> {
+        let mut slot = self.warm.lock().await;
+        if let Some(id) = slot.as_ref() {
+            return Ok(id.clone());
+        }
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            // Any long sleep: the image must have `sleep` (busybox does).
+            cmd: Some(vec!["sleep".into(), "2147483647".into()]),
+            user: Some(self.config.user.clone()),
+            labels: Some(self.labels()),
+            tty: Some(false),
+            network_disabled: Some(!plan.allow_network),
+            host_config: Some(self.host_config(plan)),
+            ..Default::default()
+        };
+        let opts = CreateContainerOptions {
+            name: Some(self.next_name()),
+            ..Default::default()
+        };
+        let created = docker
+            .create_container(Some(opts), body)
+            .await
+            .map_err(|e| create_refusal(&e, image, plan))?;
+        if let Err(e) = docker.start_container(&created.id, None).await {
+            remove(docker, &created.id).await;
+            return Err(start_refusal(&e));
+        }
+        *slot = Some(created.id.clone());
+        Ok(created.id)
+    }
+
+    /// Drops the session's warm container (after a timeout, or leftovers).
+    async fn discard_warm(&self, docker: &Docker) {
+        if let Some(id) = self.warm.lock().await.take() {
+            remove(docker, &id).await;
+        }
+    }
+
+    async fn run_warm(
+        &self,
+        docker: &Docker,
+        image: &str,
+        plan: &ExecPlan,
+        argv: Vec<String>,
+        env: Vec<String>,
+        start: Instant,
+    ) -> RunOutput {
+        let id = match self.warm_container(docker, image, plan).await {
+            Ok(id) => id,
+            Err(o) => return RunOutput::refused(BackendKind::Docker, o, start.elapsed()),
+        };
+        let limits = &plan.limits;
+        let mut out = CappedBuffer::new(limits.stdout_cap);
+        let mut err = CappedBuffer::new(limits.stderr_cap);
+        let call = async {
+            let exec = docker
+                .create_exec(
+                    &id,
+                    CreateExecOptions {
+                        attach_stdin: Some(plan.stdin.is_some()),
+                        attach_stdout: Some(true),
+                        attach_stderr: Some(true),
+                        cmd: Some(argv),
+                        env: Some(env),
+                        working_dir: Some(plan.cwd.to_string_lossy().into_owned()),
+                        user: Some(self.config.user.clone()),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(|e| start_refusal(&e))?;
+            let started = docker
+                .start_exec(&exec.id, Some(StartExecOptions::default()))
+                .await
+                .map_err(|e| launch_failed(&e))?;
+            let StartExecResults::Attached { output, mut input } = started else {
+                return Err(Outcome::new(
+                    OutcomeKind::LaunchFailed,
+                    "the exec did not attach",
+                ));
+            };
+            let stdin = plan.stdin.clone();
+            let feed = async move {
+                if let Some(bytes) = stdin {
+                    let _ = input.write_all(&bytes).await;
+                }
+                let _ = input.shutdown().await;
+            };
+            let ((), ()) = tokio::join!(feed, drain(output, &mut out, &mut err));
+            let inspected = docker
+                .inspect_exec(&exec.id)
+                .await
+                .map_err(|e| launch_failed(&e))?;
+            Ok(inspected.exit_code.unwrap_or(-1))
+        };
+        let ended = tokio::time::timeout(limits.timeout, call).await;
+        let result = match ended {
+            Err(_) => {
+                // No API kills an exec: the container goes, with all it ran.
+                self.discard_warm(docker).await;
+                Ended::TimedOut
+            }
+            Ok(Err(o)) => Ended::Refused(o),
+            Ok(Ok(code)) => {
+                // Processes the call left behind (background jobs) would
+                // outlive it: then the container goes too.
+                if self.leftovers(docker, &id).await {
+                    self.discard_warm(docker).await;
+                }
+                Ended::Exited { code, oom: false }
+            }
+        };
+        finish(plan, start, result, out, err)
+    }
+
+    /// Whether the warm container runs anything besides its init and sleep.
+    async fn leftovers(&self, docker: &Docker, id: &str) -> bool {
+        match docker.top_processes(id, None).await {
+            Ok(top) => top.processes.map(|p| p.len()).unwrap_or(0) > 2,
+            Err(_) => true,
+        }
+    }
+
+    /// Removes this backend's warm container, if any. Call before dropping
+    /// the backend for a prompt cleanup; dropping it also spawns the removal.
+    pub async fn shutdown(&self) {
+        if let Ok(docker) = self.client().await {
+            self.discard_warm(docker).await;
+        }
+    }
+}
+
+impl Drop for DockerBackend {
+    fn drop(&mut self) {
+        let id = self.warm.get_mut().take();
+        if let (Some(id), Some(Ok(docker))) = (id, self.client.get()) {
+            spawn_removal(docker.clone(), id);
+        }
+    }
+}
+
+/// Drains a multiplexed output stream into the capped buffers.
+async fn drain(
+    mut output: std::pin::Pin<
+        Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
+    >,
+    out: &mut CappedBuffer,
+    err: &mut CappedBuffer,
+) {
+    while let Some(item) = output.next().await {
+        match item {
+            Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                out.push(&message)
+            }
+            Ok(LogOutput::StdErr { message }) => err.push(&message),
+            Ok(LogOutput::StdIn { .. }) => {}
+            Err(_) => break,
+        }
+    }
+}
+
+enum Ended {
+    Refused(Outcome),
+    TimedOut,
+    Exited { code: i64, oom: bool },
+}
+
+fn finish(
+    plan: &ExecPlan,
+    start: Instant,
+    ended: Ended,
+    out: CappedBuffer,
+    err: CappedBuffer,
+) -> RunOutput {
+    let limits = &plan.limits;
+    let mb = |b: Option<u64>| b.unwrap_or(0) >> 20;
+    let (outcome, returncode, timed_out) = match ended {
+        Ended::Refused(o) => (o, None, false),
+        Ended::TimedOut => (
+            Outcome::new(
+                OutcomeKind::TimedOut,
+                format!(
+                    "timed out after {}; the container was killed",
+                    super::direct::fmt_secs(limits.timeout)
+                ),
+            ),
+            None,
+            true,
+        ),
+        Ended::Exited { code, oom } => {
+            let code = i32::try_from(code).unwrap_or(-1);
+            let o = if oom {
+                Outcome::new(
+                    OutcomeKind::MemoryLimit,
+                    format!(
+                        "killed: the container's memory limit of {} MiB was reached",
+                        mb(limits.memory_bytes)
+                    ),
+                )
+            } else if code == 152 && limits.cpu_seconds.is_some() {
+                Outcome::new(
+                    OutcomeKind::CpuLimit,
+                    format!(
+                        "killed by SIGXCPU: CPU limit of {} s reached",
+                        limits.cpu_seconds.unwrap_or(0)
+                    ),
+                )
+            } else if code == 153 && limits.file_size_bytes.is_some() {
+                Outcome::new(
+                    OutcomeKind::FileSizeLimit,
+                    format!(
+                        "killed by SIGXFSZ: file size limit of {} MiB reached",
+                        mb(limits.file_size_bytes)
+                    ),
+                )
+            } else {
+                Outcome::new(OutcomeKind::Exited, format!("exited with code {code}"))
+            };
+            (o, Some(code), false)
+        }
+    };
+    let truncated = out.truncated() || err.truncated();
+    RunOutput {
+        stdout: out.into_string(),
+        stderr: err.into_string(),
+        returncode,
+        timed_out,
+        truncated,
+        outcome,
+        backend: BackendKind::Docker,
+        duration: start.elapsed(),
+    }
+}
+
+fn launch_failed(e: &bollard::errors::Error) -> Outcome {
+    Outcome::new(
+        OutcomeKind::LaunchFailed,
+        format!("Docker engine: {}", engine_error(e)),
+    )
+}
+
+/// Why the engine refused to create a container, in terms a user can act on.
+fn create_refusal(e: &bollard::errors::Error, image: &str, plan: &ExecPlan) -> Outcome {
+    let msg = engine_error(e);
+    if status(e) == Some(404) {
+        return unavailable(format!(
+            "image {image} is not on the Docker engine: build it (`docker build -t {image} DIR`) or pull it"
+        ));
+    }
+    if msg.contains("bind source path does not exist") || msg.contains("invalid mount config") {
+        let dirs: Vec<String> = plan
+            .mounts
+            .iter()
+            .map(|m| m.path.display().to_string())
+            .collect();
+        return unavailable(format!(
+            "the Docker engine cannot bind-mount the allowed dirs ({}): bind mounts need an engine that shares this machine's filesystem ({msg})",
+            dirs.join(", ")
+        ));
+    }
+    Outcome::new(OutcomeKind::LaunchFailed, format!("Docker engine: {msg}"))
+}
+
+/// Why a container or exec could not start: a missing program is `not_found`.
+fn start_refusal(e: &bollard::errors::Error) -> Outcome {
+    let msg = engine_error(e);
+    let lower = msg.to_lowercase();
+    if lower.contains("executable file not found") || lower.contains("no such file or directory") {
+        return Outcome::new(OutcomeKind::NotFound, format!("Docker engine: {msg}"));
+    }
+    if lower.contains("permission denied") {
+        return Outcome::new(
+            OutcomeKind::PermissionDenied,
+            format!("Docker engine: {msg}"),
+        );
+    }
+    launch_failed(e)
+}
+
+async fn remove(docker: &Docker, id: &str) {
+    let opts = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    if let Err(e) = docker.remove_container(id, Some(opts)).await
+        && status(&e) != Some(404)
+    {
+        tracing::warn!("cannot remove container {id}: {}", engine_error(&e));
+    }
+}
+
+fn spawn_removal(docker: Docker, id: String) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => {
+            h.spawn(async move { remove(&docker, &id).await });
+        }
+        Err(_) => tracing::warn!(
+            "container {id} left running: no async runtime to remove it (it is removed at the next start)"
+        ),
+    }
+}
+
+/// Removes the container when dropped, unless already removed.
+struct Removal {
+    docker: Docker,
+    id: Option<String>,
+}
+
+impl Removal {
+    fn new(docker: Docker, id: String) -> Self {
+        Removal {
+            docker,
+            id: Some(id),
+        }
+    }
+
+    async fn remove_now(&mut self) {
+        if let Some(id) = self.id.take() {
+            remove(&self.docker, &id).await;
+        }
+    }
+}
+
+impl Drop for Removal {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            spawn_removal(self.docker.clone(), id);
+        }
+    }
+}
+
+/// Removes toolhost containers whose owner process (on this host) is gone.
+async fn remove_dead_owners(docker: &Docker) -> usize {
+    let opts = ListContainersOptions {
+        all: true,
+        filters: Some(HashMap::from([(
+            "label".to_string(),
+            vec![LABEL.to_string()],
+        )])),
+        ..Default::default()
+    };
+    let Ok(list) = docker.list_containers(Some(opts)).await else {
+        return 0;
+    };
+    let mut n = 0;
+    for c in list {
+        let owner = c
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_OWNER))
+            .cloned()
+            .unwrap_or_default();
+        if owner_alive(&owner) {
+            continue;
+        }
+        if let Some(id) = c.id {
+            remove(docker, &id).await;
+            n += 1;
+        }
+    }
+    n
+}

@@ -38,8 +38,10 @@ pub struct DockerConfig {
     /// Image every call runs in. No default: the docker backend refuses calls
     /// until one is set, and never pulls one unless `pull` is true.
     pub image: Option<String>,
-    /// User the tool runs as inside the container. Default `65534:65534` (nobody).
-    pub user: String,
+    /// User (`uid[:gid]` or a name the image knows) the tool runs as in the
+    /// container. Default: toolhost's own uid:gid, or `65534:65534` (nobody)
+    /// when toolhost runs as root. Never root unless set so here.
+    pub user: Option<String>,
     /// Host paths bind-mounted read-only at the same path in every container,
     /// besides the allowed dirs (absolute paths).
     pub extra_ro_mounts: Vec<std::path::PathBuf>,
@@ -68,7 +70,7 @@ impl Default for DockerConfig {
     fn default() -> Self {
         DockerConfig {
             image: None,
-            user: "65534:65534".to_string(),
+            user: None,
             extra_ro_mounts: Vec::new(),
             tmpfs_size_mb: 64,
             pull: false,
@@ -103,7 +105,7 @@ impl DockerConfig {
         };
         match key {
             "image" => self.image = Some(string(v)?),
-            "user" => self.user = string(v)?,
+            "user" => self.user = Some(string(v)?),
             "extra_ro_mounts" => {
                 let mut out = Vec::new();
                 for (i, s) in strings(full, v)?.into_iter().enumerate() {
@@ -660,7 +662,7 @@ mod tests {
         assert_eq!(c.wasm.cpu_meter, CpuMeter::Fuel);
         assert_eq!(c.wasm.pool_size, 0);
         assert_eq!(c.docker.image.as_deref(), Some("toolhost-test-busybox:1"));
-        assert_eq!(c.docker.user, "1000:1000");
+        assert_eq!(c.docker.user.as_deref(), Some("1000:1000"));
         assert_eq!(c.docker.tmpfs_size_mb, 16);
         assert!(c.docker.pull && c.docker.warm);
         assert_eq!(c.docker.host.as_deref(), Some("tcp://127.0.0.1:2375"));

@@ -5,6 +5,7 @@ mod util;
 
 mod cli;
 mod direct;
+mod docker;
 mod env;
 mod paths;
 mod wasm;

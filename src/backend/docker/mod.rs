@@ -285,6 +285,23 @@ impl DockerBackend {
         Ok(image)
     }
 
+    /// The user calls run as: the configured one, else toolhost's own uid:gid,
+    /// else (toolhost is root) nobody.
+    pub fn user(&self) -> String {
+        if let Some(u) = &self.config.user {
+            return u.clone();
+        }
+        #[cfg(unix)]
+        {
+            // SAFETY: getuid and getgid cannot fail.
+            let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+            if uid != 0 {
+                return format!("{uid}:{gid}");
+            }
+        }
+        "65534:65534".to_string()
+    }
+
     fn labels(&self) -> HashMap<String, String> {
         HashMap::from([
             (LABEL.to_string(), "1".to_string()),
@@ -349,7 +366,10 @@ impl DockerBackend {
             readonly_rootfs: Some(true),
             tmpfs: Some(HashMap::from([(
                 "/tmp".to_string(),
-                format!("rw,nosuid,nodev,size={}m", self.config.tmpfs_size_mb),
+                format!(
+                    "rw,nosuid,nodev,mode=1777,size={}m",
+                    self.config.tmpfs_size_mb
+                ),
             )])),
             memory,
             memory_swap: memory,
@@ -388,8 +408,13 @@ impl DockerBackend {
                 }
             }
         }
+        // The image defines PATH and HOME for its own layout: the host's
+        // values would point at directories the container does not have.
         let mut env = Vec::with_capacity(plan.env.len());
         for (k, v) in &plan.env {
+            if k == "PATH" || k == "HOME" {
+                continue;
+            }
             if let (Some(k), Some(v)) = (k.to_str(), v.to_str()) {
                 env.push(format!("{k}={v}"));
             }
@@ -411,7 +436,7 @@ impl DockerBackend {
             cmd: Some(argv),
             env: Some(env),
             working_dir: Some(plan.cwd.to_string_lossy().into_owned()),
-            user: Some(self.config.user.clone()),
+            user: Some(self.user()),
             labels: Some(self.labels()),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
@@ -443,7 +468,9 @@ impl DockerBackend {
                 stdout: true,
                 stderr: true,
                 stdin: plan.stdin.is_some(),
-                logs: true,
+                // Attached before the start: nothing is missed, and logs
+                // would repeat what the stream delivers.
+                logs: false,
                 ..Default::default()
             };
             let attached = docker
@@ -518,7 +545,7 @@ impl DockerBackend {
             image: Some(image.to_string()),
             // Any long sleep: the image must have `sleep` (busybox does).
             cmd: Some(vec!["sleep".into(), "2147483647".into()]),
-            user: Some(self.config.user.clone()),
+            user: Some(self.user()),
             labels: Some(self.labels()),
             tty: Some(false),
             network_disabled: Some(!plan.allow_network),
@@ -575,7 +602,7 @@ impl DockerBackend {
                         cmd: Some(argv),
                         env: Some(env),
                         working_dir: Some(plan.cwd.to_string_lossy().into_owned()),
-                        user: Some(self.config.user.clone()),
+                        user: Some(self.user()),
                         ..Default::default()
                     },
                 )
@@ -599,11 +626,12 @@ impl DockerBackend {
                 let _ = input.shutdown().await;
             };
             let ((), ()) = tokio::join!(feed, drain(output, &mut out, &mut err));
-            let inspected = docker
-                .inspect_exec(&exec.id)
-                .await
-                .map_err(|e| launch_failed(&e))?;
-            Ok(inspected.exit_code.unwrap_or(-1))
+            // The exit code, and whether the call left processes behind (they
+            // would outlive it): asked of the engine at the same time.
+            let (inspected, leftovers) =
+                tokio::join!(docker.inspect_exec(&exec.id), self.leftovers(docker, &id));
+            let inspected = inspected.map_err(|e| launch_failed(&e))?;
+            Ok((inspected.exit_code.unwrap_or(-1), leftovers))
         };
         let ended = tokio::time::timeout(limits.timeout, call).await;
         let result = match ended {
@@ -613,10 +641,10 @@ impl DockerBackend {
                 Ended::TimedOut
             }
             Ok(Err(o)) => Ended::Refused(o),
-            Ok(Ok(code)) => {
+            Ok(Ok((code, leftovers))) => {
                 // Processes the call left behind (background jobs) would
                 // outlive it: then the container goes too.
-                if self.leftovers(docker, &id).await {
+                if leftovers {
                     self.discard_warm(docker).await;
                 }
                 Ended::Exited { code, oom: false }
@@ -852,8 +880,12 @@ async fn remove_dead_owners(docker: &Docker) -> usize {
         )])),
         ..Default::default()
     };
-    let Ok(list) = docker.list_containers(Some(opts)).await else {
-        return 0;
+    let list = match docker.list_containers(Some(opts)).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("cannot list toolhost containers: {}", engine_error(&e));
+            return 0;
+        }
     };
     let mut n = 0;
     for c in list {

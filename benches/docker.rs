@@ -1,0 +1,96 @@
+//! Benchmark of the `docker` backend against the Docker CLI, in the same run:
+//! per-call latency p50/p99 of `true` through `Sandbox::run` (a container per
+//! call, and warm mode: an exec in the session's container) against
+//! `docker run --rm --network=none IMAGE true`, interleaved call by call.
+//!
+//! Needs an engine and an image: `scripts/docker-setup` (which prints the
+//! image name). Run: `TOOLHOST_TEST_IMAGE=$(scripts/docker-setup) cargo bench
+//! --bench docker`. `BENCH_ITERS` sets the calls per series (default 40).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use toolhost::{BackendKind, RunRequest, Sandbox, SandboxConfig};
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn main() {
+    let Ok(image) = std::env::var("TOOLHOST_TEST_IMAGE") else {
+        println!("docker benchmark SKIPPED: set TOOLHOST_TEST_IMAGE (scripts/docker-setup prints it)");
+        return;
+    };
+    let iters: usize = std::env::var("BENCH_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    let ws = tempfile::tempdir().expect("tempdir");
+    let sandbox = |warm: bool| {
+        let mut c = SandboxConfig {
+            backend: BackendKind::Docker,
+            ..SandboxConfig::default()
+        };
+        c.docker.image = Some(image.clone());
+        c.docker.warm = warm;
+        Sandbox::new([ws.path()], c).expect("sandbox")
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cold = sandbox(false);
+    let warm = sandbox(true);
+    let call = |sb: &Sandbox| {
+        let t = Instant::now();
+        let r = rt.block_on(sb.run(RunRequest::new(["true"])));
+        assert!(r.success(), "{r:?}");
+        t.elapsed()
+    };
+    let cli = || {
+        let t = Instant::now();
+        let s = Command::new("docker")
+            .args(["run", "--rm", "--network=none", &image, "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("docker");
+        assert!(s.success());
+        t.elapsed()
+    };
+    // Warm up: image metadata, the engine's caches, the warm container.
+    for _ in 0..3 {
+        call(&cold);
+        call(&warm);
+        cli();
+    }
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..iters {
+        a.push(cli());
+        b.push(call(&cold));
+        c.push(call(&warm));
+    }
+    for v in [&mut a, &mut b, &mut c] {
+        v.sort();
+    }
+    println!("docker backend: per-call latency of `true` ({iters} calls each, interleaved)");
+    println!("{:<52} {:>9} {:>9}", "", "p50 (ms)", "p99 (ms)");
+    for (name, v) in [
+        ("docker run --rm --network=none IMAGE true (CLI)", &a),
+        ("Sandbox::run (docker, a container per call)", &b),
+        ("Sandbox::run (docker, warm mode: exec)", &c),
+    ] {
+        println!("{name:<52} {:>9.1} {:>9.1}", ms(pct(v, 0.5)), ms(pct(v, 0.99)));
+    }
+    println!(
+        "CLI/per-call at p50: {:.2}x (target >= 1: no slower than the CLI); CLI/warm at p50: {:.1}x (target >= 5x)",
+        ms(pct(&a, 0.5)) / ms(pct(&b, 0.5)),
+        ms(pct(&a, 0.5)) / ms(pct(&c, 0.5))
+    );
+    rt.block_on(warm.docker_backend().shutdown());
+}

@@ -1,0 +1,499 @@
+//! The `docker` backend against a real Docker engine (ATTACKS.md K cases), each
+//! with its positive control. `scripts/test` runs `scripts/docker-setup` first
+//! (engine on the local socket and on tcp://127.0.0.1:2375, and the busybox
+//! image built FROM scratch) and exports TOOLHOST_TEST_IMAGE. With CI=true the
+//! engine must be there; elsewhere these tests skip, loudly, when it is not.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::Duration;
+
+use toolhost::{BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig};
+
+use crate::util::*;
+
+/// The test image, or `None` (with a loud message) when no engine is usable
+/// outside CI. In CI a missing engine fails the test.
+fn image() -> Option<String> {
+    let image = std::env::var("TOOLHOST_TEST_IMAGE").ok();
+    let engine = Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    match (image, engine) {
+        (Some(i), true) => Some(i),
+        (i, e) => {
+            let why = format!(
+                "docker tests need an engine and TOOLHOST_TEST_IMAGE (run scripts/docker-setup): image={i:?}, engine reachable={e}"
+            );
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{why}");
+            }
+            eprintln!("\n*** SKIPPED: {why} ***\n");
+            None
+        }
+    }
+}
+
+/// A workspace the container's user (nobody) can use.
+fn tmp() -> Tmp {
+    let t = Tmp::new();
+    for (p, mode) in [
+        (t.root.clone(), 0o755),
+        (t.ws(), 0o777),
+        (t.outside(), 0o755),
+    ] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    t
+}
+
+fn docker_config(image: &str) -> SandboxConfig {
+    let mut c = SandboxConfig {
+        backend: BackendKind::Docker,
+        timeout: Duration::from_secs(30),
+        ..SandboxConfig::default()
+    };
+    c.docker.image = Some(image.to_string());
+    c
+}
+
+async fn dsh(sb: &Sandbox, script: &str) -> RunOutput {
+    sb.run(RunRequest::new(["sh", "-c", script])).await
+}
+
+/// Containers carrying a label (`key` or `key=value`), running or not.
+fn containers(label: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label={label}")])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+fn session_label(sb: &Sandbox) -> String {
+    format!("toolhost.session={}", sb.docker_backend().session())
+}
+
+#[tokio::test]
+async fn runs_in_a_locked_down_container_and_leaves_nothing() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    t.write("in.txt", "inside\n");
+    let sb = t.sandbox(docker_config(&image));
+    let r = dsh(&sb, "cat in.txt; pwd; echo err >&2; exit 3").await;
+    assert_eq!(r.backend, BackendKind::Docker);
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    assert_eq!(r.stdout, format!("inside\n{}\n", t.ws().display()));
+    assert_eq!(r.stderr, "err\n");
+    // stdin bytes, and EOF without them.
+    let r = sb
+        .run(RunRequest::new(["cat"]).stdin(b"piped".to_vec()))
+        .await;
+    assert_eq!(r.stdout, "piped", "{r:?}");
+    let r = sb.run(RunRequest::new(["cat"])).await;
+    assert!(r.success() && r.stdout.is_empty(), "{r:?}");
+    // Not root, no capabilities, no_new_privs, read-only root, a small /tmp.
+    let r = dsh(
+        &sb,
+        "id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status; touch /etc/x 2>&1; touch /tmp/ok && echo tmp-ok; df -k /tmp | tail -1",
+    )
+    .await;
+    let out = &r.stdout;
+    assert!(out.starts_with("65534\n"), "{out}");
+    assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
+    assert!(out.contains("CapBnd:\t0000000000000000"), "{out}");
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(out.contains("tmp-ok"), "{out}");
+    assert!(out.contains("tmpfs") && out.contains("65536"), "{out}");
+    // A missing program is not_found (127).
+    let r = sb.run(RunRequest::new(["no-such-program"])).await;
+    assert_eq!(r.cli_exit_code(), 127, "{r:?}");
+    // Every container of this sandbox is gone.
+    assert_eq!(containers(&session_label(&sb)), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn attack_k_paths_env_and_the_docker_socket() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let ro = t.root.join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::write(ro.join("keep.txt"), "keep").unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let before = sha256_file(&ro.join("keep.txt"));
+    std::os::unix::fs::symlink(t.outside().join("secret.txt"), t.ws().join("link")).unwrap();
+    std::os::unix::fs::symlink(t.outside(), t.ws().join("outdir")).unwrap();
+    let dirs = [
+        toolhost::AllowedDirSpec::read_write(t.ws()),
+        toolhost::AllowedDirSpec::read_only(&ro),
+    ];
+    let mut cfg = docker_config(&image);
+    cfg.env_allowlist.push("TOOLHOST_TEST_SECRET_TOKEN".into());
+    cfg.env_allowlist.push("TOOLHOST_TEST_PLAIN".into());
+    // SAFETY: set before the sandbox reads the environment; read by no other
+    // test.
+    unsafe {
+        std::env::set_var("TOOLHOST_TEST_SECRET_TOKEN", CANARY);
+        std::env::set_var("TOOLHOST_TEST_PLAIN", "plain-value");
+    }
+    let sb = Sandbox::new(dirs, cfg).unwrap();
+    let secret = t.outside().join("secret.txt");
+    let r = dsh(
+        &sb,
+        &format!(
+            "cat link; cat outdir/secret.txt; cat {}; cat ../outside/secret.txt; ls -la /var/run/docker.sock /run/docker.sock; env",
+            secret.display()
+        ),
+    )
+    .await;
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(!all.contains(CANARY), "{all}");
+    assert!(all.contains("TOOLHOST_TEST_PLAIN=plain-value"), "{all}");
+    assert!(!all.contains("TOOLHOST_TEST_SECRET_TOKEN"), "{all}");
+    assert!(!all.contains("srw"), "docker socket visible: {all}");
+    // Positive control: the host does have the socket and the canary.
+    assert!(std::path::Path::new("/var/run/docker.sock").exists());
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), CANARY);
+    // Read-only dirs are read-only; the read-write one takes writes.
+    let r = dsh(
+        &sb,
+        &format!(
+            "echo x > {0}/keep.txt; echo y > {0}/new.txt; echo z > made.txt && echo made",
+            ro.display()
+        ),
+    )
+    .await;
+    assert!(r.stdout.contains("made"), "{r:?}");
+    assert_eq!(sha256_file(&ro.join("keep.txt")), before);
+    assert!(!ro.join("new.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("made.txt")).unwrap(),
+        "z\n"
+    );
+}
+
+#[tokio::test]
+async fn attack_k_limits_memory_cpu_file_size_processes_and_output() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let mut cfg = docker_config(&image);
+    cfg.max_memory_mb = 64;
+    cfg.max_cpu_seconds = 1;
+    cfg.max_file_size_mb = 1;
+    cfg.max_processes = 16;
+    cfg.max_output_bytes = 100_000;
+    let sb = t.sandbox(cfg);
+    // Memory bomb: a 200 MB shell variable.
+    let r = dsh(
+        &sb,
+        "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}",
+    )
+    .await;
+    assert_eq!(r.outcome.kind, OutcomeKind::MemoryLimit, "{r:?}");
+    let r = dsh(
+        &sb,
+        "x=$(head -c 1000000 /dev/zero | tr '\\0' a); echo ${#x}",
+    )
+    .await;
+    assert_eq!(r.stdout, "1000000\n", "{r:?}");
+    // CPU spin.
+    let r = dsh(&sb, "while :; do :; done").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::CpuLimit, "{r:?}");
+    assert_eq!(r.cli_exit_code(), 152);
+    // Huge file.
+    let r = sb
+        .run(RunRequest::new([
+            "dd",
+            "if=/dev/zero",
+            "of=big",
+            "bs=1M",
+            "count=10",
+        ]))
+        .await;
+    assert_eq!(r.outcome.kind, OutcomeKind::FileSizeLimit, "{r:?}");
+    assert!(std::fs::metadata(t.ws().join("big")).unwrap().len() <= 1 << 20);
+    let r = sb
+        .run(RunRequest::new([
+            "dd",
+            "if=/dev/zero",
+            "of=small",
+            "bs=1k",
+            "count=10",
+        ]))
+        .await;
+    assert!(r.success(), "{r:?}");
+    // Fork bomb (bounded): the pids limit stops it well short of 100.
+    let r = dsh(
+        &sb,
+        // Only shell builtins after the loop: no fork is left to run anything.
+        // The inner shell dies when a fork fails; the outer one then counts
+        // with builtins only.
+        "sh -c 'i=0; while [ $i -lt 100 ]; do sleep 30 & i=$((i+1)); done' 2>/dev/null; read n < /sys/fs/cgroup/pids/pids.current || read n < /sys/fs/cgroup/pids.current; echo $n",
+    )
+    .await;
+    let n: u32 = r.stdout.trim().parse().unwrap_or(999);
+    assert!((2..=16).contains(&n), "{n} processes: {r:?}");
+    // Output flood: capped while streaming, the call still ends.
+    let r = dsh(&sb, "head -c 50000000 /dev/zero | tr '\\0' y").await;
+    assert!(r.truncated && r.success(), "{:?}", r.outcome);
+    assert_eq!(r.stdout.len(), 80_000);
+    assert_eq!(containers(&session_label(&sb)), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn attack_k_timeout_with_background_and_setsid_children_leaves_no_container() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let mut cfg = docker_config(&image);
+    cfg.timeout = Duration::from_secs(2);
+    let sb = t.sandbox(cfg);
+    let r = dsh(
+        &sb,
+        "sleep 300 & setsid sleep 300 & nohup sleep 300 & echo started; sleep 300",
+    )
+    .await;
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(r.cli_exit_code(), 124);
+    assert_eq!(r.stdout, "started\n");
+    assert_eq!(containers(&session_label(&sb)), Vec::<String>::new());
+    // Dropping the call's future removes its container too.
+    let sb = std::sync::Arc::new(sb);
+    let call = {
+        let sb = sb.clone();
+        tokio::spawn(async move { dsh(&sb, "sleep 300").await })
+    };
+    let label = session_label(&sb);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while containers(&label).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!containers(&label).is_empty(), "the call never started");
+    call.abort();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !containers(&label).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(containers(&label), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn attack_k_network_off_and_on() {
+    let Some(image) = image() else { return };
+    // A listener on every host address that accepts and closes at once,
+    // counting connections.
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let accepted = accepted.clone();
+        std::thread::spawn(move || {
+            for c in listener.incoming() {
+                if c.is_ok() {
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    let count = || accepted.load(std::sync::atomic::Ordering::SeqCst);
+    let gw = Command::new("docker")
+        .args([
+            "network",
+            "inspect",
+            "bridge",
+            "--format",
+            "{{(index .IPAM.Config 0).Gateway}}",
+        ])
+        .output()
+        .unwrap();
+    let gw = String::from_utf8_lossy(&gw.stdout).trim().to_string();
+    assert!(!gw.is_empty(), "no bridge gateway");
+    let script = format!("echo hi | nc -w 3 {gw} {port} && echo CONNECTED");
+    let t = tmp();
+    let sb = t.sandbox(docker_config(&image));
+    let r = dsh(&sb, &script).await;
+    assert!(!r.stdout.contains("CONNECTED"), "{r:?}");
+    assert!(r.stderr.contains("unreachable"), "{r:?}");
+    assert_eq!(count(), 0, "a connection got through");
+    // Allowed twin: with the network on, the same connect reaches the host.
+    let mut cfg = docker_config(&image);
+    cfg.allow_network = true;
+    let sb = t.sandbox(cfg);
+    let r = dsh(&sb, &script).await;
+    assert!(r.stdout.contains("CONNECTED"), "{r:?}");
+    assert_eq!(count(), 1);
+}
+
+#[tokio::test]
+async fn engine_over_tcp_and_clear_refusals() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    // The same engine on its loopback TCP port.
+    let mut cfg = docker_config(&image);
+    cfg.docker.host = Some("tcp://127.0.0.1:2375".into());
+    let sb = t.sandbox(cfg);
+    let r = dsh(&sb, "echo over-tcp").await;
+    assert_eq!(r.stdout, "over-tcp\n", "{r:?}");
+    assert_eq!(sb.docker_backend().engine_address(), "tcp://127.0.0.1:2375");
+    // Unreachable engine.
+    let mut cfg = docker_config(&image);
+    cfg.docker.host = Some("tcp://127.0.0.1:1".into());
+    let r = dsh(&t.sandbox(cfg), "true").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::BackendUnavailable, "{r:?}");
+    assert!(r.outcome.message.contains("unreachable"), "{r:?}");
+    // Missing image, and no image configured.
+    let r = dsh(
+        &t.sandbox(docker_config("toolhost-no-such-image:0")),
+        "true",
+    )
+    .await;
+    assert_eq!(r.outcome.kind, OutcomeKind::BackendUnavailable, "{r:?}");
+    assert!(r.outcome.message.contains("docker build"), "{r:?}");
+    let mut cfg = docker_config(&image);
+    cfg.docker.image = None;
+    let r = dsh(&t.sandbox(cfg), "true").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::BackendUnavailable, "{r:?}");
+    assert!(r.outcome.message.contains("[docker] image"), "{r:?}");
+    assert_eq!(r.cli_exit_code(), 125);
+}
+
+#[test]
+fn killed_toolhost_leaves_no_running_container_after_the_next_start() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let cfg = t.root.join("docker.toml");
+    std::fs::write(&cfg, format!("[docker]\nimage = {image:?}\n")).unwrap();
+    /// Kills the child if the test fails before it does.
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Command::new(toolhost_bin())
+        .args([
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "docker",
+            "--timeout",
+            "600",
+            "--",
+            "sleep",
+            "600",
+        ])
+        .current_dir(t.ws())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(t.root.join("stderr.txt")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut child = Child(child);
+    let pid = child.0.id();
+    // Our containers, by the owner label naming the child's pid.
+    let find = || {
+        let out = Command::new("docker")
+            .args([
+                "ps",
+                "--no-trunc",
+                "--filter",
+                "label=toolhost.owner",
+                "--format",
+                "{{.ID}} {{.Labels}}",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&format!("/{pid}/")))
+            .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while find().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if find().is_empty() {
+        let ps = Command::new("docker")
+            .args(["ps", "-a", "--format", "{{.ID}} {{.Status}} {{.Labels}}"])
+            .output()
+            .unwrap();
+        panic!(
+            "the call never started (pid {pid}, exited: {:?}): {}\n{}",
+            child.0.try_wait(),
+            std::fs::read_to_string(t.root.join("stderr.txt")).unwrap_or_default(),
+            String::from_utf8_lossy(&ps.stdout)
+        );
+    }
+    // SIGKILL: toolhost gets no chance to clean up.
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    assert!(
+        !find().is_empty(),
+        "positive control: the container outlives toolhost"
+    );
+    // The next toolhost that connects removes it.
+    let out = toolhost(
+        &t.ws(),
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "docker",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(find(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn warm_mode_execs_in_one_container_with_the_same_limits() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let mut cfg = docker_config(&image);
+    cfg.docker.warm = true;
+    cfg.max_cpu_seconds = 1;
+    cfg.timeout = Duration::from_secs(3);
+    let sb = t.sandbox(cfg);
+    let r = dsh(&sb, "echo warm; id -u; grep CapEff /proc/self/status").await;
+    assert!(r.success(), "{r:?}");
+    assert!(
+        r.stdout
+            .starts_with("warm\n65534\nCapEff:\t0000000000000000"),
+        "{r:?}"
+    );
+    let label = session_label(&sb);
+    let first = containers(&label);
+    assert_eq!(first.len(), 1, "one session container");
+    let r = sb.run(RunRequest::new(["cat"]).stdin(b"in".to_vec())).await;
+    assert_eq!(r.stdout, "in", "{r:?}");
+    let r = dsh(&sb, "exit 4").await;
+    assert_eq!(r.returncode, Some(4));
+    assert_eq!(containers(&label), first, "calls reuse the container");
+    let r = dsh(&sb, "while :; do :; done").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::CpuLimit, "{r:?}");
+    // A call that leaves a background process behind: the container goes.
+    let r = dsh(&sb, "sleep 300 >/dev/null 2>&1 & echo bg").await;
+    assert_eq!(r.stdout, "bg\n");
+    assert!(
+        containers(&label).iter().all(|c| !first.contains(c)),
+        "leftovers kept the container"
+    );
+    // A timeout: the container goes with everything it ran.
+    let r = dsh(&sb, "sleep 300").await;
+    assert!(r.timed_out, "{r:?}");
+    let r = dsh(&sb, "ps -o args | grep -c '^sleep 300' || true").await;
+    assert_eq!(r.stdout.trim(), "0", "{r:?}");
+    sb.docker_backend().shutdown().await;
+    assert_eq!(containers(&label), Vec::<String>::new());
+}

@@ -22,7 +22,9 @@ fn ms(d: Duration) -> f64 {
 
 fn main() {
     let Ok(image) = std::env::var("TOOLHOST_TEST_IMAGE") else {
-        println!("docker benchmark SKIPPED: set TOOLHOST_TEST_IMAGE (scripts/docker-setup prints it)");
+        println!(
+            "docker benchmark SKIPPED: set TOOLHOST_TEST_IMAGE (scripts/docker-setup prints it)"
+        );
         return;
     };
     let iters: usize = std::env::var("BENCH_ITERS")
@@ -85,7 +87,11 @@ fn main() {
         ("Sandbox::run (docker, a container per call)", &b),
         ("Sandbox::run (docker, warm mode: exec)", &c),
     ] {
-        println!("{name:<52} {:>9.1} {:>9.1}", ms(pct(v, 0.5)), ms(pct(v, 0.99)));
+        println!(
+            "{name:<52} {:>9.1} {:>9.1}",
+            ms(pct(v, 0.5)),
+            ms(pct(v, 0.99))
+        );
     }
     println!(
         "CLI/per-call at p50: {:.2}x (target >= 1: no slower than the CLI); CLI/warm at p50: {:.1}x (target >= 5x)",

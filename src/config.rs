@@ -258,7 +258,7 @@ pub struct SandboxConfig {
     pub protect_host_environ: bool,
     /// `[docker]` section.
     pub docker: DockerConfig,
-    /// `[wasm]` section (reserved).
+    /// `[wasm]` section.
     pub wasm: WasmConfig,
 }
 

@@ -461,6 +461,15 @@ impl Sandbox {
         }
     }
 
+    /// Releases what the sandbox keeps between calls (the docker backend's
+    /// warm container). Dropping the sandbox inside a tokio runtime does it
+    /// too, in the background.
+    pub async fn shutdown(&self) {
+        if let Some(d) = self.docker.get() {
+            d.shutdown().await;
+        }
+    }
+
     /// The docker backend, created on first use (it contacts the engine on
     /// its first call, not here).
     pub fn docker_backend(&self) -> &DockerBackend {

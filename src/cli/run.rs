@@ -33,7 +33,8 @@ const MAX_FORWARDED_STDIN: u64 = 256 * 1024 * 1024;
 #[command(verbatim_doc_comment)]
 pub struct RunArgs {
     /// Backend: direct, wasm (a WASI tool: a registered name, or a .wasm file in the
-    /// sandbox), auto (wasm when such a tool exists, else direct), docker (not yet)
+    /// sandbox), auto (wasm when such a tool exists, else direct), docker (a
+    /// locked-down container per call; needs [docker] image in the config)
     /// [default: direct, or the config's]
     #[arg(long, value_name = "B")]
     backend: Option<BackendKind>,
@@ -204,7 +205,11 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let result = runtime.block_on(sandbox.run(request));
+    let result = runtime.block_on(async {
+        let r = sandbox.run(request).await;
+        sandbox.shutdown().await;
+        r
+    });
 
     if args.json {
         let mut out = std::io::stdout().lock();

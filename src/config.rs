@@ -40,7 +40,7 @@ pub struct DockerConfig {
     pub image: Option<String>,
     /// User (`uid[:gid]` or a name the image knows) the tool runs as in the
     /// container. Default: toolhost's own uid:gid, or `65534:65534` (nobody)
-    /// when toolhost runs as root. Never root unless set so here.
+    /// when toolhost runs as root. Root is refused.
     pub user: Option<String>,
     /// Host paths bind-mounted read-only at the same path in every container,
     /// besides the allowed dirs (absolute paths).
@@ -105,7 +105,17 @@ impl DockerConfig {
         };
         match key {
             "image" => self.image = Some(string(v)?),
-            "user" => self.user = Some(string(v)?),
+            "user" => {
+                let u = string(v)?;
+                let name = u.split(':').next().unwrap_or("");
+                if name == "0" || name == "root" {
+                    return Err(ConfigError::key(
+                        full,
+                        "must not be root: with the engine's socket or a root-owned file in reach, root in the container is root on the host",
+                    ));
+                }
+                self.user = Some(u);
+            }
             "extra_ro_mounts" => {
                 let mut out = Vec::new();
                 for (i, s) in strings(full, v)?.into_iter().enumerate() {
@@ -712,6 +722,8 @@ mod tests {
                 "docker.extra_ro_mounts[0]",
             ),
             ("[docker]\ntmpfs_size_mb = 0", "docker.tmpfs_size_mb"),
+            ("[docker]\nuser = \"0:0\"", "docker.user"),
+            ("[docker]\nuser = \"root\"", "docker.user"),
             ("[docker]\ntls_ca = \"/ca.pem\"", "docker.tls_ca"),
             ("[wasm]\nfuel = 1", "wasm.fuel"),
             ("[wasm]\ncpu_meter = \"cycles\"", "wasm.cpu_meter"),

@@ -4,6 +4,7 @@
 //! image built FROM scratch) and exports TOOLHOST_TEST_IMAGE. With CI=true the
 //! engine must be there; elsewhere these tests skip, loudly, when it is not.
 
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::Duration;
@@ -113,7 +114,15 @@ async fn runs_in_a_locked_down_container_and_leaves_nothing() {
     assert!(out.contains("tmpfs") && out.contains("65536"), "{out}");
     // A missing program is not_found (127).
     let r = sb.run(RunRequest::new(["no-such-program"])).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::NotFound, "{r:?}");
     assert_eq!(r.cli_exit_code(), 127, "{r:?}");
+    // A cwd that is not UTF-8 is refused, not approximated.
+    let bad = std::ffi::OsStr::from_bytes(b"bad-\xff");
+    std::fs::create_dir(t.ws().join(bad)).unwrap();
+    let r = sb
+        .run(RunRequest::new(["true"]).cwd(t.ws().join(bad)))
+        .await;
+    assert_eq!(r.outcome.kind, OutcomeKind::InvalidRequest, "{r:?}");
     // Every container of this sandbox is gone.
     assert_eq!(containers(&session_label(&sb)), Vec::<String>::new());
 }
@@ -495,5 +504,106 @@ async fn warm_mode_execs_in_one_container_with_the_same_limits() {
     let r = dsh(&sb, "ps -o args | grep -c '^sleep 300' || true").await;
     assert_eq!(r.stdout.trim(), "0", "{r:?}");
     sb.docker_backend().shutdown().await;
+    assert_eq!(containers(&label), Vec::<String>::new());
+}
+
+/// From a review: a call renames an ancestor of a nested allowed dir and puts
+/// a symlink to the outside in its place; the engine resolves mount sources by
+/// path, so the next call would get the outside mounted.
+#[tokio::test]
+async fn a_swapped_nested_allowed_dir_is_refused() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let nested = t.ws().join("a/b");
+    std::fs::create_dir_all(&nested).unwrap();
+    std::fs::set_permissions(t.ws().join("a"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&nested, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(t.outside(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let dirs = [
+        toolhost::AllowedDirSpec::read_write(t.ws()),
+        toolhost::AllowedDirSpec::read_write(&nested),
+    ];
+    let sb = Sandbox::new(dirs, docker_config(&image)).unwrap();
+    let write = format!("echo pwned > {}/pwned && echo wrote", nested.display());
+    // Allowed twin: before the swap the nested dir takes writes.
+    let r = dsh(&sb, &write).await;
+    assert_eq!(r.stdout, "wrote\n", "{r:?}");
+    let r = dsh(
+        &sb,
+        &format!(
+            "cd {} && mv a a.old && mkdir a && ln -s {} a/b && echo swapped",
+            t.ws().display(),
+            t.outside().display()
+        ),
+    )
+    .await;
+    assert_eq!(r.stdout, "swapped\n", "{r:?}");
+    let r = dsh(&sb, &write).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::PermissionDenied, "{r:?}");
+    assert!(!t.outside().join("pwned").exists());
+}
+
+#[tokio::test]
+async fn the_engine_socket_is_never_mounted() {
+    let Some(image) = image() else { return };
+    assert!(std::path::Path::new("/var/run/docker.sock").exists());
+    let sb = Sandbox::new(
+        [toolhost::AllowedDirSpec::read_only("/run")],
+        docker_config(&image),
+    )
+    .unwrap();
+    let r = dsh(&sb, "ls -la /run/docker.sock").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::PermissionDenied, "{r:?}");
+    assert!(r.outcome.message.contains("socket"), "{r:?}");
+}
+
+#[tokio::test]
+async fn warm_mode_survives_cancellation_concurrency_and_a_killed_init() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let mut cfg = docker_config(&image);
+    cfg.docker.warm = true;
+    let sb = std::sync::Arc::new(t.sandbox(cfg));
+    let label = session_label(&sb);
+    // The engine keeps no log of the output.
+    let r = dsh(&sb, "echo first").await;
+    assert!(r.success(), "{r:?}");
+    let ids = containers(&label);
+    let inspect = Command::new("docker")
+        .args([
+            "inspect",
+            "--format",
+            "{{.HostConfig.LogConfig.Type}}",
+            &ids[0],
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&inspect.stdout).trim(), "none");
+    // Concurrent calls are serialized: both complete, neither kills the other.
+    let (a, b) = tokio::join!(dsh(&sb, "sleep 1; echo long"), dsh(&sb, "echo short"));
+    assert_eq!(
+        (a.stdout.as_str(), b.stdout.as_str()),
+        ("long\n", "short\n"),
+        "{a:?} {b:?}"
+    );
+    // A cancelled call takes its container with it: nothing it started
+    // reaches the next call.
+    let call = {
+        let sb = sb.clone();
+        tokio::spawn(async move {
+            dsh(&sb, "while :; do echo x > /tmp/survivor; sleep 0.1; done").await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    call.abort();
+    let _ = call.await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = dsh(&sb, "cat /tmp/survivor 2>/dev/null || echo none").await;
+    assert_eq!(r.stdout, "none\n", "{r:?}");
+    // Killing the container's init breaks no later call.
+    let _ = dsh(&sb, "kill 1; kill -9 1; sleep 1; true").await;
+    let r = dsh(&sb, "echo after").await;
+    assert_eq!(r.stdout, "after\n", "{r:?}");
+    sb.shutdown().await;
     assert_eq!(containers(&label), Vec::<String>::new());
 }

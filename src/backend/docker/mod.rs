@@ -68,21 +68,35 @@ impl std::fmt::Debug for DockerBackend {
     }
 }
 
-/// This process, as the owner label spells it.
+/// This process, as the owner label spells it: `MACHINE/PID/STARTTIME`.
 fn owner() -> String {
     format!(
         "{}/{}/{}",
-        hostname(),
+        machine(),
         std::process::id(),
         start_time(std::process::id())
     )
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+/// What identifies this kernel and pid namespace: a pid names the same
+/// process only under the same boot id and pid namespace (hostnames repeat
+/// across machines).
+fn machine() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_else(|_| "unknown".into())
+        .unwrap_or_default();
+    let pidns: String = std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| {
+            p.to_string_lossy()
+                .chars()
+                .filter(char::is_ascii_digit)
+                .collect()
+        })
+        .unwrap_or_default();
+    if boot.is_empty() || pidns.is_empty() {
+        return "unknown".into();
+    }
+    format!("{boot}:{pidns}")
 }
 
 /// A process's start time (clock ticks since boot, from /proc), "0" if unknown.
@@ -103,8 +117,9 @@ fn owner_alive(owner: &str) -> bool {
     let (Some(host), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
         return true;
     };
-    if host != hostname() {
-        // Another machine's process: not ours to judge.
+    let here = machine();
+    if host != here || here == "unknown" {
+        // Another machine's (or pid namespace's) process: not ours to judge.
         return true;
     }
     match pid.parse::<u32>() {
@@ -379,8 +394,82 @@ impl DockerBackend {
             ulimits: Some(ulimits),
             init: Some(true),
             ipc_mode: Some("private".into()),
+            // Output goes only through the attach stream and its cap: the
+            // engine keeps no log of it on its disk.
+            log_config: Some(bollard::models::HostConfigLogConfig {
+                typ: Some("none".into()),
+                config: None,
+            }),
             ..Default::default()
         }
+    }
+
+    /// What the engine will mount, checked just before it does: the paths
+    /// (resolved by the engine, following symlinks) must still be the dirs
+    /// the sandbox holds handles on, since a call can rename an ancestor of a
+    /// nested allowed dir and put a symlink in its place; paths must be UTF-8
+    /// (the API takes strings); and no mount may expose the engine's socket.
+    fn check_mounts(&self, plan: &ExecPlan) -> Result<(), Outcome> {
+        let refuse = |m: String| Outcome::new(OutcomeKind::PermissionDenied, m);
+        for (path, dir) in &plan.mount_dirs {
+            if path.to_str().is_none() {
+                return Err(Outcome::new(
+                    OutcomeKind::InvalidRequest,
+                    format!("allowed dir {path:?} is not valid UTF-8 (the Docker API takes UTF-8)"),
+                ));
+            }
+            #[cfg(unix)]
+            {
+                use cap_std::fs::MetadataExt as _;
+                use std::os::unix::fs::MetadataExt as _;
+                let held = dir
+                    .dir_metadata()
+                    .map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+                let now = std::fs::metadata(path)
+                    .map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+                if (held.dev(), held.ino()) != (now.dev(), now.ino()) {
+                    return Err(refuse(format!(
+                        "allowed dir {} is no longer the directory the sandbox opened (something was renamed or replaced by a symlink); refused",
+                        path.display()
+                    )));
+                }
+            }
+            #[cfg(not(unix))]
+            let _ = dir;
+        }
+        if plan.cwd.to_str().is_none() {
+            return Err(Outcome::new(
+                OutcomeKind::InvalidRequest,
+                "the cwd is not valid UTF-8 (the Docker API takes UTF-8)",
+            ));
+        }
+        let mut sockets = vec![
+            std::path::PathBuf::from("/var/run/docker.sock"),
+            std::path::PathBuf::from("/run/docker.sock"),
+        ];
+        if let Some(p) = self.engine_address().strip_prefix("unix://") {
+            sockets.push(p.into());
+        }
+        let resolved: Vec<std::path::PathBuf> = sockets
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .collect();
+        sockets.extend(resolved);
+        let mounts = plan
+            .mounts
+            .iter()
+            .map(|m| m.path.as_path())
+            .chain(self.config.extra_ro_mounts.iter().map(|p| p.as_path()));
+        for m in mounts {
+            if let Some(sock) = sockets.iter().find(|s| s.starts_with(m)) {
+                return Err(refuse(format!(
+                    "{} would expose the Docker engine's socket {} to the container; refused",
+                    m.display(),
+                    sock.display()
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn next_name(&self) -> String {
@@ -419,6 +508,9 @@ impl DockerBackend {
                 env.push(format!("{k}={v}"));
             }
         }
+        if let Err(o) = self.check_mounts(plan) {
+            return refuse(o);
+        }
         let docker = match self.client().await {
             Ok(d) => d,
             Err(o) => return refuse(o),
@@ -452,12 +544,17 @@ impl DockerBackend {
             name: Some(name.clone()),
             ..Default::default()
         };
+        // From here on the container is removed whatever happens, by name
+        // until the engine has given its id (a dropped create leaves none).
+        let mut guard = Removal::new(docker.clone(), name);
         let created = match docker.create_container(Some(opts), body).await {
             Ok(c) => c,
-            Err(e) => return refuse(create_refusal(&e, &image, plan)),
+            Err(e) => {
+                guard.remove_now().await;
+                return refuse(create_refusal(&e, &image, plan));
+            }
         };
-        // From here on the container is removed whatever happens.
-        let mut guard = Removal::new(docker.clone(), created.id.clone());
+        guard.id = Some(created.id.clone());
         let limits = &plan.limits;
         let mut out = CappedBuffer::new(limits.stdout_cap);
         let mut err = CappedBuffer::new(limits.stderr_cap);
@@ -530,14 +627,15 @@ impl DockerBackend {
         finish(plan, start, result, out, err)
     }
 
-    /// Warm mode: the session's container, created on first use.
+    /// Warm mode: the session's container, created on first use, in the
+    /// slot the caller holds locked.
     async fn warm_container(
         &self,
+        slot: &mut Option<String>,
         docker: &Docker,
         image: &str,
         plan: &ExecPlan,
     ) -> Result<String, Outcome> {
-        let mut slot = self.warm.lock().await;
         if let Some(id) = slot.as_ref() {
             return Ok(id.clone());
         }
@@ -552,29 +650,39 @@ impl DockerBackend {
             host_config: Some(self.host_config(plan)),
             ..Default::default()
         };
+        let name = self.next_name();
         let opts = CreateContainerOptions {
-            name: Some(self.next_name()),
+            name: Some(name.clone()),
             ..Default::default()
         };
-        let created = docker
-            .create_container(Some(opts), body)
-            .await
-            .map_err(|e| create_refusal(&e, image, plan))?;
+        // Removed by name if this future is dropped before the slot has it.
+        let mut guard = Removal::new(docker.clone(), name);
+        let created = match docker.create_container(Some(opts), body).await {
+            Ok(c) => c,
+            Err(e) => {
+                guard.remove_now().await;
+                return Err(create_refusal(&e, image, plan));
+            }
+        };
         if let Err(e) = docker.start_container(&created.id, None).await {
-            remove(docker, &created.id).await;
+            guard.remove_now().await;
             return Err(start_refusal(&e));
         }
+        guard.disarm();
         *slot = Some(created.id.clone());
         Ok(created.id)
     }
 
-    /// Drops the session's warm container (after a timeout, or leftovers).
+    /// Drops the session's warm container.
     async fn discard_warm(&self, docker: &Docker) {
         if let Some(id) = self.warm.lock().await.take() {
             remove(docker, &id).await;
         }
     }
 
+    /// Warm mode: one call at a time, as an exec in the session's container.
+    /// The container is replaced after a call that timed out, failed at the
+    /// engine, left a process behind, or was cancelled.
     async fn run_warm(
         &self,
         docker: &Docker,
@@ -584,30 +692,57 @@ impl DockerBackend {
         env: Vec<String>,
         start: Instant,
     ) -> RunOutput {
-        let id = match self.warm_container(docker, image, plan).await {
-            Ok(id) => id,
-            Err(o) => return RunOutput::refused(BackendKind::Docker, o, start.elapsed()),
+        // Calls are serialized: a call's leftover check must see only its own
+        // processes, and a replaced container must not be one another call
+        // is using.
+        let mut slot = WarmSlot {
+            slot: self.warm.lock().await,
+            docker: docker.clone(),
+            keep: false,
+        };
+        let options = CreateExecOptions {
+            attach_stdin: Some(plan.stdin.is_some()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(argv),
+            env: Some(env),
+            working_dir: Some(plan.cwd.to_string_lossy().into_owned()),
+            user: Some(self.user()),
+            ..Default::default()
+        };
+        // A container that stopped since the last call (its init was killed)
+        // is replaced once.
+        let mut attempt = 0;
+        let (id, exec) = loop {
+            let id = match self
+                .warm_container(&mut slot.slot, docker, image, plan)
+                .await
+            {
+                Ok(id) => id,
+                Err(o) => return RunOutput::refused(BackendKind::Docker, o, start.elapsed()),
+            };
+            match docker.create_exec(&id, options.clone()).await {
+                Ok(exec) => break (id, exec),
+                Err(e) if status(&e) == Some(409) && attempt == 0 => {
+                    attempt += 1;
+                    if let Some(old) = slot.slot.take() {
+                        remove(docker, &old).await;
+                    }
+                }
+                Err(e) => {
+                    slot.release().await;
+                    return RunOutput::refused(
+                        BackendKind::Docker,
+                        start_refusal(&e),
+                        start.elapsed(),
+                    );
+                }
+            }
         };
         let limits = &plan.limits;
         let mut out = CappedBuffer::new(limits.stdout_cap);
         let mut err = CappedBuffer::new(limits.stderr_cap);
         let call = async {
-            let exec = docker
-                .create_exec(
-                    &id,
-                    CreateExecOptions {
-                        attach_stdin: Some(plan.stdin.is_some()),
-                        attach_stdout: Some(true),
-                        attach_stderr: Some(true),
-                        cmd: Some(argv),
-                        env: Some(env),
-                        working_dir: Some(plan.cwd.to_string_lossy().into_owned()),
-                        user: Some(self.user()),
-                        ..Default::default()
-                    },
-                )
-                .await
-                .map_err(|e| start_refusal(&e))?;
             let started = docker
                 .start_exec(&exec.id, Some(StartExecOptions::default()))
                 .await
@@ -635,21 +770,18 @@ impl DockerBackend {
         };
         let ended = tokio::time::timeout(limits.timeout, call).await;
         let result = match ended {
-            Err(_) => {
-                // No API kills an exec: the container goes, with all it ran.
-                self.discard_warm(docker).await;
-                Ended::TimedOut
-            }
+            // No API kills an exec: on a timeout the container goes, with
+            // all it ran (the slot's drop removes it).
+            Err(_) => Ended::TimedOut,
             Ok(Err(o)) => Ended::Refused(o),
             Ok(Ok((code, leftovers))) => {
                 // Processes the call left behind (background jobs) would
                 // outlive it: then the container goes too.
-                if leftovers {
-                    self.discard_warm(docker).await;
-                }
+                slot.keep = !leftovers;
                 Ended::Exited { code, oom: false }
             }
         };
+        slot.release().await;
         finish(plan, start, result, out, err)
     }
 
@@ -753,6 +885,24 @@ fn finish(
                         mb(limits.file_size_bytes)
                     ),
                 )
+            } else if let Some(kind) = launch_failure(code, &out, &err) {
+                // The program could not be started: docker's init (or, for an
+                // exec, the runtime) said so and exited 126/127.
+                let why = if kind == OutcomeKind::NotFound {
+                    "not found"
+                } else {
+                    "not executable"
+                };
+                let program = plan
+                    .argv
+                    .first()
+                    .map(|a| a.to_string_lossy())
+                    .unwrap_or_default();
+                return RunOutput::refused(
+                    BackendKind::Docker,
+                    Outcome::new(kind, format!("{program}: {why} in the container")),
+                    start.elapsed(),
+                );
             } else {
                 Outcome::new(OutcomeKind::Exited, format!("exited with code {code}"))
             };
@@ -769,6 +919,28 @@ fn finish(
         outcome,
         backend: BackendKind::Docker,
         duration: start.elapsed(),
+    }
+}
+
+/// Whether exit code 126/127 came from docker's init (`[FATAL tini ...] exec
+/// PROGRAM failed`) or the runtime (`OCI runtime exec failed`) rather than
+/// from the tool: then the program never ran.
+fn launch_failure(code: i32, out: &CappedBuffer, err: &CappedBuffer) -> Option<OutcomeKind> {
+    if code != 126 && code != 127 {
+        return None;
+    }
+    let text = |b: &CappedBuffer| String::from_utf8_lossy(b.bytes()).into_owned();
+    let all = format!("{}{}", text(out), text(err));
+    let from_init = all.starts_with("[FATAL tini") && all.contains(" failed: ");
+    let from_runtime = all.contains("OCI runtime exec failed");
+    if !(from_init || from_runtime) {
+        return None;
+    }
+    let lower = all.to_lowercase();
+    if lower.contains("permission denied") {
+        Some(OutcomeKind::PermissionDenied)
+    } else {
+        Some(OutcomeKind::NotFound)
     }
 }
 
@@ -841,6 +1013,36 @@ fn spawn_removal(docker: Docker, id: String) {
     }
 }
 
+/// The locked warm slot of a call in progress. Unless the call ends cleanly
+/// (`keep`), its container is removed: now by `release`, or in the
+/// background if the call's future is dropped.
+struct WarmSlot<'a> {
+    slot: tokio::sync::MutexGuard<'a, Option<String>>,
+    docker: Docker,
+    keep: bool,
+}
+
+impl WarmSlot<'_> {
+    async fn release(&mut self) {
+        if !self.keep
+            && let Some(id) = self.slot.take()
+        {
+            remove(&self.docker, &id).await;
+        }
+        self.keep = true;
+    }
+}
+
+impl Drop for WarmSlot<'_> {
+    fn drop(&mut self) {
+        if !self.keep
+            && let Some(id) = self.slot.take()
+        {
+            spawn_removal(self.docker.clone(), id);
+        }
+    }
+}
+
 /// Removes the container when dropped, unless already removed.
 struct Removal {
     docker: Docker,
@@ -859,6 +1061,10 @@ impl Removal {
         if let Some(id) = self.id.take() {
             remove(&self.docker, &id).await;
         }
+    }
+
+    fn disarm(&mut self) {
+        self.id = None;
     }
 }
 

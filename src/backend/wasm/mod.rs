@@ -533,6 +533,29 @@ async fn file_write_start(caller: &mut Caller<'_, State>, fd: i32, at: Option<u6
     P1::fd_tell(ctx, &mut mem, fd).ok()
 }
 
+/// Admits a preview-1 write of the iovecs at `iovs` to `fd` (at `at` for a
+/// positioned write) against the file budget: `Ok(Some(start))` for a file
+/// write that may go ahead, `Ok(None)` when `fd` is not a file, `Err(errno)`
+/// when the write is refused.
+async fn admit_file_write(
+    caller: &mut Caller<'_, State>,
+    fd: i32,
+    iovs: i32,
+    n: i32,
+    at: Option<u64>,
+) -> Result<Option<u64>, i32> {
+    let Some(start) = file_write_start(caller, fd, at).await else {
+        return Ok(None);
+    };
+    let Some(want) = iov_first(caller, iovs, n) else {
+        return Err(ERRNO_FAULT);
+    };
+    if !caller.data().common.files.admit_write(start, want) {
+        return Err(ERRNO_FBIG);
+    }
+    Ok(Some(start))
+}
+
 /// The current size of the regular file `fd`, if it is one.
 async fn file_size(caller: &mut Caller<'_, State>, fd: i32) -> Option<u64> {
     use wasmtime_wasi::p1::types;
@@ -562,15 +585,10 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         "fd_write",
         |mut caller: Caller<'_, State>, (fd, iovs, n, nwritten): (i32, i32, i32, i32)| {
             Box::new(async move {
-                let start = file_write_start(&mut caller, fd, None).await;
-                if let Some(start) = start {
-                    let Some(want) = iov_first(&mut caller, iovs, n) else {
-                        return Ok(ERRNO_FAULT);
-                    };
-                    if !caller.data().common.files.admit_write(start, want) {
-                        return Ok(ERRNO_FBIG);
-                    }
-                }
+                let start = match admit_file_write(&mut caller, fd, iovs, n, None).await {
+                    Ok(start) => start,
+                    Err(errno) => return Ok(errno),
+                };
                 let r: wasmtime::Result<i32> = call_p1!(caller, fd_write(fd, iovs, n, nwritten));
                 let r = r?;
                 if start.is_some() && r == 0 {
@@ -586,15 +604,11 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         |mut caller: Caller<'_, State>,
          (fd, iovs, n, offset, nwritten): (i32, i32, i32, i64, i32)| {
             Box::new(async move {
-                let start = file_write_start(&mut caller, fd, Some(offset as u64)).await;
-                if let Some(start) = start {
-                    let Some(want) = iov_first(&mut caller, iovs, n) else {
-                        return Ok(ERRNO_FAULT);
-                    };
-                    if !caller.data().common.files.admit_write(start, want) {
-                        return Ok(ERRNO_FBIG);
-                    }
-                }
+                let at = Some(offset as u64);
+                let start = match admit_file_write(&mut caller, fd, iovs, n, at).await {
+                    Ok(start) => start,
+                    Err(errno) => return Ok(errno),
+                };
                 let r: wasmtime::Result<i32> =
                     call_p1!(caller, fd_pwrite(fd, iovs, n, offset, nwritten));
                 let r = r?;

@@ -6,7 +6,12 @@
 //! [`RunOutput`] with a typed [`Outcome`]. Failures are data, never panics.
 //!
 //! Layers, top to bottom: front ends (the `toolhost` CLI) → [`Sandbox`] (config,
-//! allowed dirs, env, [`Sandbox::plan`]) → backends ([`backend::direct`]).
+//! allowed dirs, env, [`Sandbox::plan`]) → backends ([`backend::direct`], a
+//! native subprocess; [`backend::wasm`], WASI commands and typed tools in
+//! wasmtime; [`backend::docker`], a container per call on a Docker engine).
+//!
+//! Typed tools (components of the `toolhost:tool` world in `wit/`) are listed
+//! by [`Sandbox::typed_tools`] and called with JSON by [`Sandbox::call_tool`].
 //!
 //! # Embedding in an async agent loop
 //!

@@ -174,6 +174,33 @@ pub(crate) fn cwd(args: &SandboxArgs) -> Option<PathBuf> {
     args.cwd.clone()
 }
 
+/// The first of SIGINT, SIGTERM and SIGHUP to arrive, as (name, number).
+#[cfg(unix)]
+async fn stop_signal() -> (&'static str, i32) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => ("SIGINT", 2),
+        _ = term.recv() => ("SIGTERM", 15),
+        _ = hup.recv() => ("SIGHUP", 1),
+    }
+}
+
+/// Ctrl-C, on platforms without Unix signals.
+#[cfg(not(unix))]
+async fn stop_signal() -> (&'static str, i32) {
+    match tokio::signal::ctrl_c().await {
+        Ok(()) => ("Ctrl-C", 2),
+        Err(_) => std::future::pending().await,
+    }
+}
+
 pub(crate) fn read_stdin() -> anyhow::Result<Option<Vec<u8>>> {
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
@@ -205,11 +232,22 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let result = runtime.block_on(async {
-        let r = sandbox.run(request).await;
+    // SIGINT, SIGTERM or SIGHUP stop the call the way a timeout does (its
+    // process tree, guest or container goes) before toolhost exits.
+    let (result, signal) = runtime.block_on(async {
+        let r = tokio::select! {
+            r = sandbox.run(request) => (Some(r), None),
+            s = stop_signal() => (None, Some(s)),
+        };
         sandbox.shutdown().await;
+        toolhost::backend::docker::flush_removals().await;
         r
     });
+    let Some(result) = result else {
+        let (name, number) = signal.unwrap_or(("a signal", 15));
+        eprintln!("toolhost: stopped by {name}; the call was stopped and cleaned up");
+        return Ok(128 + number);
+    };
 
     if args.json {
         let mut out = std::io::stdout().lock();

@@ -447,6 +447,48 @@ fn killed_toolhost_leaves_no_running_container_after_the_next_start() {
         !find().is_empty(),
         "positive control: the container outlives toolhost"
     );
+    // SIGTERM (and SIGINT, SIGHUP) stop the call and remove its container
+    // before toolhost exits.
+    let term = Child(
+        Command::new(toolhost_bin())
+            .args([
+                "run",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--backend",
+                "docker",
+                "--",
+                "sleep",
+                "600",
+            ])
+            .current_dir(t.ws())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let term_pid = term.0.id();
+    let mine = |pid: u32| {
+        let out = Command::new("docker")
+            .args(["ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Labels}}"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&format!("/{pid}/")))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while mine(term_pid) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(mine(term_pid), 1, "the call never started");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(term_pid as i32, libc::SIGTERM) };
+    let mut term = term;
+    let status = term.0.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    assert_eq!(mine(term_pid), 0, "SIGTERM left the container behind");
     // The next toolhost that connects removes it.
     let out = toolhost(
         &t.ws(),

@@ -1002,10 +1002,36 @@ async fn remove(docker: &Docker, id: &str) {
     }
 }
 
+/// Removals spawned by dropped calls, so that a process about to exit can
+/// wait for them ([`flush_removals`]).
+static PENDING: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Waits for the container removals that dropped calls have spawned. A
+/// process that stops its calls before exiting (on a signal, say) calls this
+/// so that their containers are gone when it exits.
+pub async fn flush_removals() {
+    loop {
+        let pending: Vec<_> = {
+            let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+            p.drain(..).collect()
+        };
+        if pending.is_empty() {
+            return;
+        }
+        for h in pending {
+            let _ = h.await;
+        }
+    }
+}
+
 fn spawn_removal(docker: Docker, id: String) {
     match tokio::runtime::Handle::try_current() {
         Ok(h) => {
-            h.spawn(async move { remove(&docker, &id).await });
+            let task = h.spawn(async move { remove(&docker, &id).await });
+            let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+            p.retain(|t| !t.is_finished());
+            p.push(task);
         }
         Err(_) => tracing::warn!(
             "container {id} left running: no async runtime to remove it (it is removed at the next start)"

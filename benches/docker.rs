@@ -1,6 +1,6 @@
 //! Benchmark of the `docker` backend against the Docker CLI, in the same run:
 //! per-call latency p50/p99 of `true` through `Sandbox::run` (a container per
-//! call, and warm mode: an exec in the session's container) against
+//! call, and warm mode: a request to the helper in the session's container) against
 //! `docker run --rm --network=none IMAGE true`, interleaved call by call.
 //!
 //! Needs an engine and an image: `scripts/docker-setup` (which prints the
@@ -85,16 +85,16 @@ fn main() {
     for (name, v) in [
         ("docker run --rm --network=none IMAGE true (CLI)", &a),
         ("Sandbox::run (docker, a container per call)", &b),
-        ("Sandbox::run (docker, warm mode: exec)", &c),
+        ("Sandbox::run (docker, warm mode: helper)", &c),
     ] {
         println!(
-            "{name:<52} {:>9.1} {:>9.1}",
+            "{name:<52} {:>9.2} {:>9.2}",
             ms(pct(v, 0.5)),
             ms(pct(v, 0.99))
         );
     }
     println!(
-        "CLI/per-call at p50: {:.2}x (target >= 1: no slower than the CLI); CLI/warm at p50: {:.1}x (target >= 5x)",
+        "CLI/per-call at p50: {:.2}x (target >= 1: no slower than the CLI); CLI/warm at p50: {:.0}x (target >= 5x)",
         ms(pct(&a, 0.5)) / ms(pct(&b, 0.5)),
         ms(pct(&a, 0.5)) / ms(pct(&c, 0.5))
     );

@@ -508,19 +508,24 @@ fn killed_toolhost_leaves_no_running_container_after_the_next_start() {
 }
 
 #[tokio::test]
-async fn warm_mode_execs_in_one_container_with_the_same_limits() {
+async fn warm_mode_runs_calls_in_one_container_with_the_same_limits() {
     let Some(image) = image() else { return };
     let t = tmp();
     let mut cfg = docker_config(&image);
     cfg.docker.warm = true;
     cfg.max_cpu_seconds = 1;
+    cfg.max_memory_mb = 64;
+    cfg.max_file_size_mb = 1;
     cfg.timeout = Duration::from_secs(3);
     let sb = t.sandbox(cfg);
-    let r = dsh(&sb, "echo warm; id -u; grep CapEff /proc/self/status").await;
+    let r = dsh(
+        &sb,
+        "echo warm; id -u; grep CapEff /proc/self/status; cat /proc/1/comm",
+    )
+    .await;
     assert!(r.success(), "{r:?}");
-    assert!(
-        r.stdout
-            .starts_with("warm\n65534\nCapEff:\t0000000000000000"),
+    assert_eq!(
+        r.stdout, "warm\n65534\nCapEff:\t0000000000000000\n.toolhost-helpe\n",
         "{r:?}"
     );
     let label = session_label(&sb);
@@ -528,23 +533,72 @@ async fn warm_mode_execs_in_one_container_with_the_same_limits() {
     assert_eq!(first.len(), 1, "one session container");
     let r = sb.run(RunRequest::new(["cat"]).stdin(b"in".to_vec())).await;
     assert_eq!(r.stdout, "in", "{r:?}");
-    let r = dsh(&sb, "exit 4").await;
-    assert_eq!(r.returncode, Some(4));
-    assert_eq!(containers(&label), first, "calls reuse the container");
+    // More stdin than the helper buffers, for a tool that reads it all.
+    let big = vec![b'x'; 3 << 20];
+    let r = sb
+        .run(RunRequest::new(["sh", "-c", "wc -c"]).stdin(big.clone()))
+        .await;
+    assert_eq!(r.stdout.trim(), "3145728", "{r:?}");
+    // ...and for one that reads none of it.
+    let r = sb.run(RunRequest::new(["true"]).stdin(big)).await;
+    assert!(r.success(), "{r:?}");
+    let r = dsh(&sb, "echo out; echo err >&2; exit 4").await;
+    assert_eq!(
+        (r.returncode, r.stdout.as_str(), r.stderr.as_str()),
+        (Some(4), "out\n", "err\n")
+    );
+    let r = sb.run(RunRequest::new(["no-such-tool"])).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::NotFound, "{r:?}");
+    let r = sb.run(RunRequest::new(["/etc"])).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::PermissionDenied, "{r:?}");
+    // The limits, each with the container kept.
     let r = dsh(&sb, "while :; do :; done").await;
     assert_eq!(r.outcome.kind, OutcomeKind::CpuLimit, "{r:?}");
-    // A call that leaves a background process behind: the container goes.
-    let r = dsh(&sb, "sleep 300 >/dev/null 2>&1 & echo bg").await;
-    assert_eq!(r.stdout, "bg\n");
-    assert!(
-        containers(&label).iter().all(|c| !first.contains(c)),
-        "leftovers kept the container"
-    );
-    // A timeout: the container goes with everything it ran.
-    let r = dsh(&sb, "sleep 300").await;
+    let r = dsh(&sb, "x=aaaaaaaa; while :; do x=$x$x; done").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::MemoryLimit, "{r:?}");
+    let r = dsh(&sb, "head -c 2000000 /dev/zero > /tmp/big").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::FileSizeLimit, "{r:?}");
+    let r = dsh(
+        &sb,
+        "head -c 1000 /dev/zero > /tmp/small && wc -c < /tmp/small",
+    )
+    .await;
+    assert_eq!(r.stdout.trim(), "1000", "{r:?}");
+    assert_eq!(containers(&label), first, "calls reuse the container");
+    // Processes a call leaves behind (background, setsid, double fork) are
+    // killed when it ends: alive during the call, gone after it.
+    let r = dsh(
+        &sb,
+        "sleep 300 >/dev/null 2>&1 & echo $!; setsid sleep 301 >/dev/null 2>&1 & sh -c 'sleep 302 >/dev/null 2>&1 &'; sleep 0.2; ps -o args | grep -c '^sleep 30[012]'",
+    )
+    .await;
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{r:?}");
+    let pid = lines[0];
+    assert_eq!(lines[1], "3", "all three ran during the call: {r:?}");
+    let r = dsh(
+        &sb,
+        &format!(
+            "ps -o args | grep -c '^sleep 30[012]'; [ -e /proc/{pid} ] && echo alive || echo gone"
+        ),
+    )
+    .await;
+    assert_eq!(r.stdout, "0\ngone\n", "{r:?}");
+    // A timeout kills the call in place.
+    let r = dsh(&sb, "sleep 300 & sleep 300").await;
     assert!(r.timed_out, "{r:?}");
     let r = dsh(&sb, "ps -o args | grep -c '^sleep 300' || true").await;
     assert_eq!(r.stdout.trim(), "0", "{r:?}");
+    assert_eq!(containers(&label), first, "the container was kept");
+    // A timed-out call with more stdin than the helper reads at once: the
+    // container goes, and the next call gets a new one.
+    let r = sb
+        .run(RunRequest::new(["sleep", "300"]).stdin(vec![b'y'; 2 << 20]))
+        .await;
+    assert!(r.timed_out, "{r:?}");
+    assert!(containers(&label).iter().all(|c| !first.contains(c)));
+    let r = dsh(&sb, "echo next").await;
+    assert_eq!(r.stdout, "next\n", "{r:?}");
     sb.docker_backend().shutdown().await;
     assert_eq!(containers(&label), Vec::<String>::new());
 }
@@ -600,7 +654,7 @@ async fn the_engine_socket_is_never_mounted() {
 }
 
 #[tokio::test]
-async fn warm_mode_survives_cancellation_concurrency_and_a_killed_init() {
+async fn warm_mode_survives_cancellation_concurrency_and_a_killed_container() {
     let Some(image) = image() else { return };
     let t = tmp();
     let mut cfg = docker_config(&image);
@@ -642,10 +696,29 @@ async fn warm_mode_survives_cancellation_concurrency_and_a_killed_init() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let r = dsh(&sb, "cat /tmp/survivor 2>/dev/null || echo none").await;
     assert_eq!(r.stdout, "none\n", "{r:?}");
-    // Killing the container's init breaks no later call.
-    let _ = dsh(&sb, "kill 1; kill -9 1; sleep 1; true").await;
+    // The helper (PID 1) is out of a call's reach: signals from inside are
+    // ignored, and its /proc files (its fds are the protocol) are closed to
+    // the tool, while the tool's own are open.
+    let before = containers(&label);
+    let r = dsh(
+        &sb,
+        "kill -9 1; kill 1; cat /proc/1/environ >/dev/null 2>&1 && echo environ-open; ls /proc/1/fd >/dev/null 2>&1 && echo fds-open; cat /proc/self/environ >/dev/null && echo own-open",
+    )
+    .await;
+    assert_eq!(r.stdout, "own-open\n", "{r:?}");
     let r = dsh(&sb, "echo after").await;
     assert_eq!(r.stdout, "after\n", "{r:?}");
+    assert_eq!(containers(&label), before, "the container survived");
+    // A container killed from outside is replaced at the next call.
+    let killed = Command::new("docker")
+        .args(["kill", &before[0]])
+        .output()
+        .unwrap();
+    assert!(killed.status.success(), "{killed:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = dsh(&sb, "echo replaced").await;
+    assert_eq!(r.stdout, "replaced\n", "{r:?}");
+    assert!(containers(&label).iter().all(|c| !before.contains(c)));
     sb.shutdown().await;
     assert_eq!(containers(&label), Vec::<String>::new());
 }

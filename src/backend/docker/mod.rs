@@ -11,9 +11,9 @@
 //! timeout, and a dropped call future (a removal is spawned). Containers left
 //! by a toolhost process that died are removed when the next one connects.
 //!
-//! Warm mode (`[docker] warm = true`) keeps one container per backend and
-//! runs each call as an `exec` in it, with the same limits; see the README for
-//! what it gives up.
+//! Warm mode (`[docker] warm = true`) keeps one container per backend, with
+//! toolhost's command server as its init, and runs each call through it with
+//! the same limits ([`warm`]); see the README for what it gives up.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,7 +21,6 @@ use std::time::Instant;
 
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits};
 use bollard::query_parameters::{
     AttachContainerOptions, CreateContainerOptions, CreateImageOptions, KillContainerOptions,
@@ -35,6 +34,8 @@ use crate::config::DockerConfig;
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::output::CappedBuffer;
 use crate::sandbox::ExecPlan;
+
+pub mod warm;
 
 /// Label every toolhost container carries.
 pub const LABEL: &str = "toolhost";
@@ -56,7 +57,7 @@ pub struct DockerBackend {
     counter: AtomicU64,
     client: tokio::sync::OnceCell<Result<Docker, String>>,
     image_ok: AtomicBool,
-    warm: tokio::sync::Mutex<Option<String>>,
+    warm: tokio::sync::Mutex<Option<warm::WarmContainer>>,
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -480,8 +481,8 @@ impl DockerBackend {
         )
     }
 
-    /// Runs the plan in a container (or, in warm mode, as an exec in the
-    /// session's container).
+    /// Runs the plan in a container (or, in warm mode, through the helper in
+    /// the session's container).
     pub async fn run(&self, plan: &ExecPlan) -> RunOutput {
         let start = Instant::now();
         let refuse = |o: Outcome| RunOutput::refused(BackendKind::Docker, o, start.elapsed());
@@ -627,169 +628,10 @@ impl DockerBackend {
         finish(plan, start, result, out, err)
     }
 
-    /// Warm mode: the session's container, created on first use, in the
-    /// slot the caller holds locked.
-    async fn warm_container(
-        &self,
-        slot: &mut Option<String>,
-        docker: &Docker,
-        image: &str,
-        plan: &ExecPlan,
-    ) -> Result<String, Outcome> {
-        if let Some(id) = slot.as_ref() {
-            return Ok(id.clone());
-        }
-        let body = ContainerCreateBody {
-            image: Some(image.to_string()),
-            // Any long sleep: the image must have `sleep` (busybox does).
-            cmd: Some(vec!["sleep".into(), "2147483647".into()]),
-            user: Some(self.user()),
-            labels: Some(self.labels()),
-            tty: Some(false),
-            network_disabled: Some(!plan.allow_network),
-            host_config: Some(self.host_config(plan)),
-            ..Default::default()
-        };
-        let name = self.next_name();
-        let opts = CreateContainerOptions {
-            name: Some(name.clone()),
-            ..Default::default()
-        };
-        // Removed by name if this future is dropped before the slot has it.
-        let mut guard = Removal::new(docker.clone(), name);
-        let created = match docker.create_container(Some(opts), body).await {
-            Ok(c) => c,
-            Err(e) => {
-                guard.remove_now().await;
-                return Err(create_refusal(&e, image, plan));
-            }
-        };
-        if let Err(e) = docker.start_container(&created.id, None).await {
-            guard.remove_now().await;
-            return Err(start_refusal(&e));
-        }
-        guard.disarm();
-        *slot = Some(created.id.clone());
-        Ok(created.id)
-    }
-
     /// Drops the session's warm container.
     async fn discard_warm(&self, docker: &Docker) {
-        if let Some(id) = self.warm.lock().await.take() {
-            remove(docker, &id).await;
-        }
-    }
-
-    /// Warm mode: one call at a time, as an exec in the session's container.
-    /// The container is replaced after a call that timed out, failed at the
-    /// engine, left a process behind, or was cancelled.
-    async fn run_warm(
-        &self,
-        docker: &Docker,
-        image: &str,
-        plan: &ExecPlan,
-        argv: Vec<String>,
-        env: Vec<String>,
-        start: Instant,
-    ) -> RunOutput {
-        // Calls are serialized: a call's leftover check must see only its own
-        // processes, and a replaced container must not be one another call
-        // is using.
-        let mut slot = WarmSlot {
-            slot: self.warm.lock().await,
-            docker: docker.clone(),
-            keep: false,
-        };
-        let options = CreateExecOptions {
-            attach_stdin: Some(plan.stdin.is_some()),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            cmd: Some(argv),
-            env: Some(env),
-            working_dir: Some(plan.cwd.to_string_lossy().into_owned()),
-            user: Some(self.user()),
-            ..Default::default()
-        };
-        // A container that stopped since the last call (its init was killed)
-        // is replaced once.
-        let mut attempt = 0;
-        let (id, exec) = loop {
-            let id = match self
-                .warm_container(&mut slot.slot, docker, image, plan)
-                .await
-            {
-                Ok(id) => id,
-                Err(o) => return RunOutput::refused(BackendKind::Docker, o, start.elapsed()),
-            };
-            match docker.create_exec(&id, options.clone()).await {
-                Ok(exec) => break (id, exec),
-                Err(e) if status(&e) == Some(409) && attempt == 0 => {
-                    attempt += 1;
-                    if let Some(old) = slot.slot.take() {
-                        remove(docker, &old).await;
-                    }
-                }
-                Err(e) => {
-                    slot.release().await;
-                    return RunOutput::refused(
-                        BackendKind::Docker,
-                        start_refusal(&e),
-                        start.elapsed(),
-                    );
-                }
-            }
-        };
-        let limits = &plan.limits;
-        let mut out = CappedBuffer::new(limits.stdout_cap);
-        let mut err = CappedBuffer::new(limits.stderr_cap);
-        let call = async {
-            let started = docker
-                .start_exec(&exec.id, Some(StartExecOptions::default()))
-                .await
-                .map_err(|e| launch_failed(&e))?;
-            let StartExecResults::Attached { output, mut input } = started else {
-                return Err(Outcome::new(
-                    OutcomeKind::LaunchFailed,
-                    "the exec did not attach",
-                ));
-            };
-            let stdin = plan.stdin.clone();
-            let feed = async move {
-                if let Some(bytes) = stdin {
-                    let _ = input.write_all(&bytes).await;
-                }
-                let _ = input.shutdown().await;
-            };
-            let ((), ()) = tokio::join!(feed, drain(output, &mut out, &mut err));
-            // The exit code, and whether the call left processes behind (they
-            // would outlive it): asked of the engine at the same time.
-            let (inspected, leftovers) =
-                tokio::join!(docker.inspect_exec(&exec.id), self.leftovers(docker, &id));
-            let inspected = inspected.map_err(|e| launch_failed(&e))?;
-            Ok((inspected.exit_code.unwrap_or(-1), leftovers))
-        };
-        let ended = tokio::time::timeout(limits.timeout, call).await;
-        let result = match ended {
-            // No API kills an exec: on a timeout the container goes, with
-            // all it ran (the slot's drop removes it).
-            Err(_) => Ended::TimedOut,
-            Ok(Err(o)) => Ended::Refused(o),
-            Ok(Ok((code, leftovers))) => {
-                // Processes the call left behind (background jobs) would
-                // outlive it: then the container goes too.
-                slot.keep = !leftovers;
-                Ended::Exited { code, oom: false }
-            }
-        };
-        slot.release().await;
-        finish(plan, start, result, out, err)
-    }
-
-    /// Whether the warm container runs anything besides its init and sleep.
-    async fn leftovers(&self, docker: &Docker, id: &str) -> bool {
-        match docker.top_processes(id, None).await {
-            Ok(top) => top.processes.map(|p| p.len()).unwrap_or(0) > 2,
-            Err(_) => true,
+        if let Some(w) = self.warm.lock().await.take() {
+            remove(docker, &w.id).await;
         }
     }
 
@@ -804,9 +646,9 @@ impl DockerBackend {
 
 impl Drop for DockerBackend {
     fn drop(&mut self) {
-        let id = self.warm.get_mut().take();
-        if let (Some(id), Some(Ok(docker))) = (id, self.client.get()) {
-            spawn_removal(docker.clone(), id);
+        let warm = self.warm.get_mut().take();
+        if let (Some(w), Some(Ok(docker))) = (warm, self.client.get()) {
+            spawn_removal(docker.clone(), w.id);
         }
     }
 }
@@ -852,7 +694,7 @@ fn finish(
             Outcome::new(
                 OutcomeKind::TimedOut,
                 format!(
-                    "timed out after {}; the container was killed",
+                    "timed out after {}; all its processes were killed",
                     super::direct::fmt_secs(limits.timeout)
                 ),
             ),
@@ -1043,7 +885,7 @@ fn spawn_removal(docker: Docker, id: String) {
 /// (`keep`), its container is removed: now by `release`, or in the
 /// background if the call's future is dropped.
 struct WarmSlot<'a> {
-    slot: tokio::sync::MutexGuard<'a, Option<String>>,
+    slot: tokio::sync::MutexGuard<'a, Option<warm::WarmContainer>>,
     docker: Docker,
     keep: bool,
 }
@@ -1051,9 +893,9 @@ struct WarmSlot<'a> {
 impl WarmSlot<'_> {
     async fn release(&mut self) {
         if !self.keep
-            && let Some(id) = self.slot.take()
+            && let Some(w) = self.slot.take()
         {
-            remove(&self.docker, &id).await;
+            remove(&self.docker, &w.id).await;
         }
         self.keep = true;
     }
@@ -1062,9 +904,9 @@ impl WarmSlot<'_> {
 impl Drop for WarmSlot<'_> {
     fn drop(&mut self) {
         if !self.keep
-            && let Some(id) = self.slot.take()
+            && let Some(w) = self.slot.take()
         {
-            spawn_removal(self.docker.clone(), id);
+            spawn_removal(self.docker.clone(), w.id);
         }
     }
 }

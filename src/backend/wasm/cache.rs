@@ -24,13 +24,19 @@ pub(crate) struct DiskCache {
     engine_key: String,
 }
 
-/// The default cache directory.
-pub(crate) fn default_dir() -> Option<PathBuf> {
+/// toolhost's cache directory: `$XDG_CACHE_HOME/toolhost` or
+/// `~/.cache/toolhost`.
+pub(crate) fn toolhost_cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("toolhost").join("wasm"))
+    Some(base.join("toolhost"))
+}
+
+/// The default cache directory.
+pub(crate) fn default_dir() -> Option<PathBuf> {
+    Some(toolhost_cache_dir()?.join("wasm"))
 }
 
 fn engine_key(engine: &Engine) -> String {
@@ -43,7 +49,7 @@ fn engine_key(engine: &Engine) -> String {
 }
 
 /// Creates `dir` if needed and checks that only this user can write to it.
-fn usable_dir(dir: &Path) -> Result<(), String> {
+pub(crate) fn usable_dir(dir: &Path) -> Result<(), String> {
     fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     #[cfg(unix)]
     {

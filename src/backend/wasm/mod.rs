@@ -32,7 +32,7 @@ use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::sandbox::{ExecPlan, Limits};
 use crate::tools::registry::ToolFile;
 
-mod cache;
+pub(crate) mod cache;
 mod component;
 mod streams;
 

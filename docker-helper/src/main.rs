@@ -1,0 +1,659 @@
+//! toolhost's command server for the docker backend's warm mode.
+//!
+//! It runs as PID 1 of the warm container (bind-mounted read-only at
+//! `/.toolhost-helper`, statically linked so that it runs in any Linux image)
+//! and runs each call as its own child, instead of one engine `exec` per call.
+//!
+//! Invariants:
+//! - The protocol runs on the helper's stdin and stdout (the container's attach
+//!   stream). A tool never gets them: its fds 0-2 are pipes of the helper's
+//!   (or /dev/null), everything else is close-on-exec, and the helper is not
+//!   dumpable, so a tool (same uid) cannot open `/proc/1/fd/*` or ptrace it.
+//!   As PID 1 of its namespace it cannot be killed from inside either.
+//! - No process outlives its call: when the call's main process exits (or the
+//!   host asks for a kill), the helper sends SIGKILL to every other process in
+//!   the container (`kill(-1)`) and reports the exit only once it has no child
+//!   left at all, so every process in the namespace is gone.
+//! - Per-call rlimits (CPU seconds, file size, no core) are set in the child
+//!   before exec; the helper itself has none, so that no limit ends it.
+//!
+//! Frames, both ways: a kind byte, a u32 little-endian length, the payload.
+//! Host to helper: `R` run (argv, env, cwd, limits, caps), `I` stdin bytes,
+//! `E` end of stdin, `K` kill the call. Helper to host: `H` hello (the
+//! protocol version), `o`/`e` the call's stdout/stderr bytes (at most cap + 1
+//! each), `X` the call's end.
+
+use std::ffi::{CString, c_char};
+
+/// Protocol version, sent in the hello frame.
+const VERSION: &[u8] = b"toolhost-docker-helper 1";
+/// Largest frame accepted from the host.
+const FRAME_MAX: usize = 1 << 20;
+/// Stdin held for a tool that is not reading: past this the helper stops
+/// reading its own input (the host waits), except for a kill.
+const PENDING_MAX: usize = 1 << 20;
+
+mod sys {
+    use std::ffi::c_char;
+
+    #[repr(C)]
+    pub struct PollFd {
+        pub fd: i32,
+        pub events: i16,
+        pub revents: i16,
+    }
+
+    #[repr(C)]
+    pub struct Rlimit {
+        pub cur: u64,
+        pub max: u64,
+    }
+
+    unsafe extern "C" {
+        pub fn fork() -> i32;
+        pub fn execve(
+            path: *const c_char,
+            argv: *const *const c_char,
+            envp: *const *const c_char,
+        ) -> i32;
+        pub fn pipe2(fds: *mut i32, flags: i32) -> i32;
+        pub fn poll(fds: *mut PollFd, n: usize, timeout: i32) -> i32;
+        pub fn read(fd: i32, buf: *mut u8, n: usize) -> isize;
+        pub fn write(fd: i32, buf: *const u8, n: usize) -> isize;
+        pub fn close(fd: i32) -> i32;
+        pub fn dup2(a: i32, b: i32) -> i32;
+        pub fn chdir(path: *const c_char) -> i32;
+        pub fn setsid() -> i32;
+        pub fn setrlimit(resource: i32, r: *const Rlimit) -> i32;
+        pub fn kill(pid: i32, sig: i32) -> i32;
+        pub fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
+        pub fn syscall(n: i64, ...) -> i64;
+        pub fn prctl(op: i32, ...) -> i32;
+        pub fn _exit(code: i32) -> !;
+        pub fn signal(sig: i32, handler: usize) -> usize;
+        pub fn fcntl(fd: i32, cmd: i32, ...) -> i32;
+        pub fn open(path: *const c_char, flags: i32, ...) -> i32;
+        pub fn __errno_location() -> *mut i32;
+    }
+
+    pub const O_RDONLY: i32 = 0;
+    pub const O_NONBLOCK: i32 = 0o4000;
+    pub const O_CLOEXEC: i32 = 0o2000000;
+    pub const F_GETFL: i32 = 3;
+    pub const F_SETFL: i32 = 4;
+    pub const POLLIN: i16 = 1;
+    pub const POLLOUT: i16 = 4;
+    pub const POLLERR: i16 = 8;
+    pub const POLLHUP: i16 = 16;
+    pub const POLLNVAL: i16 = 32;
+    pub const WNOHANG: i32 = 1;
+    pub const SIGKILL: i32 = 9;
+    pub const SIGPIPE: i32 = 13;
+    pub const SIG_DFL: usize = 0;
+    pub const RLIMIT_CPU: i32 = 0;
+    pub const RLIMIT_FSIZE: i32 = 1;
+    pub const RLIMIT_CORE: i32 = 4;
+    pub const PR_SET_DUMPABLE: i32 = 4;
+    pub const SYS_PIDFD_OPEN: i64 = 434;
+    pub const EINTR: i32 = 4;
+    pub const EAGAIN: i32 = 11;
+    pub const ENOENT: i32 = 2;
+    pub const EACCES: i32 = 13;
+    pub const ENOTDIR: i32 = 20;
+    pub const EINVAL: i32 = 22;
+
+    pub fn errno() -> i32 {
+        // SAFETY: glibc's per-thread errno slot is always valid.
+        unsafe { *__errno_location() }
+    }
+}
+
+/// How a call ended, as the `X` frame says.
+const END_EXITED: i32 = 0;
+const END_SIGNALLED: i32 = 1;
+const END_SPAWN_FAILED: i32 = 2;
+const END_BAD_REQUEST: i32 = 3;
+
+/// Spawn failure stages in the `X` frame.
+const STAGE_CWD: i32 = 1;
+const STAGE_EXEC: i32 = 2;
+
+/// Writes a whole frame to stdout; the host is gone if that fails.
+fn send(kind: u8, payload: &[u8]) {
+    let mut frame = Vec::with_capacity(payload.len() + 5);
+    frame.push(kind);
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend_from_slice(payload);
+    let mut rest = &frame[..];
+    while !rest.is_empty() {
+        // SAFETY: the buffer is valid for its length.
+        let n = unsafe { sys::write(1, rest.as_ptr(), rest.len()) };
+        if n < 0 {
+            if sys::errno() == sys::EINTR {
+                continue;
+            }
+            host_gone();
+        }
+        rest = &rest[n as usize..];
+    }
+}
+
+/// The host closed the stream (or it broke): nothing may outlive it.
+fn host_gone() -> ! {
+    // SAFETY: plain syscalls; exiting PID 1 ends the container.
+    unsafe {
+        sys::kill(-1, sys::SIGKILL);
+        sys::_exit(0)
+    }
+}
+
+/// Frames read from stdin.
+struct Input {
+    buf: Vec<u8>,
+}
+
+impl Input {
+    /// Reads once from stdin; false at end of stream.
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            // SAFETY: the buffer is valid for its length.
+            let n = unsafe { sys::read(0, chunk.as_mut_ptr(), chunk.len()) };
+            if n < 0 && sys::errno() == sys::EINTR {
+                continue;
+            }
+            if n <= 0 {
+                return false;
+            }
+            self.buf.extend_from_slice(&chunk[..n as usize]);
+            return true;
+        }
+    }
+
+    /// The next whole frame in the buffer, if any.
+    fn take(&mut self) -> Option<(u8, Vec<u8>)> {
+        if self.buf.len() < 5 {
+            return None;
+        }
+        let len = u32::from_le_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]) as usize;
+        if len > FRAME_MAX {
+            eprintln!("toolhost-docker-helper: frame of {len} bytes refused");
+            host_gone();
+        }
+        if self.buf.len() < 5 + len {
+            return None;
+        }
+        let kind = self.buf[0];
+        let payload = self.buf[5..5 + len].to_vec();
+        self.buf.drain(..5 + len);
+        Some((kind, payload))
+    }
+}
+
+/// A run request.
+struct Request {
+    argv: Vec<Vec<u8>>,
+    env: Vec<Vec<u8>>,
+    cwd: Vec<u8>,
+    cpu_seconds: u64,
+    file_size: u64,
+    stdin: bool,
+    caps: [u64; 2],
+}
+
+struct Cursor<'a>(&'a [u8]);
+
+impl Cursor<'_> {
+    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Some(head)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.bytes(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        let b = self.bytes(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Some(u64::from_le_bytes(a))
+    }
+    fn string(&mut self) -> Option<Vec<u8>> {
+        let n = self.u32()? as usize;
+        let s = self.bytes(n)?;
+        if s.contains(&0) {
+            return None;
+        }
+        Some(s.to_vec())
+    }
+    fn strings(&mut self) -> Option<Vec<Vec<u8>>> {
+        let n = self.u32()? as usize;
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.push(self.string()?);
+        }
+        Some(v)
+    }
+}
+
+fn parse(payload: &[u8]) -> Option<Request> {
+    let mut c = Cursor(payload);
+    let r = Request {
+        argv: c.strings()?,
+        env: c.strings()?,
+        cwd: c.string()?,
+        cpu_seconds: c.u64()?,
+        file_size: c.u64()?,
+        stdin: c.bytes(1)?[0] != 0,
+        caps: [c.u64()?, c.u64()?],
+    };
+    if r.argv.is_empty() || r.argv[0].is_empty() {
+        return None;
+    }
+    Some(r)
+}
+
+/// The `oom_kill` count of the container's memory cgroup (v2, then v1).
+fn oom_kills() -> Option<u64> {
+    for path in [
+        "/sys/fs/cgroup/memory.events",
+        "/sys/fs/cgroup/memory/memory.oom_control",
+    ] {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            for line in text.lines() {
+                if let Some(n) = line.strip_prefix("oom_kill ") {
+                    return n.trim().parse().ok();
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The `X` frame: how the call ended, a value (exit code, signal, or spawn
+/// stage), an errno (spawn failures), and flags: the memory cgroup OOM-killed
+/// something, other processes had to be killed, the host asked for the kill.
+fn end(kind: i32, value: i32, errno: i32, oom: bool, others: bool, killed: bool) {
+    let mut p = Vec::with_capacity(15);
+    p.extend_from_slice(&kind.to_le_bytes());
+    p.extend_from_slice(&value.to_le_bytes());
+    p.extend_from_slice(&errno.to_le_bytes());
+    p.extend_from_slice(&[oom as u8, others as u8, killed as u8]);
+    send(b'X', &p);
+}
+
+fn cstring(b: &[u8]) -> CString {
+    // Requests with NUL bytes are refused by `parse`.
+    CString::new(b).unwrap_or_default()
+}
+
+fn close(fd: &mut i32) {
+    if *fd >= 0 {
+        // SAFETY: closing an fd this helper owns.
+        unsafe { sys::close(*fd) };
+        *fd = -1;
+    }
+}
+
+fn pipe() -> Option<[i32; 2]> {
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 writes two fds.
+    if unsafe { sys::pipe2(fds.as_mut_ptr(), sys::O_CLOEXEC) } < 0 {
+        return None;
+    }
+    Some(fds)
+}
+
+/// Runs one call to its end (the helper exits if the host goes away).
+fn run(input: &mut Input, base_env: &[Vec<u8>], req: Request) {
+    // The environment: the image's, then the request's on top.
+    let mut env: Vec<Vec<u8>> = Vec::new();
+    let key = |e: &[u8]| e.split(|&b| b == b'=').next().map(<[u8]>::to_vec);
+    for e in base_env.iter().chain(req.env.iter()) {
+        let k = key(e);
+        env.retain(|old| key(old) != k);
+        env.push(e.clone());
+    }
+    let path = env
+        .iter()
+        .find_map(|e| e.strip_prefix(b"PATH=").map(<[u8]>::to_vec))
+        .unwrap_or_else(|| {
+            b"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_vec()
+        });
+    let program = &req.argv[0];
+    let candidates: Vec<CString> = if program.contains(&b'/') {
+        vec![cstring(program)]
+    } else {
+        path.split(|&b| b == b':')
+            .map(|dir| {
+                let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+                let mut p = dir.to_vec();
+                p.push(b'/');
+                p.extend_from_slice(program);
+                cstring(&p)
+            })
+            .collect()
+    };
+    let argv: Vec<CString> = req.argv.iter().map(|a| cstring(a)).collect();
+    let envp: Vec<CString> = env.iter().map(|e| cstring(e)).collect();
+    let mut argv_p: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    let mut envp_p: Vec<*const c_char> = envp.iter().map(|e| e.as_ptr()).collect();
+    envp_p.push(std::ptr::null());
+    let cwd = cstring(&req.cwd);
+    let limits = [
+        (sys::RLIMIT_CORE, 0, 0),
+        (
+            sys::RLIMIT_CPU,
+            req.cpu_seconds,
+            req.cpu_seconds.saturating_add(1),
+        ),
+        (sys::RLIMIT_FSIZE, req.file_size, req.file_size),
+    ];
+
+    let (Some(out), Some(err), Some(status)) = (pipe(), pipe(), pipe()) else {
+        end(
+            END_SPAWN_FAILED,
+            STAGE_EXEC,
+            sys::errno(),
+            false,
+            false,
+            false,
+        );
+        return;
+    };
+    let (mut out_r, mut out_w) = (out[0], out[1]);
+    let (mut err_r, mut err_w) = (err[0], err[1]);
+    let (mut status_r, mut status_w) = (status[0], status[1]);
+    let (mut in_r, mut in_w) = if req.stdin {
+        match pipe() {
+            Some(p) => (p[0], p[1]),
+            None => (-1, -1),
+        }
+    } else {
+        // SAFETY: the path is a valid C string.
+        let fd = unsafe { sys::open(c"/dev/null".as_ptr(), sys::O_RDONLY | sys::O_CLOEXEC) };
+        (fd, -1)
+    };
+    let oom_before = oom_kills();
+
+    // SAFETY: the helper is single-threaded; between fork and exec the child
+    // only makes syscalls on memory prepared above.
+    let pid = unsafe { sys::fork() };
+    if pid == 0 {
+        unsafe {
+            let fail = |stage: i32| -> ! {
+                let mut b = [0u8; 8];
+                b[..4].copy_from_slice(&stage.to_le_bytes());
+                b[4..].copy_from_slice(&sys::errno().to_le_bytes());
+                sys::write(status_w, b.as_ptr(), 8);
+                sys::_exit(127)
+            };
+            sys::setsid();
+            // Rust ignores SIGPIPE in the helper; the tool gets the default.
+            sys::signal(sys::SIGPIPE, sys::SIG_DFL);
+            for (res, cur, max) in limits {
+                if cur != u64::MAX {
+                    sys::setrlimit(res, &sys::Rlimit { cur, max });
+                }
+            }
+            if in_r < 0
+                || sys::dup2(in_r, 0) < 0
+                || sys::dup2(out_w, 1) < 0
+                || sys::dup2(err_w, 2) < 0
+            {
+                fail(STAGE_EXEC);
+            }
+            if sys::chdir(cwd.as_ptr()) < 0 {
+                fail(STAGE_CWD);
+            }
+            let mut denied = false;
+            for c in &candidates {
+                sys::execve(c.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr());
+                match sys::errno() {
+                    sys::EACCES => denied = true,
+                    sys::ENOENT | sys::ENOTDIR => {}
+                    _ => fail(STAGE_EXEC),
+                }
+            }
+            if denied {
+                *sys::__errno_location() = sys::EACCES;
+            }
+            fail(STAGE_EXEC)
+        }
+    }
+    let fork_errno = sys::errno();
+    close(&mut out_w);
+    close(&mut err_w);
+    close(&mut status_w);
+    close(&mut in_r);
+    if pid < 0 {
+        for fd in [&mut out_r, &mut err_r, &mut status_r, &mut in_w] {
+            close(fd);
+        }
+        end(
+            END_SPAWN_FAILED,
+            STAGE_EXEC,
+            fork_errno,
+            false,
+            false,
+            false,
+        );
+        return;
+    }
+    // The exec's verdict: end of stream (close-on-exec) means it ran.
+    let mut verdict = [0u8; 8];
+    let mut got = 0;
+    while got < 8 {
+        // SAFETY: the buffer is valid for the remaining length.
+        let n = unsafe { sys::read(status_r, verdict[got..].as_mut_ptr(), 8 - got) };
+        if n < 0 && sys::errno() == sys::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    close(&mut status_r);
+    if got == 8 {
+        let mut st = 0;
+        // SAFETY: reaping our own child.
+        unsafe { sys::waitpid(pid, &mut st, 0) };
+        for fd in [&mut out_r, &mut err_r, &mut in_w] {
+            close(fd);
+        }
+        let stage = i32::from_le_bytes([verdict[0], verdict[1], verdict[2], verdict[3]]);
+        let errno = i32::from_le_bytes([verdict[4], verdict[5], verdict[6], verdict[7]]);
+        end(END_SPAWN_FAILED, stage, errno, false, false, false);
+        return;
+    }
+    if in_w >= 0 {
+        // SAFETY: fcntl on our own fd.
+        unsafe {
+            let fl = sys::fcntl(in_w, sys::F_GETFL);
+            sys::fcntl(in_w, sys::F_SETFL, fl | sys::O_NONBLOCK);
+        }
+    }
+    // SAFETY: pidfd_open on our child; -1 (old kernel) falls back to polling.
+    let mut pidfd = unsafe { sys::syscall(sys::SYS_PIDFD_OPEN, pid, 0) } as i32;
+
+    let mut status: Option<i32> = None;
+    let mut swept = false;
+    let mut others = false;
+    let mut killed = false;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut stdin_end = !req.stdin;
+    let mut forwarded = [0u64; 2];
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        // Reap everything that has exited: the call's process, and orphans
+        // (the helper is their reaper, as PID 1).
+        let mut childless = false;
+        loop {
+            let mut st = 0;
+            // SAFETY: reaping children.
+            let r = unsafe { sys::waitpid(-1, &mut st, sys::WNOHANG) };
+            if r > 0 {
+                if r == pid {
+                    status = Some(st);
+                }
+                continue;
+            }
+            if r < 0 && sys::errno() != sys::EINTR {
+                childless = true;
+            }
+            break;
+        }
+        if status.is_some() && !swept {
+            // The call is over: nothing it started may outlive it.
+            swept = true;
+            // SAFETY: signals every process of this namespace but PID 1.
+            others = unsafe { sys::kill(-1, sys::SIGKILL) } == 0;
+            close(&mut pidfd);
+            close(&mut in_w);
+            pending.clear();
+            continue;
+        }
+        if status.is_some() && childless && out_r < 0 && err_r < 0 {
+            break;
+        }
+        // Frames read so far, including any that came with the run request.
+        while let Some((kind, payload)) = input.take() {
+            match kind {
+                b'I' if in_w >= 0 => pending.extend_from_slice(&payload),
+                b'E' => stdin_end = true,
+                b'K' => {
+                    killed = true;
+                    // SAFETY: signals every process of this namespace but PID 1.
+                    unsafe { sys::kill(-1, sys::SIGKILL) };
+                }
+                _ => {}
+            }
+        }
+        if in_w >= 0 && pending.is_empty() && stdin_end {
+            close(&mut in_w);
+        }
+        let mut fds: Vec<sys::PollFd> = Vec::with_capacity(5);
+        let read_input = pending.len() < PENDING_MAX || in_w < 0;
+        for (fd, events) in [
+            (if read_input { 0 } else { -1 }, sys::POLLIN),
+            (out_r, sys::POLLIN),
+            (err_r, sys::POLLIN),
+            (if pending.is_empty() { -1 } else { in_w }, sys::POLLOUT),
+            (pidfd, sys::POLLIN),
+        ] {
+            fds.push(sys::PollFd {
+                fd,
+                events,
+                revents: 0,
+            });
+        }
+        let timeout = if status.is_some() || pidfd < 0 {
+            10
+        } else {
+            1000
+        };
+        // SAFETY: the array is valid for its length; negative fds are skipped.
+        let n = unsafe { sys::poll(fds.as_mut_ptr(), fds.len(), timeout) };
+        if n < 0 {
+            continue;
+        }
+        let ready = |i: usize| {
+            fds[i].revents & (sys::POLLIN | sys::POLLHUP | sys::POLLERR | sys::POLLNVAL) != 0
+        };
+        if ready(0) && !input.fill() {
+            host_gone();
+        }
+        for (i, fd, kind) in [(1, &mut out_r, b'o'), (2, &mut err_r, b'e')] {
+            if !ready(i) {
+                continue;
+            }
+            // SAFETY: the buffer is valid for its length.
+            let n = unsafe { sys::read(*fd, chunk.as_mut_ptr(), chunk.len()) };
+            if n < 0 && matches!(sys::errno(), sys::EINTR | sys::EAGAIN) {
+                continue;
+            }
+            if n <= 0 {
+                close(fd);
+                continue;
+            }
+            // Past its cap a stream is read and dropped; one byte over tells
+            // the host it was truncated.
+            let s = i - 1;
+            let room = req.caps[s].saturating_add(1).saturating_sub(forwarded[s]);
+            let take = (n as u64).min(room) as usize;
+            if take > 0 {
+                send(kind, &chunk[..take]);
+                forwarded[s] += take as u64;
+            }
+        }
+        if fds[3].revents != 0 && in_w >= 0 {
+            // SAFETY: the buffer is valid for its length.
+            let n = unsafe { sys::write(in_w, pending.as_ptr(), pending.len()) };
+            if n > 0 {
+                pending.drain(..n as usize);
+            } else if n < 0 && !matches!(sys::errno(), sys::EINTR | sys::EAGAIN) {
+                // The tool closed its stdin: the rest is dropped.
+                pending.clear();
+                close(&mut in_w);
+            }
+        }
+    }
+    close(&mut in_w);
+    let oom = match (oom_before, oom_kills()) {
+        (Some(a), Some(b)) => b > a,
+        _ => false,
+    };
+    let st = status.unwrap_or(0);
+    let (kind, value) = if st & 0x7f == 0 {
+        (END_EXITED, (st >> 8) & 0xff)
+    } else {
+        (END_SIGNALLED, st & 0x7f)
+    };
+    end(kind, value, 0, oom, others, killed);
+}
+
+fn main() {
+    // Not dumpable: a tool running as the same uid cannot ptrace the helper
+    // or open its /proc files (its fds are the protocol).
+    // SAFETY: a plain prctl.
+    unsafe { sys::prctl(sys::PR_SET_DUMPABLE, 0u64, 0u64, 0u64, 0u64) };
+    use std::os::unix::ffi::OsStringExt;
+    let base_env: Vec<Vec<u8>> = std::env::vars_os()
+        .map(|(k, v)| {
+            let mut e = k.into_vec();
+            e.push(b'=');
+            e.extend_from_slice(&v.into_vec());
+            e
+        })
+        .collect();
+    send(b'H', VERSION);
+    let mut input = Input { buf: Vec::new() };
+    loop {
+        let frame = loop {
+            if let Some(f) = input.take() {
+                break f;
+            }
+            if !input.fill() {
+                host_gone();
+            }
+        };
+        match frame {
+            (b'R', payload) => match parse(&payload) {
+                Some(req) => run(&mut input, &base_env, req),
+                None => end(END_BAD_REQUEST, 0, sys::EINVAL, false, false, false),
+            },
+            // Stdin for a call that has ended, or a late kill: nothing to do.
+            (b'I' | b'E' | b'K', _) => {}
+            (kind, _) => {
+                eprintln!("toolhost-docker-helper: unknown frame kind {kind}");
+                host_gone();
+            }
+        }
+    }
+}

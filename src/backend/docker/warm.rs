@@ -1,0 +1,590 @@
+//! Warm mode: one container per backend, with toolhost's command server
+//! (`docker-helper/`, a static binary bind-mounted read-only) as its PID 1.
+//! Each call is one request on the container's attach stream; the helper
+//! forks the tool, streams its output back, and, when the tool's main process
+//! exits (or the host asks for a kill on a timeout), kills every other process
+//! in the container and reports only once none is left. No engine `exec` is
+//! made per call.
+//!
+//! Invariants: calls are serialized; a container whose stream breaks, whose
+//! call is cancelled, or whose helper does not answer is removed and replaced;
+//! a call's rlimits are set on the tool's process by the helper (the container
+//! has none of its own, so that no limit ends the helper).
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::models::{ContainerCreateBody, Mount, MountType, ResourcesUlimits};
+use bollard::query_parameters::{AttachContainerOptions, CreateContainerOptions};
+use futures_util::{FutureExt, Stream, StreamExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use super::{
+    DockerBackend, Ended, Removal, WarmSlot, create_refusal, engine_error, finish, remove,
+    start_refusal, unavailable,
+};
+use crate::backend::BackendKind;
+use crate::outcome::{Outcome, OutcomeKind, RunOutput};
+use crate::output::CappedBuffer;
+use crate::sandbox::ExecPlan;
+
+/// The helper, built by build.rs for the target (empty where it cannot be).
+static HELPER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/toolhost-docker-helper"));
+/// Where the helper is mounted in the container.
+pub const HELPER_TARGET: &str = "/.toolhost-helper";
+/// The hello the helper sends when it starts.
+const HELLO: &[u8] = b"toolhost-docker-helper 1";
+/// Largest frame accepted from the helper (it sends at most 64 KiB).
+const FRAME_MAX: usize = 1 << 20;
+/// Stdin is sent in frames of this size.
+const STDIN_CHUNK: usize = 64 * 1024;
+/// Stdin up to this size is always read by the helper at once (it buffers up
+/// to 1 MiB), so a kill frame behind it is read promptly.
+const KILL_STDIN_MAX: usize = 256 * 1024;
+/// How long the helper has to start, to answer a ping, or to end a call after
+/// a kill; past it the container is replaced.
+const HELPER_GRACE: Duration = Duration::from_secs(10);
+
+/// The session's warm container and its open attach stream.
+pub(super) struct WarmContainer {
+    pub(super) id: String,
+    input: Pin<Box<dyn AsyncWrite + Send>>,
+    reader: Reader,
+}
+
+/// The helper's side of the attach stream, parsed into frames.
+struct Reader {
+    output: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
+    buf: Vec<u8>,
+}
+
+async fn send(input: &mut Pin<Box<dyn AsyncWrite + Send>>, bytes: &[u8]) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("attach stream: {e}");
+    input.write_all(bytes).await.map_err(fail)?;
+    input.flush().await.map_err(fail)
+}
+
+fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(payload.len() + 5);
+    f.push(kind);
+    // Payloads are built here: a run request is bounded by the plan, which
+    // the sandbox bounds; stdin goes in 64 KiB frames.
+    f.extend_from_slice(
+        &u32::try_from(payload.len())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
+    f.extend_from_slice(payload);
+    f
+}
+
+fn put_str(p: &mut Vec<u8>, s: &str) {
+    p.extend_from_slice(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_le_bytes());
+    p.extend_from_slice(s.as_bytes());
+}
+
+fn put_strs(p: &mut Vec<u8>, v: &[String]) {
+    p.extend_from_slice(&u32::try_from(v.len()).unwrap_or(u32::MAX).to_le_bytes());
+    for s in v {
+        put_str(p, s);
+    }
+}
+
+/// The run request frame.
+fn run_request(plan: &ExecPlan, argv: &[String], env: &[String]) -> Result<Vec<u8>, Outcome> {
+    let mut p = Vec::new();
+    put_strs(&mut p, argv);
+    put_strs(&mut p, env);
+    put_str(&mut p, &plan.cwd.to_string_lossy());
+    let l = &plan.limits;
+    p.extend_from_slice(&l.cpu_seconds.unwrap_or(u64::MAX).to_le_bytes());
+    p.extend_from_slice(&l.file_size_bytes.unwrap_or(u64::MAX).to_le_bytes());
+    p.push(u8::from(plan.stdin.is_some()));
+    p.extend_from_slice(&(l.stdout_cap as u64).to_le_bytes());
+    p.extend_from_slice(&(l.stderr_cap as u64).to_le_bytes());
+    if p.len() > FRAME_MAX || argv.iter().chain(env).any(|s| s.contains('\0')) {
+        return Err(Outcome::new(
+            OutcomeKind::InvalidRequest,
+            "the command line and environment must be under 1 MiB, without NUL bytes, in warm mode",
+        ));
+    }
+    Ok(frame(b'R', &p))
+}
+
+/// The helper's `X` frame.
+struct Exit {
+    kind: i32,
+    value: i32,
+    errno: i32,
+    oom: bool,
+    others: bool,
+}
+
+fn parse_exit(p: &[u8]) -> Result<Exit, String> {
+    if p.len() != 15 {
+        return Err(format!("malformed exit frame ({} bytes)", p.len()));
+    }
+    let i = |at: usize| i32::from_le_bytes([p[at], p[at + 1], p[at + 2], p[at + 3]]);
+    Ok(Exit {
+        kind: i(0),
+        value: i(4),
+        errno: i(8),
+        oom: p[12] != 0,
+        others: p[13] != 0,
+    })
+}
+
+impl Reader {
+    /// The next whole frame from the helper.
+    async fn next_frame(&mut self) -> Result<(u8, Vec<u8>), String> {
+        loop {
+            if self.buf.len() >= 5 {
+                let b = &self.buf;
+                let len = u32::from_le_bytes([b[1], b[2], b[3], b[4]]) as usize;
+                if len > FRAME_MAX {
+                    return Err(format!("frame of {len} bytes from the helper"));
+                }
+                if b.len() >= 5 + len {
+                    let kind = b[0];
+                    let payload = b[5..5 + len].to_vec();
+                    self.buf.drain(..5 + len);
+                    return Ok((kind, payload));
+                }
+            }
+            match self.output.next().await {
+                Some(Ok(LogOutput::StdOut { message })) => self.buf.extend_from_slice(&message),
+                Some(Ok(LogOutput::StdErr { message })) => {
+                    tracing::warn!(
+                        "docker helper: {}",
+                        String::from_utf8_lossy(&message).trim()
+                    );
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(format!("attach stream: {}", engine_error(&e))),
+                None => return Err("the warm container's helper exited".into()),
+            }
+        }
+    }
+
+    /// Output frames until the call's end.
+    async fn until_exit(
+        &mut self,
+        out: &mut CappedBuffer,
+        err: &mut CappedBuffer,
+    ) -> Result<Exit, String> {
+        loop {
+            match self.next_frame().await? {
+                (b'o', p) => out.push(&p),
+                (b'e', p) => err.push(&p),
+                (b'X', p) => return parse_exit(&p),
+                (k, _) => return Err(format!("unexpected frame {k} from the helper")),
+            }
+        }
+    }
+
+    /// Whether the helper is there and idle: a dead container's stream has
+    /// ended (then the call goes to a new one, and runs once).
+    fn alive(&mut self) -> bool {
+        match self.output.next().now_or_never() {
+            None => true,
+            Some(Some(Ok(LogOutput::StdErr { message }))) => {
+                tracing::warn!(
+                    "docker helper: {}",
+                    String::from_utf8_lossy(&message).trim()
+                );
+                true
+            }
+            Some(_) => false,
+        }
+    }
+}
+
+/// The helper binary on this machine's disk, written once per process to
+/// toolhost's cache dir (private to this user), where the engine can
+/// bind-mount it.
+fn helper_file() -> Result<PathBuf, String> {
+    static FILE: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    FILE.get_or_init(write_helper).clone()
+}
+
+fn write_helper() -> Result<PathBuf, String> {
+    use sha2::Digest as _;
+    if HELPER.is_empty() {
+        return Err(
+            "this build of toolhost has no docker warm-mode helper (it is built only for Linux targets with a static C library); set [docker] warm = false".into(),
+        );
+    }
+    let dir = match crate::backend::wasm::cache::toolhost_cache_dir() {
+        Some(d) => d.join("docker"),
+        None => std::env::temp_dir().join(format!("toolhost-{}", uid())),
+    };
+    crate::backend::wasm::cache::usable_dir(&dir)
+        .map_err(|e| format!("docker helper dir {}: {e}", dir.display()))?;
+    let hash = sha2::Sha256::digest(HELPER);
+    let hex: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir.join(format!("toolhost-docker-helper-{hex}"));
+    if let Ok(existing) = std::fs::read(&path)
+        && existing == HELPER
+        && private_file(&path)
+    {
+        return Ok(path);
+    }
+    let tmp = dir.join(format!(
+        ".toolhost-docker-helper-{hex}.{}",
+        std::process::id()
+    ));
+    let fail =
+        |e: std::io::Error| format!("cannot write the docker helper to {}: {e}", dir.display());
+    std::fs::write(&tmp, HELPER).map_err(fail)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o555)).map_err(fail)?;
+    }
+    std::fs::rename(&tmp, &path).map_err(fail)?;
+    Ok(path)
+}
+
+/// Whether a file is this user's and writable by no one else.
+fn private_file(path: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::symlink_metadata(path)
+            .is_ok_and(|m| m.is_file() && m.uid() == uid() && m.mode() & 0o222 == 0)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
+}
+
+fn uid() -> u32 {
+    #[cfg(unix)]
+    {
+        // SAFETY: geteuid cannot fail.
+        unsafe { libc::geteuid() }
+    }
+    #[cfg(not(unix))]
+    0
+}
+
+/// Docker's name for this machine's architecture.
+fn engine_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "arm" => "arm",
+        "powerpc64" => "ppc64le",
+        "s390x" => "s390x",
+        "riscv64" => "riscv64",
+        other => other,
+    }
+}
+
+impl DockerBackend {
+    /// The helper can run on this engine: a Linux engine of this machine's
+    /// architecture (the helper is built for the machine toolhost runs on).
+    async fn check_warm_engine(&self, docker: &Docker) -> Result<(), Outcome> {
+        let v = docker
+            .version()
+            .await
+            .map_err(|e| unavailable(format!("Docker engine: {}", engine_error(&e))))?;
+        let os = v.os.unwrap_or_default();
+        let arch = v.arch.unwrap_or_default();
+        if os != "linux" || arch != engine_arch() || !cfg!(target_os = "linux") {
+            return Err(unavailable(format!(
+                "warm mode runs toolhost's helper (built for {}/{}) in the container, and the engine is {os}/{arch}; set [docker] warm = false",
+                std::env::consts::OS,
+                engine_arch()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Creates and starts the session's warm container and waits for its
+    /// helper's hello.
+    async fn start_warm(
+        &self,
+        docker: &Docker,
+        image: &str,
+        plan: &ExecPlan,
+    ) -> Result<WarmContainer, Outcome> {
+        self.check_warm_engine(docker).await?;
+        let helper = helper_file().map_err(unavailable)?;
+        let mut host = self.host_config(plan);
+        // The helper is the init (it reaps, and kills what a call leaves).
+        host.init = Some(false);
+        // No container-wide CPU or file-size limit: it would end the helper,
+        // which serves every call; the helper sets them on each call's process.
+        host.ulimits = Some(vec![ResourcesUlimits {
+            name: Some("core".into()),
+            soft: Some(0),
+            hard: Some(0),
+        }]);
+        if let Some(m) = host.mounts.as_mut() {
+            m.push(Mount {
+                target: Some(HELPER_TARGET.into()),
+                source: Some(helper.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            entrypoint: Some(vec![HELPER_TARGET.into()]),
+            cmd: Some(Vec::new()),
+            working_dir: Some("/".into()),
+            user: Some(self.user()),
+            labels: Some(self.labels()),
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            open_stdin: Some(true),
+            stdin_once: Some(false),
+            tty: Some(false),
+            network_disabled: Some(!plan.allow_network),
+            host_config: Some(host),
+            ..Default::default()
+        };
+        let name = self.next_name();
+        let opts = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        // Removed by name if this fails or the future is dropped before the
+        // slot holds it.
+        let mut guard = Removal::new(docker.clone(), name);
+        let created = match docker.create_container(Some(opts), body).await {
+            Ok(c) => c,
+            Err(e) => {
+                guard.remove_now().await;
+                return Err(create_refusal(&e, image, plan));
+            }
+        };
+        guard.id = Some(created.id.clone());
+        let attach = AttachContainerOptions {
+            stream: true,
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            logs: false,
+            ..Default::default()
+        };
+        let attached = match docker.attach_container(&created.id, Some(attach)).await {
+            Ok(a) => a,
+            Err(e) => {
+                guard.remove_now().await;
+                return Err(super::launch_failed(&e));
+            }
+        };
+        if let Err(e) = docker.start_container(&created.id, None).await {
+            guard.remove_now().await;
+            return Err(start_refusal(&e));
+        }
+        let mut warm = WarmContainer {
+            id: created.id.clone(),
+            input: attached.input,
+            reader: Reader {
+                output: attached.output,
+                buf: Vec::new(),
+            },
+        };
+        match tokio::time::timeout(HELPER_GRACE, warm.reader.next_frame()).await {
+            Ok(Ok((b'H', v))) if v == HELLO => {}
+            other => {
+                guard.remove_now().await;
+                let why = match other {
+                    Ok(Ok((_, v))) => format!("unexpected hello {:?}", String::from_utf8_lossy(&v)),
+                    Ok(Err(e)) => e,
+                    Err(_) => "no hello in time".into(),
+                };
+                return Err(Outcome::new(
+                    OutcomeKind::LaunchFailed,
+                    format!("the warm container's helper did not start: {why}"),
+                ));
+            }
+        }
+        guard.disarm();
+        Ok(warm)
+    }
+
+    /// Warm mode: one call at a time, as a request to the helper in the
+    /// session's container.
+    pub(super) async fn run_warm(
+        &self,
+        docker: &Docker,
+        image: &str,
+        plan: &ExecPlan,
+        argv: Vec<String>,
+        env: Vec<String>,
+        start: Instant,
+    ) -> RunOutput {
+        let refused = |o: Outcome| RunOutput::refused(BackendKind::Docker, o, start.elapsed());
+        let request = match run_request(plan, &argv, &env) {
+            Ok(r) => r,
+            Err(o) => return refused(o),
+        };
+        // Serialized: a call's sweep of leftover processes must only meet
+        // its own, and a replaced container must not be in use.
+        let mut slot = WarmSlot {
+            slot: self.warm.lock().await,
+            docker: docker.clone(),
+            keep: false,
+        };
+        if slot.slot.as_mut().is_some_and(|w| !w.reader.alive())
+            && let Some(dead) = slot.slot.take()
+        {
+            remove(docker, &dead.id).await;
+        }
+        if slot.slot.is_none() {
+            match self.start_warm(docker, image, plan).await {
+                Ok(w) => *slot.slot = Some(w),
+                Err(o) => {
+                    slot.keep = true;
+                    return refused(o);
+                }
+            }
+        }
+        let Some(warm) = slot.slot.as_mut() else {
+            return refused(Outcome::new(OutcomeKind::LaunchFailed, "no warm container"));
+        };
+        let limits = &plan.limits;
+        let mut out = CappedBuffer::new(limits.stdout_cap);
+        let mut err = CappedBuffer::new(limits.stderr_cap);
+        let stdin_sent = AtomicBool::new(plan.stdin.is_none());
+        let call = async {
+            let WarmContainer { input, reader, .. } = &mut *warm;
+            send(input, &request).await?;
+            // Stdin goes out while output comes in.
+            let feed = async {
+                if let Some(bytes) = &plan.stdin {
+                    for chunk in bytes.chunks(STDIN_CHUNK) {
+                        send(input, &frame(b'I', chunk)).await?;
+                    }
+                    send(input, &frame(b'E', &[])).await?;
+                }
+                stdin_sent.store(true, Ordering::SeqCst);
+                Ok::<(), String>(())
+            };
+            let (fed, exit) = tokio::join!(feed, reader.until_exit(&mut out, &mut err));
+            fed?;
+            exit
+        };
+        let ended = tokio::time::timeout(limits.timeout, call).await;
+        let result = match ended {
+            Ok(Ok(exit)) => {
+                slot.keep = true;
+                if exit.others {
+                    tracing::debug!("warm call left processes behind; the helper killed them");
+                }
+                self.ended(plan, exit)
+            }
+            Ok(Err(why)) => {
+                // The helper or its stream is gone: the container goes, and
+                // a helper killed for memory means the call hit the limit.
+                let oom = docker
+                    .inspect_container(&warm.id, None)
+                    .await
+                    .ok()
+                    .and_then(|i| i.state)
+                    .and_then(|s| s.oom_killed)
+                    .unwrap_or(false);
+                if oom {
+                    Ended::Exited {
+                        code: 137,
+                        oom: true,
+                    }
+                } else {
+                    Ended::Refused(Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!("warm container: {why}"),
+                    ))
+                }
+            }
+            Err(_) => {
+                // Timed out. With all its stdin sent (and little enough that
+                // the helper has read it all, so the kill is not queued
+                // behind it), the call is killed in place: the helper kills
+                // every process and says when none is left, and the container
+                // stays. Otherwise the container goes.
+                let small = plan
+                    .stdin
+                    .as_ref()
+                    .is_none_or(|b| b.len() <= KILL_STDIN_MAX);
+                if small && stdin_sent.load(Ordering::SeqCst) {
+                    let mut sink_out = CappedBuffer::new(0);
+                    let mut sink_err = CappedBuffer::new(0);
+                    let killed = tokio::time::timeout(HELPER_GRACE, async {
+                        send(&mut warm.input, &frame(b'K', &[])).await?;
+                        warm.reader.until_exit(&mut sink_out, &mut sink_err).await
+                    })
+                    .await;
+                    slot.keep = matches!(killed, Ok(Ok(_)));
+                }
+                Ended::TimedOut
+            }
+        };
+        slot.release().await;
+        finish(plan, start, result, out, err)
+    }
+
+    /// What the helper's exit frame means for the call.
+    fn ended(&self, plan: &ExecPlan, exit: Exit) -> Ended {
+        const END_EXITED: i32 = 0;
+        const END_SIGNALLED: i32 = 1;
+        const END_SPAWN_FAILED: i32 = 2;
+        const STAGE_CWD: i32 = 1;
+        let program = plan
+            .argv
+            .first()
+            .map(|a| a.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match exit.kind {
+            END_EXITED => Ended::Exited {
+                code: i64::from(exit.value),
+                oom: exit.oom,
+            },
+            // As docker reports a signal death: 128 + the signal.
+            END_SIGNALLED => Ended::Exited {
+                code: 128 + i64::from(exit.value),
+                oom: exit.oom,
+            },
+            END_SPAWN_FAILED => {
+                let e = std::io::Error::from_raw_os_error(exit.errno);
+                let o = if exit.value == STAGE_CWD {
+                    Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!("cannot enter {} in the container: {e}", plan.cwd.display()),
+                    )
+                } else if exit.errno == 2 {
+                    Outcome::new(
+                        OutcomeKind::NotFound,
+                        format!("{program}: not found in the container"),
+                    )
+                } else if exit.errno == 13 {
+                    Outcome::new(
+                        OutcomeKind::PermissionDenied,
+                        format!("{program}: not executable in the container ({e})"),
+                    )
+                } else {
+                    Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!("{program}: cannot run in the container: {e}"),
+                    )
+                };
+                Ended::Refused(o)
+            }
+            _ => Ended::Refused(Outcome::new(
+                OutcomeKind::LaunchFailed,
+                "the warm container's helper refused the request",
+            )),
+        }
+    }
+}

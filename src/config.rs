@@ -60,8 +60,10 @@ pub struct DockerConfig {
     pub tls_cert: Option<std::path::PathBuf>,
     /// TLS client key (see `tls_ca`).
     pub tls_key: Option<std::path::PathBuf>,
-    /// Warm mode: one container per sandbox, kept running, each call an `exec`
-    /// in it. Faster; gives up some isolation between calls (see the README).
+    /// Warm mode: one container per sandbox, kept running, with toolhost's
+    /// command server as its init running each call. Much faster; calls share
+    /// the container's `/tmp` (see the README). Needs a Linux engine of this
+    /// machine's architecture.
     /// Default false.
     pub warm: bool,
 }

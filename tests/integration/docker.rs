@@ -371,6 +371,47 @@ async fn engine_over_tcp_and_clear_refusals() {
     assert_eq!(r.cli_exit_code(), 125);
 }
 
+/// Bind mounts need an engine that sees this machine's filesystem. A dir that
+/// exists only in a private mount namespace of toolhost is one the engine
+/// cannot see (as a remote engine cannot see any of this machine's dirs).
+#[test]
+fn an_engine_that_cannot_see_the_allowed_dir_is_a_clear_refusal() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let cfg = t.root.join("docker.toml");
+    std::fs::write(&cfg, format!("[docker]\nimage = {image:?}\n")).unwrap();
+    let private = t.root.join("private");
+    std::fs::create_dir(&private).unwrap();
+    let run = |mount: &str, ws: &str| {
+        let script = format!(
+            "{mount} mkdir -p {p}/{ws} && chmod 777 {p}/{ws} && cd {p}/{ws} && exec {bin} run --config {cfg} --backend docker --json -- sh -c 'echo seen'",
+            p = private.display(),
+            bin = toolhost_bin().display(),
+            cfg = cfg.display(),
+        );
+        Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script])
+            .output()
+            .unwrap()
+    };
+    // Allowed twin: the same dir, visible to the engine, runs.
+    let out = run("", "visible");
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("seen"),
+        "{out:?}"
+    );
+    // Hidden from the engine by a tmpfs in toolhost's own mount namespace.
+    let out = run(
+        &format!("mount -t tmpfs tmpfs {} &&", private.display()),
+        "hidden",
+    );
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(json.contains("backend_unavailable"), "{json}");
+    assert!(json.contains("shares this machine's filesystem"), "{json}");
+}
+
 #[test]
 fn killed_toolhost_leaves_no_running_container_after_the_next_start() {
     let Some(image) = image() else { return };

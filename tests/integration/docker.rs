@@ -412,6 +412,100 @@ fn an_engine_that_cannot_see_the_allowed_dir_is_a_clear_refusal() {
     assert!(json.contains("shares this machine's filesystem"), "{json}");
 }
 
+/// A TLS engine endpoint with client certificates: stunnel terminates TLS (the
+/// server certificate for 127.0.0.1 and client verification against a test
+/// CA) in front of the engine's socket. Certificates come from openssl here.
+#[tokio::test]
+async fn engine_over_tls_with_client_certificates() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let d = t.root.join("tls");
+    std::fs::create_dir(&d).unwrap();
+    let key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    let script = format!(
+        "set -e
+        openssl req -x509 {key} -keyout ca-key.pem -out ca.pem -days 2 -subj /CN=toolhost-test-ca
+        openssl req -x509 {key} -keyout other-ca-key.pem -out other-ca.pem -days 2 -subj /CN=other-ca
+        openssl req {key} -keyout server-key.pem -out server.csr -subj /CN=127.0.0.1
+        printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out server.pem -days 2 -extfile server.ext
+        printf 'extendedKeyUsage=clientAuth\\n' > client.ext
+        openssl req {key} -keyout key.pem -out client.csr -subj /CN=client
+        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out cert.pem -days 2 -extfile client.ext
+        openssl req {key} -keyout other-key.pem -out other.csr -subj /CN=intruder
+        openssl x509 -req -in other.csr -CA other-ca.pem -CAkey other-ca-key.pem -CAcreateserial -out other-cert.pem -days 2 -extfile client.ext"
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    std::fs::write(
+        d.join("stunnel.conf"),
+        format!(
+            "foreground = yes\npid =\n[engine]\naccept = 127.0.0.1:{port}\nconnect = /var/run/docker.sock\ncert = server.pem\nkey = server-key.pem\nCAfile = ca.pem\nverifyChain = yes\nrequireCert = yes\n"
+        ),
+    )
+    .unwrap();
+    let _stunnel = Kill(
+        Command::new("stunnel")
+            .arg("stunnel.conf")
+            .current_dir(&d)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("stunnel (scripts/docker-setup installs it)"),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stunnel did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let tls = |cert: &str, key: &str, scheme: &str| {
+        let mut cfg = docker_config(&image);
+        cfg.docker.host = Some(format!("{scheme}://127.0.0.1:{port}"));
+        cfg.docker.tls_ca = Some(d.join("ca.pem"));
+        cfg.docker.tls_cert = Some(d.join(cert));
+        cfg.docker.tls_key = Some(d.join(key));
+        t.sandbox(cfg)
+    };
+    // The client certificate the endpoint trusts: calls run, over tcp:// with
+    // TLS files and over https://.
+    for scheme in ["tcp", "https"] {
+        let r = dsh(&tls("cert.pem", "key.pem", scheme), "echo over-tls").await;
+        assert_eq!(r.stdout, "over-tls\n", "{scheme}: {r:?}");
+    }
+    // One from another CA is refused by the endpoint: no call runs.
+    let r = dsh(&tls("other-cert.pem", "other-key.pem", "https"), "echo no").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::BackendUnavailable, "{r:?}");
+    assert_eq!(r.stdout, "");
+    // Plain HTTP to the TLS endpoint, and https without the TLS files.
+    let mut cfg = docker_config(&image);
+    cfg.docker.host = Some(format!("tcp://127.0.0.1:{port}"));
+    let r = dsh(&t.sandbox(cfg), "echo no").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::BackendUnavailable, "{r:?}");
+    let mut cfg = docker_config(&image);
+    cfg.docker.host = Some(format!("https://127.0.0.1:{port}"));
+    let r = dsh(&t.sandbox(cfg), "echo no").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::BackendUnavailable, "{r:?}");
+    assert!(r.outcome.message.contains("tls_ca"), "{r:?}");
+}
+
 #[test]
 fn killed_toolhost_leaves_no_running_container_after_the_next_start() {
     let Some(image) = image() else { return };

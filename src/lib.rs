@@ -46,6 +46,7 @@ pub mod outcome;
 pub mod output;
 pub mod paths;
 pub mod platform;
+pub mod policy;
 pub mod sandbox;
 pub mod tools;
 

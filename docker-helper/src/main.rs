@@ -4,6 +4,9 @@
 //! `/.toolhost-helper`, statically linked so that it runs in any Linux image)
 //! and runs each call as its own child, instead of one engine `exec` per call.
 //!
+//! Built for 64-bit x86_64 and aarch64 Linux only: the syscall types and
+//! constants below are theirs.
+//!
 //! Invariants:
 //! - The protocol runs on the helper's stdin and stdout (the container's attach
 //!   stream). A tool never gets them: its fds 0-2 are pipes of the helper's
@@ -43,6 +46,10 @@ mod sys {
         pub revents: i16,
     }
 
+    /// glibc's `sigset_t` (1024 bits).
+    #[repr(C)]
+    pub struct SigSet(pub [u64; 16]);
+
     #[repr(C)]
     pub struct Rlimit {
         pub cur: u64,
@@ -67,13 +74,16 @@ mod sys {
         pub fn setrlimit(resource: i32, r: *const Rlimit) -> i32;
         pub fn kill(pid: i32, sig: i32) -> i32;
         pub fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
-        pub fn syscall(n: i64, ...) -> i64;
         pub fn prctl(op: i32, ...) -> i32;
         pub fn _exit(code: i32) -> !;
         pub fn signal(sig: i32, handler: usize) -> usize;
         pub fn fcntl(fd: i32, cmd: i32, ...) -> i32;
         pub fn open(path: *const c_char, flags: i32, ...) -> i32;
         pub fn __errno_location() -> *mut i32;
+        pub fn sigemptyset(set: *mut SigSet) -> i32;
+        pub fn sigaddset(set: *mut SigSet, sig: i32) -> i32;
+        pub fn sigprocmask(how: i32, set: *const SigSet, old: *mut SigSet) -> i32;
+        pub fn signalfd(fd: i32, mask: *const SigSet, flags: i32) -> i32;
     }
 
     pub const O_RDONLY: i32 = 0;
@@ -89,12 +99,16 @@ mod sys {
     pub const WNOHANG: i32 = 1;
     pub const SIGKILL: i32 = 9;
     pub const SIGPIPE: i32 = 13;
+    pub const SIGBUS: i32 = 7;
+    pub const SIGSEGV: i32 = 11;
+    pub const SIGCHLD: i32 = 17;
+    pub const SIG_BLOCK: i32 = 0;
+    pub const SIG_SETMASK: i32 = 2;
     pub const SIG_DFL: usize = 0;
     pub const RLIMIT_CPU: i32 = 0;
     pub const RLIMIT_FSIZE: i32 = 1;
     pub const RLIMIT_CORE: i32 = 4;
     pub const PR_SET_DUMPABLE: i32 = 4;
-    pub const SYS_PIDFD_OPEN: i64 = 434;
     pub const EINTR: i32 = 4;
     pub const EAGAIN: i32 = 11;
     pub const ENOENT: i32 = 2;
@@ -117,6 +131,7 @@ const END_BAD_REQUEST: i32 = 3;
 /// Spawn failure stages in the `X` frame.
 const STAGE_CWD: i32 = 1;
 const STAGE_EXEC: i32 = 2;
+const STAGE_RLIMIT: i32 = 3;
 
 /// Writes a whole frame to stdout; the host is gone if that fails.
 fn send(kind: u8, payload: &[u8]) {
@@ -309,7 +324,8 @@ fn pipe() -> Option<[i32; 2]> {
 }
 
 /// Runs one call to its end (the helper exits if the host goes away).
-fn run(input: &mut Input, base_env: &[Vec<u8>], req: Request) {
+/// `sigchld` is the signalfd that wakes the loop when a child exits.
+fn run(input: &mut Input, base_env: &[Vec<u8>], sigchld: i32, req: Request) {
     // The environment: the image's, then the request's on top.
     let mut env: Vec<Vec<u8>> = Vec::new();
     let key = |e: &[u8]| e.split(|&b| b == b'=').next().map(<[u8]>::to_vec);
@@ -355,15 +371,13 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], req: Request) {
         (sys::RLIMIT_FSIZE, req.file_size, req.file_size),
     ];
 
-    let (Some(out), Some(err), Some(status)) = (pipe(), pipe(), pipe()) else {
-        end(
-            END_SPAWN_FAILED,
-            STAGE_EXEC,
-            sys::errno(),
-            false,
-            false,
-            false,
-        );
+    let pipes = [pipe(), pipe(), pipe()];
+    let [Some(out), Some(err), Some(status)] = pipes else {
+        let errno = sys::errno();
+        for mut fd in pipes.into_iter().flatten().flatten() {
+            close(&mut fd);
+        }
+        end(END_SPAWN_FAILED, STAGE_EXEC, errno, false, false, false);
         return;
     };
     let (mut out_r, mut out_w) = (out[0], out[1]);
@@ -394,11 +408,16 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], req: Request) {
                 sys::_exit(127)
             };
             sys::setsid();
-            // Rust ignores SIGPIPE in the helper; the tool gets the default.
+            // The helper ignores SIGPIPE (Rust's default) and blocks SIGCHLD
+            // (for its signalfd); the tool gets the defaults.
             sys::signal(sys::SIGPIPE, sys::SIG_DFL);
+            let mut empty = sys::SigSet([0; 16]);
+            sys::sigemptyset(&mut empty);
+            sys::sigprocmask(sys::SIG_SETMASK, &empty, std::ptr::null_mut());
             for (res, cur, max) in limits {
-                if cur != u64::MAX {
-                    sys::setrlimit(res, &sys::Rlimit { cur, max });
+                // A limit that cannot be set is a call that does not run.
+                if cur != u64::MAX && sys::setrlimit(res, &sys::Rlimit { cur, max }) < 0 {
+                    fail(STAGE_RLIMIT);
                 }
             }
             if in_r < 0
@@ -479,9 +498,6 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], req: Request) {
             sys::fcntl(in_w, sys::F_SETFL, fl | sys::O_NONBLOCK);
         }
     }
-    // SAFETY: pidfd_open on our child; -1 (old kernel) falls back to polling.
-    let mut pidfd = unsafe { sys::syscall(sys::SYS_PIDFD_OPEN, pid, 0) } as i32;
-
     let mut status: Option<i32> = None;
     let mut swept = false;
     let mut others = false;
@@ -514,7 +530,6 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], req: Request) {
             swept = true;
             // SAFETY: signals every process of this namespace but PID 1.
             others = unsafe { sys::kill(-1, sys::SIGKILL) } == 0;
-            close(&mut pidfd);
             close(&mut in_w);
             pending.clear();
             continue;
@@ -532,7 +547,10 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], req: Request) {
                     // SAFETY: signals every process of this namespace but PID 1.
                     unsafe { sys::kill(-1, sys::SIGKILL) };
                 }
-                _ => {}
+                b'I' => {}
+                // A run request during a call, or garbage: the host is not
+                // speaking the protocol; end everything.
+                _ => host_gone(),
             }
         }
         if in_w >= 0 && pending.is_empty() && stdin_end {
@@ -545,7 +563,7 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], req: Request) {
             (out_r, sys::POLLIN),
             (err_r, sys::POLLIN),
             (if pending.is_empty() { -1 } else { in_w }, sys::POLLOUT),
-            (pidfd, sys::POLLIN),
+            (sigchld, sys::POLLIN),
         ] {
             fds.push(sys::PollFd {
                 fd,
@@ -553,7 +571,8 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], req: Request) {
                 revents: 0,
             });
         }
-        let timeout = if status.is_some() || pidfd < 0 {
+        // Exits wake the loop through the signalfd; without one it polls.
+        let timeout = if status.is_some() || sigchld < 0 {
             10
         } else {
             1000
@@ -561,7 +580,16 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], req: Request) {
         // SAFETY: the array is valid for its length; negative fds are skipped.
         let n = unsafe { sys::poll(fds.as_mut_ptr(), fds.len(), timeout) };
         if n < 0 {
-            continue;
+            if sys::errno() == sys::EINTR {
+                continue;
+            }
+            host_gone();
+        }
+        if sigchld >= 0 && fds[4].revents != 0 {
+            // Drain it; the reaping happens at the top of the loop.
+            let mut info = [0u8; 128];
+            // SAFETY: the buffer is valid for its length; the fd is non-blocking.
+            while unsafe { sys::read(sigchld, info.as_mut_ptr(), info.len()) } > 0 {}
         }
         let ready = |i: usize| {
             fds[i].revents & (sys::POLLIN | sys::POLLHUP | sys::POLLERR | sys::POLLNVAL) != 0
@@ -623,6 +651,20 @@ fn main() {
     // or open its /proc files (its fds are the protocol).
     // SAFETY: a plain prctl.
     unsafe { sys::prctl(sys::PR_SET_DUMPABLE, 0u64, 0u64, 0u64, 0u64) };
+    // Rust's SIGSEGV/SIGBUS handlers (stack overflow reports) are signals a
+    // tool could send to PID 1 (whose other signals are ignored): gone.
+    // SIGCHLD is blocked and read from a signalfd, so the call loop wakes
+    // (and reaps) whenever any child exits.
+    // SAFETY: plain signal-mask syscalls on valid sets.
+    let sigchld = unsafe {
+        sys::signal(sys::SIGSEGV, sys::SIG_DFL);
+        sys::signal(sys::SIGBUS, sys::SIG_DFL);
+        let mut set = sys::SigSet([0; 16]);
+        sys::sigemptyset(&mut set);
+        sys::sigaddset(&mut set, sys::SIGCHLD);
+        sys::sigprocmask(sys::SIG_BLOCK, &set, std::ptr::null_mut());
+        sys::signalfd(-1, &set, sys::O_NONBLOCK | sys::O_CLOEXEC)
+    };
     use std::os::unix::ffi::OsStringExt;
     let base_env: Vec<Vec<u8>> = std::env::vars_os()
         .map(|(k, v)| {
@@ -645,7 +687,7 @@ fn main() {
         };
         match frame {
             (b'R', payload) => match parse(&payload) {
-                Some(req) => run(&mut input, &base_env, req),
+                Some(req) => run(&mut input, &base_env, sigchld, req),
                 None => end(END_BAD_REQUEST, 0, sys::EINVAL, false, false, false),
             },
             // Stdin for a call that has ended, or a late kill: nothing to do.

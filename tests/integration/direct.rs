@@ -623,7 +623,9 @@ async fn tool_cannot_kill_its_supervisor_or_stop_toolhost() {
 
 /// Review finding: a kill request arriving while the supervisor was reaping an
 /// orphan was lost, so the timeout did not end the call. A bounded orphan stream
-/// (it stops by itself after 3 s) plus a `setsid` sleeper, many times over.
+/// (it stops by itself after 10 s) plus a `setsid` sleeper, many times over. A
+/// call that ends well before the stream would (not a timing target: the
+/// margin is wide for a loaded machine) was ended by the kill.
 #[tokio::test]
 async fn kill_requests_are_not_lost_under_an_orphan_stream() {
     let t = Tmp::new();
@@ -632,12 +634,12 @@ async fn kill_requests_are_not_lost_under_an_orphan_stream() {
         let r = sh(
             &sb,
             "setsid sleep 972 > /dev/null 2>&1 & echo $!; \
-             end=$(( $(date +%s) + 3 )); \
+             end=$(( $(date +%s) + 10 )); \
              while [ $(date +%s) -lt $end ]; do (sh -c ':' &); done",
         )
         .await;
         assert!(r.timed_out, "{r:?}");
-        assert!(r.duration < Duration::from_secs(2), "{:?}", r.duration);
+        assert!(r.duration < Duration::from_secs(8), "{:?}", r.duration);
         assert_eq!(
             still_alive(&pids_in(&r.stdout), Duration::from_secs(2)),
             Vec::<i32>::new()

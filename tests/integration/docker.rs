@@ -506,6 +506,135 @@ async fn engine_over_tls_with_client_certificates() {
     assert!(r.outcome.message.contains("tls_ca"), "{r:?}");
 }
 
+/// From a review: the helper lives in toolhost's cache dir; a writable
+/// allowed dir over that dir would let a call replace it (and the compiled
+/// wasm cache). Such a sandbox is refused on the docker and wasm backends, and
+/// a helper file changed on disk is rewritten before the next container.
+#[tokio::test]
+async fn warm_mode_helper_cannot_be_replaced() {
+    let Some(image) = image() else { return };
+    let home = std::env::var("HOME").expect("HOME");
+    let base = std::env::var("XDG_CACHE_HOME")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(&home).join(".cache"));
+    std::fs::create_dir_all(base.join("toolhost")).unwrap();
+    let mut cfg = docker_config(&image);
+    cfg.docker.warm = true;
+    for backend in [BackendKind::Docker, BackendKind::Wasm] {
+        let c = SandboxConfig {
+            backend,
+            ..cfg.clone()
+        };
+        let e = Sandbox::new([toolhost::AllowedDirSpec::read_write(&base)], c.clone())
+            .expect_err("a writable dir over the cache");
+        assert!(e.to_string().contains("toolhost's cache"), "{e}");
+        // Allowed twins: the same dir read-only, and a dir beside it.
+        Sandbox::new([toolhost::AllowedDirSpec::read_only(&base)], c).expect("read-only");
+    }
+    let t = tmp();
+    let sb = t.sandbox(cfg.clone());
+    let r = dsh(&sb, "echo one").await;
+    assert_eq!(r.stdout, "one\n", "{r:?}");
+    // The file the warm container mounts as its PID 1.
+    let id = containers(&session_label(&sb)).remove(0);
+    let out = Command::new("docker")
+        .args([
+            "inspect",
+            "--format",
+            "{{range .Mounts}}{{if eq .Destination \"/.toolhost-helper\"}}{{.Source}}{{end}}{{end}}",
+            &id,
+        ])
+        .output()
+        .unwrap();
+    let helper = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(
+        helper.starts_with(base.join("toolhost/docker")),
+        "{helper:?}"
+    );
+    sb.docker_backend().shutdown().await;
+    let good = sha256_file(&helper);
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(&helper, "#!/bin/sh\necho forged\n").unwrap();
+    let sb = t.sandbox(cfg);
+    let r = dsh(&sb, "echo two").await;
+    assert_eq!(r.stdout, "two\n", "{r:?}");
+    assert_eq!(sha256_file(&helper), good, "the helper was rewritten");
+    sb.docker_backend().shutdown().await;
+}
+
+/// From a review: toolhost killed during a warm call; the helper sees its
+/// input end and kills the call, so nothing keeps running until the next start.
+#[test]
+fn killed_toolhost_stops_its_warm_call() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let cfg = t.root.join("docker.toml");
+    std::fs::write(&cfg, format!("[docker]\nimage = {image:?}\nwarm = true\n")).unwrap();
+    let mut child = Command::new(toolhost_bin())
+        .args([
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "docker",
+            "--timeout",
+            "600",
+            "--",
+            "sleep",
+            "600",
+        ])
+        .current_dir(t.ws())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let running = || {
+        let out = Command::new("docker")
+            .args(["ps", "--no-trunc", "--format", "{{.ID}} {{.Labels}}"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&format!("/{pid}/")))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while running() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(running(), 1, "the warm container never started");
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while running() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        running(),
+        0,
+        "the warm call kept running after toolhost died"
+    );
+    // The next toolhost removes the stopped container.
+    let out = toolhost(
+        &t.ws(),
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "docker",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{out:?}");
+}
+
 #[test]
 fn killed_toolhost_leaves_no_running_container_after_the_next_start() {
     let Some(image) = image() else { return };
@@ -650,6 +779,7 @@ async fn warm_mode_runs_calls_in_one_container_with_the_same_limits() {
     cfg.docker.warm = true;
     cfg.max_cpu_seconds = 1;
     cfg.max_memory_mb = 64;
+    cfg.max_processes = 32;
     cfg.max_file_size_mb = 1;
     cfg.timeout = Duration::from_secs(3);
     let sb = t.sandbox(cfg);
@@ -719,6 +849,21 @@ async fn warm_mode_runs_calls_in_one_container_with_the_same_limits() {
     )
     .await;
     assert_eq!(r.stdout, "0\ngone\n", "{r:?}");
+    // From a review: orphans are reaped as they exit (they would hold pids
+    // of the limit), as docker's init does per call.
+    let r = dsh(
+        &sb,
+        "i=0; fail=0; while [ $i -lt 100 ]; do (true &) || fail=$((fail+1)); i=$((i+1)); sleep 0.005; done; echo fail=$fail",
+    )
+    .await;
+    assert_eq!(r.stdout, "fail=0\n", "{r:?}");
+    // From a review: the helper's fault handlers are gone, so SIGSEGV and
+    // SIGBUS from a tool are ignored like every other signal to PID 1.
+    let r = dsh(&sb, "kill -SEGV 1; kill -BUS 1; kill -KILL 1; echo sent").await;
+    assert_eq!(r.stdout, "sent\n", "{r:?}");
+    let r = dsh(&sb, "echo still").await;
+    assert_eq!(r.stdout, "still\n", "{r:?}");
+    assert_eq!(containers(&label), first, "the helper survived");
     // A timeout kills the call in place.
     let r = dsh(&sb, "sleep 300 & sleep 300").await;
     assert!(r.timed_out, "{r:?}");

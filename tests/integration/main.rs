@@ -8,4 +8,5 @@ mod direct;
 mod docker;
 mod env;
 mod paths;
+mod toolbox;
 mod wasm;

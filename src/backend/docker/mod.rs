@@ -622,7 +622,11 @@ impl DockerBackend {
                 Ended::TimedOut
             }
             Ok(Err(o)) => Ended::Refused(o),
-            Ok(Ok((code, oom))) => Ended::Exited { code, oom },
+            Ok(Ok((code, oom))) => Ended::Exited {
+                code,
+                oom,
+                by_init: true,
+            },
         };
         guard.remove_now().await;
         finish(plan, start, result, out, err)
@@ -676,7 +680,14 @@ async fn drain(
 enum Ended {
     Refused(Outcome),
     TimedOut,
-    Exited { code: i64, oom: bool },
+    /// The tool's exit code, whether the memory limit killed it, and whether
+    /// the code came from docker's init (whose own 126/127 mean the program
+    /// never started; warm mode reports that explicitly instead).
+    Exited {
+        code: i64,
+        oom: bool,
+        by_init: bool,
+    },
 }
 
 fn finish(
@@ -701,7 +712,7 @@ fn finish(
             None,
             true,
         ),
-        Ended::Exited { code, oom } => {
+        Ended::Exited { code, oom, by_init } => {
             let code = i32::try_from(code).unwrap_or(-1);
             let o = if oom {
                 Outcome::new(
@@ -727,7 +738,7 @@ fn finish(
                         mb(limits.file_size_bytes)
                     ),
                 )
-            } else if let Some(kind) = launch_failure(code, &out, &err) {
+            } else if let Some(kind) = launch_failure(code, &out, &err).filter(|_| by_init) {
                 // The program could not be started: docker's init (or, for an
                 // exec, the runtime) said so and exited 126/127.
                 let why = if kind == OutcomeKind::NotFound {

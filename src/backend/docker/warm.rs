@@ -54,6 +54,8 @@ pub(super) struct WarmContainer {
     pub(super) id: String,
     input: Pin<Box<dyn AsyncWrite + Send>>,
     reader: Reader,
+    /// A call in it was OOM-killed (the engine's `OOMKilled` then stays set).
+    oom_seen: bool,
 }
 
 /// The helper's side of the attach stream, parsed into frames.
@@ -203,59 +205,103 @@ impl Reader {
     }
 }
 
-/// The helper binary on this machine's disk, written once per process to
-/// toolhost's cache dir (private to this user), where the engine can
-/// bind-mount it.
+/// The helper binary on this machine's disk, where the engine can bind-mount
+/// it: `docker/` in toolhost's cache dir (or `$XDG_RUNTIME_DIR/toolhost`),
+/// a directory of this user that no one else can write. Checked every time
+/// (just before a container mounts it) to be this build's helper, a regular
+/// file of this user that no one can write, and rewritten if not; every file
+/// operation refuses symlinks.
 fn helper_file() -> Result<PathBuf, String> {
-    static FILE: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    FILE.get_or_init(write_helper).clone()
-}
-
-fn write_helper() -> Result<PathBuf, String> {
-    use sha2::Digest as _;
+    static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     if HELPER.is_empty() {
         return Err(
-            "this build of toolhost has no docker warm-mode helper (it is built only for Linux targets with a static C library); set [docker] warm = false".into(),
+            "this build of toolhost has no docker warm-mode helper (it is built for 64-bit x86_64 and aarch64 Linux with a static C library); set [docker] warm = false".into(),
         );
     }
-    let dir = match crate::backend::wasm::cache::toolhost_cache_dir() {
-        Some(d) => d.join("docker"),
-        None => std::env::temp_dir().join(format!("toolhost-{}", uid())),
-    };
-    crate::backend::wasm::cache::usable_dir(&dir)
-        .map_err(|e| format!("docker helper dir {}: {e}", dir.display()))?;
+    let dir = DIR.get_or_init(helper_dir).clone()?;
+    use sha2::Digest as _;
     let hash = sha2::Sha256::digest(HELPER);
     let hex: String = hash[..8].iter().map(|b| format!("{b:02x}")).collect();
-    let path = dir.join(format!("toolhost-docker-helper-{hex}"));
-    if let Ok(existing) = std::fs::read(&path)
-        && existing == HELPER
-        && private_file(&path)
-    {
+    let name = format!("toolhost-docker-helper-{hex}");
+    let path = dir.join(&name);
+    if is_our_helper(&path) {
         return Ok(path);
     }
-    let tmp = dir.join(format!(
-        ".toolhost-docker-helper-{hex}.{}",
-        std::process::id()
-    ));
-    let fail =
-        |e: std::io::Error| format!("cannot write the docker helper to {}: {e}", dir.display());
-    std::fs::write(&tmp, HELPER).map_err(fail)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o555)).map_err(fail)?;
+    write_helper(&dir, &name).map_err(|e| {
+        format!(
+            "cannot write the docker warm-mode helper to {}: {e}",
+            dir.display()
+        )
+    })?;
+    if is_our_helper(&path) {
+        Ok(path)
+    } else {
+        Err(format!(
+            "the docker warm-mode helper at {} does not check out after writing it",
+            path.display()
+        ))
     }
-    std::fs::rename(&tmp, &path).map_err(fail)?;
-    Ok(path)
 }
 
-/// Whether a file is this user's and writable by no one else.
-fn private_file(path: &std::path::Path) -> bool {
+/// The helper's directory, created if needed: never a shared temp dir.
+fn helper_dir() -> Result<PathBuf, String> {
+    let dir = crate::backend::wasm::cache::toolhost_cache_dir()
+        .map(|d| d.join("docker"))
+        .or_else(|| {
+            std::env::var_os("XDG_RUNTIME_DIR")
+                .filter(|v| !v.is_empty())
+                .map(|d| PathBuf::from(d).join("toolhost"))
+        })
+        .ok_or(
+            "warm mode needs a private directory for its helper: set HOME, XDG_CACHE_HOME or XDG_RUNTIME_DIR",
+        )?;
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     #[cfg(unix)]
     {
-        use std::os::unix::fs::MetadataExt as _;
-        std::fs::symlink_metadata(path)
-            .is_ok_and(|m| m.is_file() && m.uid() == uid() && m.mode() & 0o222 == 0)
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        let meta =
+            std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if !meta.is_dir() || meta.uid() != uid() {
+            return Err(format!(
+                "{} is not a directory of this user (a symlink, or someone else's); refused",
+                dir.display()
+            ));
+        }
+        if meta.mode() & 0o022 != 0 {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| format!("{}: writable by others: {e}", dir.display()))?;
+        }
+    }
+    Ok(dir)
+}
+
+/// Whether `path` is this build's helper: a regular file (not a symlink) of
+/// this user, one link, writable by no one, with the embedded bytes.
+fn is_our_helper(path: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::io::Read as _;
+        use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+        let Ok(mut f) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+        else {
+            return false;
+        };
+        let Ok(meta) = f.metadata() else {
+            return false;
+        };
+        if !meta.is_file()
+            || meta.uid() != uid()
+            || meta.nlink() != 1
+            || meta.mode() & 0o222 != 0
+            || meta.len() != HELPER.len() as u64
+        {
+            return false;
+        }
+        let mut bytes = Vec::with_capacity(HELPER.len());
+        f.read_to_end(&mut bytes).is_ok() && bytes == HELPER
     }
     #[cfg(not(unix))]
     {
@@ -264,14 +310,58 @@ fn private_file(path: &std::path::Path) -> bool {
     }
 }
 
-fn uid() -> u32 {
+/// Writes the helper under a fresh temporary name (created exclusively, no
+/// symlink followed), makes it read-only and executable, and renames it into
+/// place.
+fn write_helper(dir: &std::path::Path, name: &str) -> std::io::Result<()> {
     #[cfg(unix)]
     {
-        // SAFETY: geteuid cannot fail.
-        unsafe { libc::geteuid() }
+        use std::io::Write as _;
+        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+        let tmp = dir.join(format!(
+            ".{name}.{}.{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0)
+        ));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        let written = (|| {
+            f.write_all(HELPER)?;
+            f.sync_all()?;
+            f.set_permissions(std::fs::Permissions::from_mode(0o555))?;
+            std::fs::rename(&tmp, dir.join(name))
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        } else if let Ok(entries) = std::fs::read_dir(dir) {
+            // Helpers of other builds: unused by this one.
+            for e in entries.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.starts_with("toolhost-docker-helper-") && n != name {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        written
     }
     #[cfg(not(unix))]
-    0
+    {
+        let _ = (dir, name);
+        Err(std::io::Error::other("warm mode needs a Unix host"))
+    }
+}
+
+#[cfg(unix)]
+fn uid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
 }
 
 /// Docker's name for this machine's architecture.
@@ -317,6 +407,22 @@ impl DockerBackend {
     ) -> Result<WarmContainer, Outcome> {
         self.check_warm_engine(docker).await?;
         let helper = helper_file().map_err(unavailable)?;
+        // A call must not be able to replace the helper of later containers.
+        let real = std::fs::canonicalize(&helper).unwrap_or_else(|_| helper.clone());
+        if let Some(m) = plan
+            .mounts
+            .iter()
+            .find(|m| !m.read_only && real.starts_with(&m.path))
+        {
+            return Err(Outcome::new(
+                OutcomeKind::PermissionDenied,
+                format!(
+                    "the writable allowed dir {} contains the warm-mode helper {}; refused (allow a narrower dir, or set warm = false)",
+                    m.path.display(),
+                    real.display()
+                ),
+            ));
+        }
         let mut host = self.host_config(plan);
         // The helper is the init (it reaps, and kills what a call leaves).
         host.init = Some(false);
@@ -347,7 +453,9 @@ impl DockerBackend {
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             open_stdin: Some(true),
-            stdin_once: Some(false),
+            // When toolhost goes (even killed), the attach closes the helper's
+            // stdin, and the helper kills everything and exits.
+            stdin_once: Some(true),
             tty: Some(false),
             network_disabled: Some(!plan.allow_network),
             host_config: Some(host),
@@ -395,6 +503,7 @@ impl DockerBackend {
                 output: attached.output,
                 buf: Vec::new(),
             },
+            oom_seen: false,
         };
         match tokio::time::timeout(HELPER_GRACE, warm.reader.next_frame()).await {
             Ok(Ok((b'H', v))) if v == HELLO => {}
@@ -458,10 +567,12 @@ impl DockerBackend {
         let limits = &plan.limits;
         let mut out = CappedBuffer::new(limits.stdout_cap);
         let mut err = CappedBuffer::new(limits.stderr_cap);
+        let request_sent = AtomicBool::new(false);
         let stdin_sent = AtomicBool::new(plan.stdin.is_none());
         let call = async {
             let WarmContainer { input, reader, .. } = &mut *warm;
             send(input, &request).await?;
+            request_sent.store(true, Ordering::SeqCst);
             // Stdin goes out while output comes in.
             let feed = async {
                 if let Some(bytes) = &plan.stdin {
@@ -473,14 +584,15 @@ impl DockerBackend {
                 stdin_sent.store(true, Ordering::SeqCst);
                 Ok::<(), String>(())
             };
-            let (fed, exit) = tokio::join!(feed, reader.until_exit(&mut out, &mut err));
-            fed?;
-            exit
+            // A broken stream ends both at once.
+            let ((), exit) = tokio::try_join!(feed, reader.until_exit(&mut out, &mut err))?;
+            Ok::<Exit, String>(exit)
         };
         let ended = tokio::time::timeout(limits.timeout, call).await;
         let result = match ended {
             Ok(Ok(exit)) => {
                 slot.keep = true;
+                warm.oom_seen |= exit.oom;
                 if exit.others {
                     tracing::debug!("warm call left processes behind; the helper killed them");
                 }
@@ -496,15 +608,23 @@ impl DockerBackend {
                     .and_then(|i| i.state)
                     .and_then(|s| s.oom_killed)
                     .unwrap_or(false);
-                if oom {
+                if oom && !warm.oom_seen {
                     Ended::Exited {
                         code: 137,
                         oom: true,
+                        by_init: false,
                     }
+                } else if request_sent.load(Ordering::SeqCst) {
+                    Ended::Refused(Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!(
+                            "the warm container stopped during the call ({why}); the tool may have run"
+                        ),
+                    ))
                 } else {
                     Ended::Refused(Outcome::new(
                         OutcomeKind::LaunchFailed,
-                        format!("warm container: {why}"),
+                        format!("warm container: {why}; the tool did not run"),
                     ))
                 }
             }
@@ -518,7 +638,9 @@ impl DockerBackend {
                     .stdin
                     .as_ref()
                     .is_none_or(|b| b.len() <= KILL_STDIN_MAX);
-                if small && stdin_sent.load(Ordering::SeqCst) {
+                let whole =
+                    request_sent.load(Ordering::SeqCst) && stdin_sent.load(Ordering::SeqCst);
+                if small && whole {
                     let mut sink_out = CappedBuffer::new(0);
                     let mut sink_err = CappedBuffer::new(0);
                     let killed = tokio::time::timeout(HELPER_GRACE, async {
@@ -541,6 +663,7 @@ impl DockerBackend {
         const END_SIGNALLED: i32 = 1;
         const END_SPAWN_FAILED: i32 = 2;
         const STAGE_CWD: i32 = 1;
+        const STAGE_RLIMIT: i32 = 3;
         let program = plan
             .argv
             .first()
@@ -550,15 +673,22 @@ impl DockerBackend {
             END_EXITED => Ended::Exited {
                 code: i64::from(exit.value),
                 oom: exit.oom,
+                by_init: false,
             },
             // As docker reports a signal death: 128 + the signal.
             END_SIGNALLED => Ended::Exited {
                 code: 128 + i64::from(exit.value),
                 oom: exit.oom,
+                by_init: false,
             },
             END_SPAWN_FAILED => {
                 let e = std::io::Error::from_raw_os_error(exit.errno);
-                let o = if exit.value == STAGE_CWD {
+                let o = if exit.value == STAGE_RLIMIT {
+                    Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!("cannot set the call's limits in the container: {e}"),
+                    )
+                } else if exit.value == STAGE_CWD {
                     Outcome::new(
                         OutcomeKind::LaunchFailed,
                         format!("cannot enter {} in the container: {e}", plan.cwd.display()),

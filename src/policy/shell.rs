@@ -1,0 +1,363 @@
+//! The `shell` tool's argument policy: which command lines may run.
+//!
+//! Invariant: a command line is allowed only if its program is a bare name on
+//! the allowlist, is not a network client while the network is off, and is
+//! not a scripting interpreter unless string mode is on; string mode refuses every shell metacharacter
+//! before splitting, so what runs is exactly the argv this module returns,
+//! never a shell's interpretation of it.
+//!
+//! The policy judges the program name only: an allowed program that can run
+//! others ([`RUNNERS`] such as `env`, `xargs`, `timeout`, `find -exec`; also
+//! `git -c core.pager=...`) runs them, so allowlisting one allows anything.
+//! The backend's isolation, not this list, is what contains a call.
+
+use std::fmt;
+
+/// Network clients refused while the network is off (matched on the name).
+pub const NETWORK_BINARIES: &[&str] = &[
+    "curl", "wget", "nc", "ncat", "netcat", "socat", "ssh", "scp", "sftp", "rsync", "telnet", "ftp",
+];
+
+/// Scripting interpreters: they run arbitrary code from their arguments, so
+/// they need `shell_allow_strings`.
+pub const INTERPRETERS: &[&str] = &[
+    "sh",
+    "bash",
+    "zsh",
+    "fish",
+    "dash",
+    "ksh",
+    "mksh",
+    "csh",
+    "tcsh",
+    "ash",
+    "busybox",
+    "perl",
+    "ruby",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "pwsh",
+    "powershell",
+    "php",
+    "lua",
+    "luajit",
+    "tclsh",
+    "wish",
+    "osascript",
+    "awk",
+    "gawk",
+    "mawk",
+    "nawk",
+    "expect",
+    "rscript",
+];
+
+/// Programs that run another program named in their arguments. They run only
+/// when allowlisted by name, like any program, and allowlisting one is
+/// equivalent to allowing anything (so is `find`, through `-exec`); the README
+/// says so.
+pub const RUNNERS: &[&str] = &[
+    "env", "xargs", "nice", "timeout", "nohup", "setsid", "stdbuf", "chroot", "sudo", "doas", "su",
+    "strace", "ltrace", "gdb", "time", "watch", "flock", "ionice", "taskset", "unshare", "nsenter",
+    "script", "find",
+];
+
+/// Characters refused anywhere in string mode: command separators,
+/// substitutions, redirections, globbing a shell would expand, and line
+/// continuations.
+pub const METACHARACTERS: &[char] = &[';', '&', '|', '`', '$', '>', '<', '\n', '\r', '\\'];
+
+/// Why a command line is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShellDenial {
+    /// The allowlist is empty: the tool is off.
+    Disabled,
+    /// No program.
+    Empty,
+    /// `args[0]` has a path separator.
+    NotBareName(String),
+    /// Not on the allowlist.
+    NotAllowed(String),
+    /// A network client while the network is off.
+    Network(String),
+    /// An interpreter without string mode.
+    Interpreter(String),
+    /// A string command while string mode is off.
+    StringsOff,
+    /// A metacharacter in string mode.
+    Metacharacter(char),
+    /// Unbalanced quotes in string mode.
+    Unbalanced,
+}
+
+impl ShellDenial {
+    /// The policy rule that refused: a stable name for audit logs.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            ShellDenial::Disabled => "shell.disabled",
+            ShellDenial::Empty => "shell.empty",
+            ShellDenial::NotBareName(_) => "shell.bare_name",
+            ShellDenial::NotAllowed(_) => "shell.allowlist",
+            ShellDenial::Network(_) => "shell.network_binary",
+            ShellDenial::Interpreter(_) => "shell.interpreter",
+            ShellDenial::StringsOff => "shell.strings_off",
+            ShellDenial::Metacharacter(_) => "shell.metacharacter",
+            ShellDenial::Unbalanced => "shell.unbalanced_quotes",
+        }
+    }
+}
+
+impl fmt::Display for ShellDenial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShellDenial::Disabled => write!(
+                f,
+                "the shell tool is disabled: no binaries are allowed (set shell_allowed_binaries in the config)"
+            ),
+            ShellDenial::Empty => write!(f, "no command given"),
+            ShellDenial::NotBareName(p) => write!(
+                f,
+                "{p:?}: give the program as a bare name on the allowlist, not a path"
+            ),
+            ShellDenial::NotAllowed(p) => write!(
+                f,
+                "{p:?} is not on the shell allowlist (shell_allowed_binaries)"
+            ),
+            ShellDenial::Network(p) => {
+                write!(f, "{p:?} is a network client and the network is off")
+            }
+            ShellDenial::Interpreter(p) => write!(
+                f,
+                "{p:?} is a scripting interpreter: it needs shell_allow_strings"
+            ),
+            ShellDenial::StringsOff => write!(
+                f,
+                "string commands are off: give `args` as a list (or set shell_allow_strings)"
+            ),
+            ShellDenial::Metacharacter(c) => write!(
+                f,
+                "shell metacharacter {c:?} refused: give `args` as a list, one argument each"
+            ),
+            ShellDenial::Unbalanced => write!(f, "unbalanced quotes in the command"),
+        }
+    }
+}
+
+/// The shell policy of one sandbox.
+#[derive(Debug, Clone)]
+pub struct ShellPolicy {
+    /// Bare names that may run.
+    pub allowed: Vec<String>,
+    /// Whether `{command: "..."}` and interpreters are allowed.
+    pub allow_strings: bool,
+    /// Whether the network is on.
+    pub allow_network: bool,
+}
+
+/// A program's name without a version suffix and `.exe`: `python3.12` and
+/// `python` are both `python`.
+fn family(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    let base = lower.strip_suffix(".exe").unwrap_or(&lower);
+    let trimmed = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '-');
+    trimmed.to_string()
+}
+
+fn is_interpreter(name: &str) -> bool {
+    let f = family(name);
+    INTERPRETERS.contains(&f.as_str()) || f.starts_with("python") || f == "pypy"
+}
+
+impl ShellPolicy {
+    /// Checks an argv (`{args: [...]}`).
+    pub fn check_args(&self, args: &[String]) -> Result<(), ShellDenial> {
+        if self.allowed.is_empty() {
+            return Err(ShellDenial::Disabled);
+        }
+        let Some(program) = args.first() else {
+            return Err(ShellDenial::Empty);
+        };
+        if program.is_empty() {
+            return Err(ShellDenial::Empty);
+        }
+        if program.contains('/') || program.contains('\\') || program == "." || program == ".." {
+            return Err(ShellDenial::NotBareName(program.clone()));
+        }
+        if !self.allowed.iter().any(|a| a == program) {
+            return Err(ShellDenial::NotAllowed(program.clone()));
+        }
+        if !self.allow_network && NETWORK_BINARIES.contains(&family(program).as_str()) {
+            return Err(ShellDenial::Network(program.clone()));
+        }
+        if !self.allow_strings && is_interpreter(program) {
+            return Err(ShellDenial::Interpreter(program.clone()));
+        }
+        Ok(())
+    }
+
+    /// Checks a string command (`{command: "..."}`) and splits it into the
+    /// argv that runs (no shell runs it).
+    pub fn check_string(&self, command: &str) -> Result<Vec<String>, ShellDenial> {
+        if self.allowed.is_empty() {
+            return Err(ShellDenial::Disabled);
+        }
+        if !self.allow_strings {
+            return Err(ShellDenial::StringsOff);
+        }
+        if let Some(c) = command.chars().find(|c| METACHARACTERS.contains(c)) {
+            return Err(ShellDenial::Metacharacter(c));
+        }
+        let args = split(command)?;
+        self.check_args(&args)?;
+        Ok(args)
+    }
+}
+
+/// Splits a command line the way a POSIX shell splits words, for the subset
+/// string mode allows: whitespace separates, single and double quotes group
+/// (no escapes: backslashes are refused before this runs).
+pub fn split(command: &str) -> Result<Vec<String>, ShellDenial> {
+    let mut args = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    for c in command.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    args.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            (None, c) => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quote.is_some() {
+        return Err(ShellDenial::Unbalanced);
+    }
+    if in_word {
+        args.push(cur);
+    }
+    Ok(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(allowed: &[&str], strings: bool, network: bool) -> ShellPolicy {
+        ShellPolicy {
+            allowed: allowed.iter().map(|s| s.to_string()).collect(),
+            allow_strings: strings,
+            allow_network: network,
+        }
+    }
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn allowlist_bare_names_network_and_interpreters() {
+        let p = policy(&["ls", "curl", "python3", "bash"], false, false);
+        assert_eq!(p.check_args(&argv(&["ls", "-la"])), Ok(()));
+        assert_eq!(
+            p.check_args(&argv(&["/bin/ls"])),
+            Err(ShellDenial::NotBareName("/bin/ls".into()))
+        );
+        assert_eq!(
+            p.check_args(&argv(&["./ls"])),
+            Err(ShellDenial::NotBareName("./ls".into()))
+        );
+        assert_eq!(
+            p.check_args(&argv(&["cat"])),
+            Err(ShellDenial::NotAllowed("cat".into()))
+        );
+        assert_eq!(
+            p.check_args(&argv(&["curl", "x"])),
+            Err(ShellDenial::Network("curl".into()))
+        );
+        assert_eq!(
+            p.check_args(&argv(&["python3"])),
+            Err(ShellDenial::Interpreter("python3".into()))
+        );
+        assert_eq!(
+            p.check_args(&argv(&["bash"])),
+            Err(ShellDenial::Interpreter("bash".into()))
+        );
+        // With the network and strings on, the same calls pass.
+        let p = policy(&["ls", "curl", "python3", "bash"], true, true);
+        for a in ["curl", "python3", "bash"] {
+            assert_eq!(p.check_args(&argv(&[a])), Ok(()), "{a}");
+        }
+        assert_eq!(
+            policy(&[], true, true).check_args(&argv(&["ls"])),
+            Err(ShellDenial::Disabled)
+        );
+        assert_eq!(p.check_args(&[]), Err(ShellDenial::Empty));
+    }
+
+    #[test]
+    fn string_mode_refuses_metacharacters_and_splits() {
+        let p = policy(&["echo", "grep"], true, false);
+        assert_eq!(
+            p.check_string("grep -n 'two words' \"a b\" file"),
+            Ok(argv(&["grep", "-n", "two words", "a b", "file"]))
+        );
+        for bad in [
+            "echo a; rm x",
+            "echo a && b",
+            "echo a | b",
+            "echo `id`",
+            "echo $(id)",
+            "echo $HOME",
+            "echo a > f",
+            "echo < f",
+            "echo a \\\n b",
+            "echo a\nrm x",
+        ] {
+            assert!(
+                matches!(p.check_string(bad), Err(ShellDenial::Metacharacter(_))),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(p.check_string("echo 'open"), Err(ShellDenial::Unbalanced));
+        assert_eq!(
+            policy(&["echo"], false, false).check_string("echo hi"),
+            Err(ShellDenial::StringsOff)
+        );
+        // The split argv is checked like an argv.
+        assert_eq!(
+            p.check_string("rm -rf x"),
+            Err(ShellDenial::NotAllowed("rm".into()))
+        );
+        assert_eq!(p.check_string("   "), Err(ShellDenial::Empty));
+    }
+
+    #[test]
+    fn interpreter_families() {
+        for name in [
+            "python",
+            "python3.12",
+            "PYTHON3",
+            "perl5.36",
+            "node.exe",
+            "pwsh",
+        ] {
+            assert!(is_interpreter(name), "{name}");
+        }
+        assert!(!is_interpreter("ls"));
+        assert!(!is_interpreter("grep"));
+    }
+}

@@ -268,6 +268,14 @@ pub struct SandboxConfig {
     /// On Linux, mark the toolhost process non-dumpable so that tools running as
     /// the same user cannot read its `/proc/PID/environ` (host secrets). Default true.
     pub protect_host_environ: bool,
+    /// The agent tools' audit log (one hash-chained JSON line per call), if
+    /// any. Default none.
+    pub audit_log: Option<std::path::PathBuf>,
+    /// The highest permission level of a tool an agent may call. Default
+    /// `dangerous` (no cap).
+    pub max_permission_level: crate::policy::Level,
+    /// Capabilities no tool may have. Default none.
+    pub blocked_capabilities: Vec<crate::policy::Capability>,
     /// `[docker]` section.
     pub docker: DockerConfig,
     /// `[wasm]` section.
@@ -310,6 +318,9 @@ impl Default for SandboxConfig {
             rate_limit_calls: 60,
             rate_limit_window: Duration::from_secs(60),
             protect_host_environ: true,
+            audit_log: None,
+            max_permission_level: crate::policy::Level::Dangerous,
+            blocked_capabilities: Vec::new(),
             docker: DockerConfig::default(),
             wasm: WasmConfig::default(),
         }
@@ -332,6 +343,9 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "rate_limit_calls",
     "rate_limit_window",
     "protect_host_environ",
+    "audit_log",
+    "max_permission_level",
+    "blocked_capabilities",
     "docker",
     "wasm",
 ];
@@ -389,6 +403,26 @@ impl SandboxConfig {
             "rate_limit_calls" => self.rate_limit_calls = uint(key, value)?,
             "rate_limit_window" => self.rate_limit_window = seconds(key, value)?,
             "protect_host_environ" => self.protect_host_environ = boolean(key, value)?,
+            "audit_log" => {
+                let s = value
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| type_error(key, "a non-empty path", value))?;
+                self.audit_log = Some(s.into());
+            }
+            "max_permission_level" => {
+                let s = value.as_str().ok_or_else(|| {
+                    type_error(key, "\"safe\", \"cautious\" or \"dangerous\"", value)
+                })?;
+                self.max_permission_level =
+                    s.parse().map_err(|e: String| ConfigError::key(key, e))?;
+            }
+            "blocked_capabilities" => {
+                self.blocked_capabilities = strings(key, value)?
+                    .iter()
+                    .map(|c| c.parse().map_err(|e: String| ConfigError::key(key, e)))
+                    .collect::<Result<_, _>>()?;
+            }
             "wasm" => {
                 let t = value
                     .as_table()
@@ -645,6 +679,9 @@ mod tests {
             rate_limit_calls = 0
             rate_limit_window = 10
             protect_host_environ = false
+            audit_log = "/var/log/toolhost/audit.jsonl"
+            max_permission_level = "cautious"
+            blocked_capabilities = ["network", "shell"]
             [docker]
             image = "toolhost-test-busybox:1"
             user = "1000:1000"
@@ -678,6 +715,18 @@ mod tests {
         assert_eq!(c.docker.tmpfs_size_mb, 16);
         assert!(c.docker.pull && c.docker.warm);
         assert_eq!(c.docker.host.as_deref(), Some("tcp://127.0.0.1:2375"));
+        assert_eq!(
+            c.audit_log.as_deref(),
+            Some(std::path::Path::new("/var/log/toolhost/audit.jsonl"))
+        );
+        assert_eq!(c.max_permission_level, crate::policy::Level::Cautious);
+        assert_eq!(
+            c.blocked_capabilities,
+            [
+                crate::policy::Capability::Network,
+                crate::policy::Capability::Shell
+            ]
+        );
     }
 
     fn err(text: &str) -> ConfigError {
@@ -715,6 +764,9 @@ mod tests {
             ),
             ("backend = \"podman\"", "backend"),
             ("rate_limit_window = 0", "rate_limit_window"),
+            ("audit_log = \"\"", "audit_log"),
+            ("max_permission_level = \"root\"", "max_permission_level"),
+            ("blocked_capabilities = [\"disk\"]", "blocked_capabilities"),
             ("docker = 1", "docker"),
             ("[docker]\nimage = \"\"", "docker.image"),
             ("[docker]\nimgae = \"x\"", "docker.imgae"),

@@ -39,6 +39,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod audit;
 pub mod backend;
 pub mod config;
 pub mod env;

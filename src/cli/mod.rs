@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod audit;
 mod call;
 mod run;
 mod tools;
@@ -31,6 +32,7 @@ enum Command {
     Run(Box<run::RunArgs>),
     Call(Box<call::CallArgs>),
     Tools(tools::ToolsArgs),
+    Audit(audit::AuditArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -66,6 +68,7 @@ pub fn main() -> i32 {
         Command::Run(args) => run::main(*args),
         Command::Call(args) => call::main(*args),
         Command::Tools(args) => tools::main(args),
+        Command::Audit(args) => audit::main(args),
     };
     match result {
         Ok(code) => code,

@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::fs::{self, FsError, FsPolicy};
+use crate::audit::{AuditError, AuditLog};
 use crate::backend::BackendKind;
 use crate::outcome::RunOutput;
 use crate::policy::rate::RateLimiter;
@@ -131,6 +132,8 @@ pub struct Toolbox {
     denials: AtomicU64,
     calls: AtomicU64,
     wasm: Vec<ToolSpec>,
+    audit: Option<Arc<AuditLog>>,
+    session: String,
 }
 
 impl std::fmt::Debug for Toolbox {
@@ -450,7 +453,44 @@ impl Toolbox {
             denials: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             wasm,
+            audit: None,
+            session: format!(
+                "{:x}-{:x}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() & 0xffff_ffff_ffff)
+                    .unwrap_or(0)
+            ),
         }
+    }
+
+    /// The tools of `sandbox` as its config says: the permission cap and
+    /// blocked capabilities, and the audit log (opened, its chain verified).
+    pub async fn from_config(sandbox: Arc<Sandbox>) -> Result<Self, AuditError> {
+        let c = sandbox.config();
+        let permissions = PermissionPolicy {
+            max_level: c.max_permission_level,
+            blocked: c.blocked_capabilities.clone(),
+        };
+        let audit = match &c.audit_log {
+            Some(p) => Some(Arc::new(AuditLog::open(p)?)),
+            None => None,
+        };
+        let mut tb = Toolbox::new(sandbox, permissions).await;
+        tb.audit = audit;
+        Ok(tb)
+    }
+
+    /// Records every call in `log` from now on.
+    pub fn with_audit_log(mut self, log: Arc<AuditLog>) -> Self {
+        self.audit = Some(log);
+        self
+    }
+
+    /// This session's id (in the audit log).
+    pub fn session(&self) -> &str {
+        &self.session
     }
 
     /// The sandbox the tools run in.
@@ -476,8 +516,72 @@ impl Toolbox {
         self.calls.load(Ordering::Relaxed)
     }
 
-    /// Calls a tool by name with JSON arguments.
+    /// Calls a tool by name with JSON arguments (and records it in the audit
+    /// log, if there is one).
     pub async fn call(&self, name: &str, args: &Value) -> ToolResult {
+        let start = std::time::Instant::now();
+        let result = self.call_inner(name, args).await;
+        if let Some(log) = &self.audit {
+            let record = self.audit_record(name, args, &result, start.elapsed());
+            if let Err(e) = log.append(record) {
+                tracing::error!("audit log: {e}");
+            }
+        }
+        result
+    }
+
+    fn audit_record(
+        &self,
+        name: &str,
+        args: &Value,
+        r: &ToolResult,
+        took: Duration,
+    ) -> Map<String, Value> {
+        use sha2::Digest as _;
+        let mut m = Map::new();
+        m.insert("time".into(), json!(crate::audit::now_rfc3339()));
+        m.insert("session".into(), json!(self.session));
+        m.insert("tool".into(), json!(name));
+        m.insert("args".into(), crate::audit::redact_args(args));
+        let decision = match r.status.as_str() {
+            "denied" | "rate_limited" => "deny",
+            "unknown_tool" | "invalid_request" => "invalid",
+            _ => "allow",
+        };
+        m.insert("decision".into(), json!(decision));
+        m.insert("rule".into(), json!(r.rule));
+        m.insert("status".into(), json!(r.status));
+        let limits = [
+            "timed_out",
+            "memory_limit",
+            "cpu_limit",
+            "file_size_limit",
+            "too_large",
+        ];
+        let mut hit: Vec<&str> = limits.iter().copied().filter(|l| r.status == *l).collect();
+        if let Some(run) = &r.run {
+            m.insert("backend".into(), json!(run.backend));
+            m.insert("returncode".into(), json!(run.returncode));
+            m.insert("stdout_bytes".into(), json!(run.stdout.len()));
+            m.insert("stderr_bytes".into(), json!(run.stderr.len()));
+            if run.truncated {
+                hit.push("output");
+            }
+        }
+        m.insert("limits_hit".into(), json!(hit));
+        m.insert(
+            "duration_us".into(),
+            json!(u64::try_from(took.as_micros()).unwrap_or(u64::MAX)),
+        );
+        m.insert("output_bytes".into(), json!(r.text.len()));
+        m.insert(
+            "output_sha256".into(),
+            json!(crate::audit::hex(&sha2::Sha256::digest(r.text.as_bytes()))),
+        );
+        m
+    }
+
+    async fn call_inner(&self, name: &str, args: &Value) -> ToolResult {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if let Err(wait) = self.rate.admit() {
             self.denials.fetch_add(1, Ordering::Relaxed);

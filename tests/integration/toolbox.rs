@@ -584,3 +584,107 @@ async fn wasi_and_typed_tools_are_tools() {
     let r = tb.call("text-stats", &json!({"wrong": 1})).await;
     assert!(r.is_error, "{r:?}");
 }
+
+/// The audit log: one hash-chained line per call, secrets and contents kept
+/// out; `toolhost audit verify` finds a changed, removed or reordered line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_log_records_every_call_and_detects_tampering() {
+    let t = tmp();
+    let log = t.root.join("audit.jsonl");
+    let mut c = cfg(&["echo"]);
+    c.audit_log = Some(log.clone());
+    c.max_permission_level = Level::Cautious;
+    c.rate_limit_calls = 40;
+    let sb =
+        Arc::new(Sandbox::new([toolhost::AllowedDirSpec::read_write(t.ws())], c.clone()).unwrap());
+    let tb = Arc::new(Toolbox::from_config(sb.clone()).await.unwrap());
+    let secret = "sk-proj-SECRETVALUE0123456789";
+    let body = "BODY-CANARY file contents";
+    let r = tb
+        .call("file_write", &json!({"path": "n.txt", "content": body}))
+        .await;
+    assert!(!r.is_error, "{r:?}");
+    // Capped at cautious: the shell (dangerous) is denied, with its rule.
+    let r = tb
+        .call(
+            "shell",
+            &json!({"args": ["echo", format!("OPENAI_API_KEY={secret}")]}),
+        )
+        .await;
+    assert_eq!(r.rule.as_deref(), Some("permission.level"));
+    let r = tb.call("file_read", &json!({"path": "n.txt"})).await;
+    assert_eq!(r.text, body);
+    let calls: Vec<_> = (0..10)
+        .map(|i| {
+            let tb = tb.clone();
+            tokio::spawn(
+                async move { tb.call("file_stat", &json!({"path": format!("{i}")})).await },
+            )
+        })
+        .collect();
+    for c in calls {
+        c.await.unwrap();
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 13);
+    assert!(
+        !text.contains(secret) && !text.contains("BODY-CANARY"),
+        "{text}"
+    );
+    let first: Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(first["tool"], "file_write");
+    assert_eq!(first["decision"], "allow");
+    assert_eq!(first["args"]["content"]["bytes"], body.len());
+    assert_eq!(first["session"], tb.session());
+    let second: Value = serde_json::from_str(lines[1]).unwrap();
+    assert_eq!(
+        (second["decision"].as_str(), second["rule"].as_str()),
+        (Some("deny"), Some("permission.level"))
+    );
+    let third: Value = serde_json::from_str(lines[2]).unwrap();
+    assert_eq!(third["output_bytes"], body.len());
+    let verify =
+        |p: &std::path::Path| toolhost(&t.ws(), &["audit", "verify", p.to_str().unwrap()], &[]);
+    let out = verify(&log);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("13 records"));
+    // Reopened, the chain continues.
+    drop(tb);
+    let tb = Toolbox::from_config(sb.clone()).await.unwrap();
+    tb.call("file_list", &json!({})).await;
+    let out = verify(&log);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("14 records"),
+        "{out:?}"
+    );
+    // Tampering, three ways: each breaks the chain at the line.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let write = |name: &str, v: &[String]| {
+        let p = t.root.join(name);
+        std::fs::write(&p, v.join("\n") + "\n").unwrap();
+        p
+    };
+    let mut changed = lines.clone();
+    changed[4] = changed[4].replace("file_stat", "file_read");
+    let mut removed = lines.clone();
+    removed.remove(5);
+    let mut swapped = lines.clone();
+    swapped.swap(6, 7);
+    for (name, v, line) in [
+        ("changed", changed, 5),
+        ("removed", removed, 6),
+        ("swapped", swapped, 7),
+    ] {
+        let p = write(name, &v);
+        let out = verify(&p);
+        assert_eq!(out.status.code(), Some(1), "{name}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(&format!("line {line}:")),
+            "{name}: {out:?}"
+        );
+        // A broken log is not extended.
+        assert!(toolhost::audit::AuditLog::open(&p).is_err(), "{name}");
+    }
+}

@@ -1,0 +1,337 @@
+//! The audit log: one JSON line per tool call, hash-chained.
+//!
+//! Invariant: each record carries `prev`, the `hash` of the record before it
+//! (64 zeros for the first), and its own `hash`: SHA-256 of the record's JSON
+//! without the `hash` field, keys sorted (serde_json's map order), so that
+//! changing, removing, inserting or reordering any line breaks the chain at
+//! that line ([`verify`]). Removing lines at the *end* leaves a shorter
+//! valid chain: keep the last hash elsewhere to detect that. Records never
+//! hold file contents, stdin or output, only their sizes and SHA-256, and
+//! arguments that look like secrets are redacted.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+/// The `prev` of the first record.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Why the audit log could not be opened or a chain does not verify.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The file could not be opened, read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The log file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The chain is broken at a line (1-based).
+    #[error("{path}: line {line}: {reason}")]
+    Broken {
+        /// The log file.
+        path: PathBuf,
+        /// The first line that does not verify.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// An open audit log, appended to by many calls at once.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    state: Mutex<(File, String)>,
+}
+
+/// The hash of a record: SHA-256 of its JSON without `hash`, keys sorted.
+fn record_hash(record: &Map<String, Value>) -> String {
+    let mut m = record.clone();
+    m.remove("hash");
+    let bytes = serde_json::to_vec(&Value::Object(m)).unwrap_or_default();
+    hex(&Sha256::digest(&bytes))
+}
+
+/// Lowercase hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl AuditLog {
+    /// Opens (or creates, mode 0600) the log at `path` for appending. An
+    /// existing log is verified first, and the chain continues from its last
+    /// record; a broken one is refused rather than extended.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, AuditError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| AuditError::Io {
+            path: path.clone(),
+            source,
+        };
+        let last = if path.exists() {
+            verify(&path)?.1
+        } else {
+            GENESIS.to_string()
+        };
+        let mut opts = OpenOptions::new();
+        opts.append(true).create(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            opts.mode(0o600);
+        }
+        let file = opts.open(&path).map_err(io)?;
+        Ok(AuditLog {
+            path,
+            state: Mutex::new((file, last)),
+        })
+    }
+
+    /// The log's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one record (a JSON object; `prev`, `hash` and `seq` are set
+    /// here) and returns its hash. Records are written whole, in order.
+    pub fn append(&self, mut record: Map<String, Value>) -> Result<String, AuditError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (file, last) = &mut *state;
+        record.insert("prev".into(), Value::String(last.clone()));
+        record.remove("hash");
+        let hash = record_hash(&record);
+        record.insert("hash".into(), Value::String(hash.clone()));
+        let mut line = serde_json::to_vec(&Value::Object(record)).unwrap_or_default();
+        line.push(b'\n');
+        file.write_all(&line)
+            .and_then(|()| file.flush())
+            .map_err(|source| AuditError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        *last = hash.clone();
+        Ok(hash)
+    }
+}
+
+/// Checks a log's chain. Returns the number of records and the last hash.
+pub fn verify(path: &Path) -> Result<(usize, String), AuditError> {
+    let file = File::open(path).map_err(|source| AuditError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let broken = |line: usize, reason: String| AuditError::Broken {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    };
+    let mut prev = GENESIS.to_string();
+    let mut n = 0;
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|source| AuditError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let no = i + 1;
+        let Ok(Value::Object(record)) = serde_json::from_str::<Value>(&line) else {
+            return Err(broken(no, "not a JSON object".into()));
+        };
+        let claimed_prev = record.get("prev").and_then(Value::as_str).unwrap_or("");
+        if claimed_prev != prev {
+            return Err(broken(
+                no,
+                "its `prev` is not the previous record's hash (a line was removed, inserted or reordered)".into(),
+            ));
+        }
+        let claimed = record.get("hash").and_then(Value::as_str).unwrap_or("");
+        let actual = record_hash(&record);
+        if claimed != actual {
+            return Err(broken(
+                no,
+                "its content does not match its hash (it was changed)".into(),
+            ));
+        }
+        prev = actual;
+        n += 1;
+    }
+    Ok((n, prev))
+}
+
+/// Whether an argument looks like a secret: a known token prefix, or
+/// `NAME=value` / `--name=value` where the name says key, token, secret or
+/// password.
+fn secretish(s: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "sk-",
+        "sk_live_",
+        "rk_live_",
+        "ghp_",
+        "gho_",
+        "ghs_",
+        "ghu_",
+        "github_pat_",
+        "glpat-",
+        "xoxb-",
+        "xoxp-",
+        "xapp-",
+        "AKIA",
+        "ASIA",
+        "AIza",
+        "eyJ",
+    ];
+    if PREFIXES
+        .iter()
+        .any(|p| s.starts_with(p) && s.len() >= p.len() + 12)
+    {
+        return true;
+    }
+    if let Some((name, value)) = s.split_once('=') {
+        let name = name.trim_start_matches('-').to_ascii_uppercase();
+        return !value.is_empty()
+            && [
+                "KEY",
+                "TOKEN",
+                "SECRET",
+                "PASSWORD",
+                "PASSWD",
+                "CREDENTIAL",
+                "AUTH",
+            ]
+            .iter()
+            .any(|w| name.contains(w));
+    }
+    false
+}
+
+/// The arguments of a call as the log keeps them: file contents and stdin
+/// replaced by their size and hash, secret-looking strings redacted (also the
+/// value after a `--password`-style flag).
+pub fn redact_args(args: &Value) -> Value {
+    let Value::Object(m) = args else {
+        return redact_value(args, false);
+    };
+    let mut out = Map::new();
+    for (k, v) in m {
+        let kept = match (k.as_str(), v) {
+            ("content" | "stdin", Value::String(s)) => json!({
+                "bytes": s.len(),
+                "sha256": hex(&Sha256::digest(s.as_bytes())),
+            }),
+            _ => redact_value(v, false),
+        };
+        out.insert(k.clone(), kept);
+    }
+    Value::Object(out)
+}
+
+fn redact_value(v: &Value, after_flag: bool) -> Value {
+    match v {
+        Value::String(s) if after_flag || secretish(s) => Value::String("[redacted]".into()),
+        Value::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            let mut flag = false;
+            for i in items {
+                out.push(redact_value(i, flag));
+                flag = i.as_str().is_some_and(|s| {
+                    let n = s.trim_start_matches('-').to_ascii_lowercase();
+                    s.starts_with('-')
+                        && !s.contains('=')
+                        && [
+                            "password", "passwd", "token", "secret", "key", "api-key", "apikey",
+                        ]
+                        .iter()
+                        .any(|w| n == *w || n.ends_with(&format!("-{w}")))
+                });
+            }
+            Value::Array(out)
+        }
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), redact_value(v, false)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Now as RFC 3339 UTC with milliseconds.
+pub fn now_rfc3339() -> String {
+    rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default(),
+    )
+}
+
+/// A time since the Unix epoch as RFC 3339 UTC with milliseconds.
+pub fn rfc3339(now: std::time::Duration) -> String {
+    let secs = now.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        now.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_secrets_and_contents() {
+        let args = json!({
+            "args": ["curl", "-H", "Authorization=Bearer x", "--token", "abc", "OPENAI_API_KEY=sk-123", "ghp_0123456789abcdefghij", "plain"],
+            "content": "file body",
+            "path": "notes.txt",
+        });
+        let r = redact_args(&args);
+        assert_eq!(
+            r["args"],
+            json!([
+                "curl",
+                "-H",
+                "[redacted]",
+                "--token",
+                "[redacted]",
+                "[redacted]",
+                "[redacted]",
+                "plain"
+            ])
+        );
+        assert_eq!(r["content"]["bytes"], 9);
+        assert_eq!(r["path"], "notes.txt");
+        assert!(!r.to_string().contains("file body"));
+    }
+
+    #[test]
+    fn dates() {
+        use std::time::Duration;
+        assert_eq!(rfc3339(Duration::ZERO), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            rfc3339(Duration::from_millis(951_827_696_789)),
+            "2000-02-29T12:34:56.789Z"
+        );
+        assert_eq!(
+            rfc3339(Duration::from_secs(1_795_996_799)),
+            "2026-11-29T23:59:59.000Z"
+        );
+    }
+}

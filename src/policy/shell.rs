@@ -52,6 +52,24 @@ pub const INTERPRETERS: &[&str] = &[
     "nawk",
     "expect",
     "rscript",
+    "r",
+    "julia",
+    "irb",
+    "guile",
+    "sbcl",
+    "ghci",
+    "erl",
+    "elixir",
+    "iex",
+    "jshell",
+    "vim",
+    "vi",
+    "nvim",
+    "ex",
+    "emacs",
+    "m4",
+    "make",
+    "gmake",
 ];
 
 /// Programs that run another program named in their arguments. They run only
@@ -160,8 +178,10 @@ pub struct ShellPolicy {
 /// `python` are both `python`.
 fn family(name: &str) -> String {
     let lower = name.to_ascii_lowercase();
-    let base = lower.strip_suffix(".exe").unwrap_or(&lower);
-    let trimmed = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '-');
+    // Debian's alternatives (`nc.openbsd`, `telnet.netkit`), versions
+    // (`python3.12`) and `.exe`: the part before the first dot.
+    let base = lower.split('.').next().unwrap_or(&lower);
+    let trimmed = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-');
     trimmed.to_string()
 }
 
@@ -288,6 +308,13 @@ mod tests {
             p.check_args(&argv(&["curl", "x"])),
             Err(ShellDenial::Network("curl".into()))
         );
+        let nc = policy(&["nc.openbsd", "telnet.netkit"], false, false);
+        for a in ["nc.openbsd", "telnet.netkit"] {
+            assert_eq!(
+                nc.check_args(&argv(&[a])),
+                Err(ShellDenial::Network(a.into()))
+            );
+        }
         assert_eq!(
             p.check_args(&argv(&["python3"])),
             Err(ShellDenial::Interpreter("python3".into()))

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cap_std::fs::{Dir, OpenOptions};
 
-use crate::paths::{AllowedDirs, PathError, ResolvedPath};
+use crate::paths::{AllowedDirs, PathError};
 use crate::policy::{Decision, write};
 
 /// Why a file tool failed: a stable kind (for the audit log) and a message
@@ -84,55 +84,103 @@ pub struct FsPolicy {
     pub denied_extensions: Vec<String>,
 }
 
-/// A resolved path with the handle of its parent directory and its final
-/// name (for writes, moves and deletes, which act on the name).
+/// The directory handle a name lives in and the name itself, as written:
+/// writes, moves, deletes and stats act on the name (a symlink there is the
+/// link, never its target).
 struct Target {
     parent: Dir,
     name: PathBuf,
-    resolved: ResolvedPath,
+    /// Under a read-only allowed dir, or itself (or an ancestor of) one: a
+    /// nested read-only dir cannot be moved or deleted through its parent.
+    read_only: bool,
 }
 
 fn shown(p: &str) -> String {
     format!("{p:?}")
 }
 
-/// The parent directory handle and final name of a resolved path.
+/// The parent (resolved: symlinks in it followed while they stay inside)
+/// and the literal final name of `path`.
 fn target(dirs: &AllowedDirs, path: &str) -> Result<Target, FsError> {
-    let resolved = dirs.resolve(Path::new(path), None)?;
-    let rel = resolved.relative().to_path_buf();
-    let name = match rel.components().next_back() {
+    let p = Path::new(path);
+    if p.as_os_str().is_empty() {
+        return Err(PathError::Empty.into());
+    }
+    let name = match p.components().next_back() {
         Some(Component::Normal(n)) => PathBuf::from(n),
         _ => {
             return Err(FsError::new(
                 "invalid_request",
-                format!(
-                    "{}: is an allowed dir itself, not a file in it",
-                    shown(path)
-                ),
+                format!("{}: does not end in a file name", shown(path)),
             ));
         }
     };
-    let root = dirs.dir_of(&resolved);
-    let parent = match rel.parent() {
-        Some(p) if !p.as_os_str().is_empty() => root.open_dir(p),
-        _ => root.try_clone(),
+    let parent_path = match p.parent() {
+        Some(q) if !q.as_os_str().is_empty() => q,
+        _ => Path::new("."),
+    };
+    let parent = dirs.resolve(parent_path, None)?;
+    let handle = dirs
+        .open_dir(&parent)
+        .map_err(|e| io_error(&shown(path), &e))?;
+    // `x/` and `x/.` name a directory: a symlink there (or a file) is not one.
+    if (path.ends_with('/') || path.ends_with("/."))
+        && !handle.symlink_metadata(&name).is_ok_and(|m| m.is_dir())
+    {
+        return Err(FsError::new(
+            "invalid_request",
+            format!(
+                "{}: not a directory (a trailing slash names one)",
+                shown(path)
+            ),
+        ));
     }
-    .map_err(|e| io_error(&shown(path), &e))?;
+    let host = parent.host_path().join(&name);
+    let read_only = parent.read_only()
+        || dirs
+            .as_slice()
+            .iter()
+            .any(|d| d.read_only() && d.path().starts_with(&host));
     Ok(Target {
-        parent,
+        parent: handle,
         name,
-        resolved,
+        read_only,
     })
 }
 
 fn writable(t: &Target, path: &str) -> Result<(), FsError> {
-    if t.resolved.read_only() {
+    if t.read_only {
         return Err(FsError::new(
             "permission_denied",
-            format!("{}: the allowed dir is read-only", shown(path)),
+            format!(
+                "{}: in (or containing) a read-only allowed dir",
+                shown(path)
+            ),
         ));
     }
     Ok(())
+}
+
+/// Opens flags: never block on a FIFO or device, and (for writes) never
+/// follow a symlink at the name.
+#[cfg(unix)]
+fn no_block(opts: &mut OpenOptions, no_follow: bool) {
+    use cap_std::fs::OpenOptionsExt as _;
+    let flags = libc::O_NONBLOCK | if no_follow { libc::O_NOFOLLOW } else { 0 };
+    opts.custom_flags(flags);
+}
+
+#[cfg(not(unix))]
+fn no_block(_: &mut OpenOptions, _: bool) {}
+
+fn not_regular(path: &str) -> FsError {
+    FsError::new(
+        "invalid_request",
+        format!(
+            "{}: not a regular file (a FIFO, socket or device)",
+            shown(path)
+        ),
+    )
 }
 
 fn check_extension(t: &Target, policy: &FsPolicy) -> Result<(), FsError> {
@@ -156,10 +204,22 @@ pub fn read(
     offset: u64,
     limit: Option<u64>,
 ) -> Result<String, FsError> {
-    let t = target(dirs, path)?;
-    let mut file = t
-        .parent
-        .open(&t.name)
+    // Reads follow symlinks that stay inside (resolved, then confined again
+    // by cap-std at the open).
+    let resolved = dirs.resolve(Path::new(path), None)?;
+    let root = dirs.dir_of(&resolved);
+    let rel = resolved.relative();
+    if rel.as_os_str().is_empty() {
+        return Err(FsError::new(
+            "invalid_request",
+            format!("{}: is a directory (use file_list)", shown(path)),
+        ));
+    }
+    let mut opts = OpenOptions::new();
+    opts.read(true);
+    no_block(&mut opts, false);
+    let mut file = root
+        .open_with(rel, &opts)
         .map_err(|e| io_error(&shown(path), &e))?;
     let meta = file.metadata().map_err(|e| io_error(&shown(path), &e))?;
     if meta.is_dir() {
@@ -167,6 +227,9 @@ pub fn read(
             "invalid_request",
             format!("{}: is a directory (use file_list)", shown(path)),
         ));
+    }
+    if !meta.is_file() {
+        return Err(not_regular(path));
     }
     let mut head = vec![0u8; 8192];
     let n = read_full(&mut file, &mut head).map_err(|e| io_error(&shown(path), &e))?;
@@ -243,7 +306,17 @@ pub fn write(
     content: &[u8],
     append: bool,
 ) -> Result<String, FsError> {
-    // Parents first: `target` needs the parent to exist.
+    // Every check before any change: the name's policy, then read-only.
+    if let Some(Component::Normal(n)) = Path::new(path).components().next_back()
+        && let Decision::Deny { rule, reason } =
+            write::check_name(&n.to_string_lossy(), &policy.denied_extensions)
+    {
+        return Err(FsError {
+            kind: "policy",
+            message: reason,
+            rule: Some(rule),
+        });
+    }
     let resolved = dirs.resolve(Path::new(path), None)?;
     if resolved.read_only() {
         return Err(FsError::new(
@@ -251,24 +324,36 @@ pub fn write(
             format!("{}: the allowed dir is read-only", shown(path)),
         ));
     }
-    if let Some(parent) = resolved.relative().parent()
+    if let Some(parent) = Path::new(path).parent()
         && !parent.as_os_str().is_empty()
     {
-        dirs.dir_of(&resolved)
-            .create_dir_all(parent)
-            .map_err(|e| io_error(&shown(path), &e))?;
+        // Created through the resolver (symlinks in it stay inside) and the
+        // allowed dir's handle.
+        let pr = dirs.resolve(parent, None)?;
+        if pr.read_only() {
+            return Err(FsError::new(
+                "permission_denied",
+                format!("{}: the allowed dir is read-only", shown(path)),
+            ));
+        }
+        if !pr.relative().as_os_str().is_empty() {
+            dirs.dir_of(&pr)
+                .create_dir_all(pr.relative())
+                .map_err(|e| io_error(&shown(path), &e))?;
+        }
     }
     let t = target(dirs, path)?;
     writable(&t, path)?;
     check_extension(&t, policy)?;
-    let existing = match t.parent.symlink_metadata(&t.name) {
-        Ok(m) if m.is_dir() => {
+    let existing_meta = t.parent.symlink_metadata(&t.name).ok();
+    let existing = match &existing_meta {
+        Some(m) if m.is_dir() => {
             return Err(FsError::new(
                 "invalid_request",
                 format!("{}: is a directory", shown(path)),
             ));
         }
-        Ok(m) if m.is_file() => m.len(),
+        Some(m) if m.is_file() => m.len(),
         _ => 0,
     };
     let total = if append {
@@ -290,38 +375,63 @@ pub fn write(
         });
     }
     if append {
-        // Appends go to the file itself, never through a symlink.
-        let is_link = t
-            .parent
-            .symlink_metadata(&t.name)
-            .is_ok_and(|m| m.file_type().is_symlink());
-        if is_link {
-            return Err(FsError::new(
-                "permission_denied",
-                format!("{}: is a symlink; append refused", shown(path)),
-            ));
-        }
+        // Appends go to the file itself: never through a symlink (O_NOFOLLOW),
+        // never to a FIFO or device, never to an inode with other names (a
+        // hard link to a read-only file).
         let mut opts = OpenOptions::new();
         opts.append(true).create(true);
+        no_block(&mut opts, true);
         let mut f = t
             .parent
             .open_with(&t.name, &opts)
             .map_err(|e| io_error(&shown(path), &e))?;
+        let meta = f.metadata().map_err(|e| io_error(&shown(path), &e))?;
+        if !meta.is_file() {
+            return Err(not_regular(path));
+        }
+        #[cfg(unix)]
+        {
+            use cap_std::fs::MetadataExt as _;
+            if meta.nlink() > 1 {
+                return Err(FsError::new(
+                    "permission_denied",
+                    format!("{}: has other hard links; append refused", shown(path)),
+                ));
+            }
+        }
+        if let Some(max) = policy.max_file_size
+            && meta.len().saturating_add(content.len() as u64) > max
+        {
+            return Err(FsError {
+                kind: "too_large",
+                message: format!(
+                    "{}: the append would exceed max_file_size_mb ({} MiB)",
+                    shown(path),
+                    max >> 20
+                ),
+                rule: Some("write.max_file_size".into()),
+            });
+        }
         f.write_all(content)
             .map_err(|e| io_error(&shown(path), &e))?;
         return Ok(format!("appended {} bytes to {path}", content.len()));
     }
+    // A short temporary name (a long final name must still fit NAME_MAX).
     let tmp = PathBuf::from(format!(
-        ".{}.toolhost-{}-{}.tmp",
-        t.name.to_string_lossy(),
+        ".toolhost-{}-{}.tmp",
         std::process::id(),
         TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
     let mut opts = OpenOptions::new();
     opts.write(true).create_new(true);
+    no_block(&mut opts, true);
     let result = (|| {
-        let mut f = t.parent.open_with(&tmp, &opts)?;
-        f.write_all(content)?;
+        let f = t.parent.open_with(&tmp, &opts)?;
+        (&f).write_all(content)?;
+        // A replaced file keeps its permissions.
+        if let Some(m) = existing_meta.as_ref().filter(|m| m.is_file()) {
+            f.set_permissions(m.permissions())?;
+        }
         f.sync_all()?;
         t.parent.rename(&tmp, &t.parent, &t.name)
     })();
@@ -332,7 +442,68 @@ pub fn write(
     Ok(format!("wrote {} bytes to {path}", content.len()))
 }
 
-/// `file_list`: the entries of a directory (recursively up to `max_entries`).
+/// Deepest directory level `file_list` and `file_search` descend to.
+pub const MAX_DEPTH: usize = 64;
+/// Most directory entries one `file_list` or `file_search` looks at.
+pub const MAX_VISIT: usize = 200_000;
+/// Longest glob `file_search` takes.
+pub const MAX_GLOB: usize = 512;
+
+/// Walks `root` breadth-first without recursion (a deep tree cannot
+/// exhaust the stack), one directory fd open at a time, at most `MAX_DEPTH`
+/// levels and `MAX_VISIT` entries. `visit` gets each entry's relative path,
+/// type and the directory it is in; it returns false to stop. Returns a note
+/// when a bound cut the walk short.
+fn walk_tree(
+    root: &Dir,
+    recursive: bool,
+    mut visit: impl FnMut(&Dir, &Path, &cap_std::fs::FileType) -> std::io::Result<bool>,
+) -> std::io::Result<Option<String>> {
+    let mut queue: std::collections::VecDeque<(PathBuf, usize)> =
+        std::collections::VecDeque::from([(PathBuf::new(), 0)]);
+    let mut visited = 0usize;
+    let mut note = None;
+    while let Some((prefix, depth)) = queue.pop_front() {
+        let dir = if prefix.as_os_str().is_empty() {
+            root.try_clone()?
+        } else {
+            match root.open_dir(&prefix) {
+                Ok(d) => d,
+                // Gone or replaced since it was listed: skipped.
+                Err(_) => continue,
+            }
+        };
+        let mut names: Vec<(std::ffi::OsString, cap_std::fs::FileType)> = Vec::new();
+        for entry in dir.entries()? {
+            let entry = entry?;
+            visited += 1;
+            if visited > MAX_VISIT {
+                return Ok(Some(format!("[stopped after {MAX_VISIT} entries]")));
+            }
+            names.push((entry.file_name(), entry.file_type()?));
+        }
+        names.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, ft) in names {
+            let rel = prefix.join(&name);
+            if !visit(&dir, &rel, &ft)? {
+                return Ok(note);
+            }
+            if recursive && ft.is_dir() {
+                if depth + 1 < MAX_DEPTH {
+                    queue.push_back((rel, depth + 1));
+                } else {
+                    note = Some(format!(
+                        "[directories deeper than {MAX_DEPTH} levels not shown]"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(note)
+}
+
+/// `file_list`: the entries of a directory (recursively: breadth-first, up
+/// to `max_entries`).
 pub fn list(
     dirs: &AllowedDirs,
     path: &str,
@@ -344,68 +515,55 @@ pub fn list(
         .open_dir(&resolved)
         .map_err(|e| io_error(&shown(path), &e))?;
     let mut out = Vec::new();
-    let mut truncated = false;
-    walk(
-        &dir,
-        PathBuf::new(),
-        recursive,
-        max_entries,
-        &mut out,
-        &mut truncated,
-    )
+    let mut full = false;
+    let note = walk_tree(&dir, recursive, |d, rel, ft| {
+        if out.len() >= max_entries {
+            full = true;
+            return Ok(false);
+        }
+        let shown = rel.to_string_lossy();
+        if ft.is_dir() {
+            out.push(format!("{shown}/"));
+        } else if ft.is_symlink() {
+            out.push(format!("{shown}@"));
+        } else {
+            let name = rel.file_name().unwrap_or_default();
+            let len = d.symlink_metadata(name).map(|m| m.len()).unwrap_or(0);
+            out.push(format!("{shown}\t{len}"));
+        }
+        Ok(true)
+    })
     .map_err(|e| io_error(&shown(path), &e))?;
     out.sort();
     let mut text = out.join("\n");
-    if truncated {
+    if full {
         text.push_str(&format!("\n[truncated at {max_entries} entries]"));
+    }
+    if let Some(n) = note {
+        text.push('\n');
+        text.push_str(&n);
     }
     Ok(text)
 }
 
-fn walk(
-    dir: &Dir,
-    prefix: PathBuf,
-    recursive: bool,
-    max: usize,
-    out: &mut Vec<String>,
-    truncated: &mut bool,
-) -> std::io::Result<()> {
-    for entry in dir.entries()? {
-        let entry = entry?;
-        if out.len() >= max {
-            *truncated = true;
-            return Ok(());
-        }
-        let name = prefix.join(entry.file_name());
-        let ft = entry.file_type()?;
-        let shown = name.to_string_lossy();
-        if ft.is_dir() {
-            out.push(format!("{shown}/"));
-            if recursive {
-                let sub = entry.open_dir()?;
-                walk(&sub, name, recursive, max, out, truncated)?;
-            }
-        } else if ft.is_symlink() {
-            out.push(format!("{shown}@"));
-        } else {
-            let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            out.push(format!("{shown}\t{len}"));
-        }
-    }
-    Ok(())
-}
-
-/// `file_stat`: type, size, read-only, and modification time.
+/// `file_stat`: type (a symlink is reported as one), size, read-only, and
+/// modification time.
 pub fn stat(dirs: &AllowedDirs, path: &str) -> Result<serde_json::Value, FsError> {
     let resolved = dirs.resolve(Path::new(path), None)?;
-    let root = dirs.dir_of(&resolved);
-    let rel = resolved.relative();
-    let meta = if rel.as_os_str().is_empty() {
-        root.dir_metadata()
+    let (meta, read_only) = if resolved.relative().as_os_str().is_empty() {
+        let m = dirs
+            .dir_of(&resolved)
+            .dir_metadata()
+            .map_err(|e| io_error(&shown(path), &e))?;
+        (m, resolved.read_only())
     } else {
-        root.symlink_metadata(rel)
-    }
-    .map_err(|e| io_error(&shown(path), &e))?;
+        let t = target(dirs, path)?;
+        let m = t
+            .parent
+            .symlink_metadata(&t.name)
+            .map_err(|e| io_error(&shown(path), &e))?;
+        (m, t.read_only)
+    };
     let kind = if meta.is_dir() {
         "directory"
     } else if meta.file_type().is_symlink() {
@@ -425,7 +583,7 @@ pub fn stat(dirs: &AllowedDirs, path: &str) -> Result<serde_json::Value, FsError
         "path": path,
         "type": kind,
         "size": meta.len(),
-        "read_only": resolved.read_only() || meta.permissions().readonly(),
+        "read_only": read_only || meta.permissions().readonly(),
         "modified_unix": modified,
     }))
 }
@@ -587,6 +745,7 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
 
 /// `file_search`: files under `path` whose name matches `glob` and, if `text`
 /// is given, lines containing it (`path:line: text`), up to `max_results`.
+/// Bounded: the walk's limits, and `4 x max_read_bytes` of file content read.
 pub fn search(
     dirs: &AllowedDirs,
     policy: &FsPolicy,
@@ -601,92 +760,79 @@ pub fn search(
             "file_search needs a glob, a text, or both",
         ));
     }
+    if glob.is_some_and(|g| g.chars().count() > MAX_GLOB) {
+        return Err(FsError::new(
+            "invalid_request",
+            format!("file_search: the glob is longer than {MAX_GLOB} characters"),
+        ));
+    }
     let resolved = dirs.resolve(Path::new(path), None)?;
     let dir = dirs
         .open_dir(&resolved)
         .map_err(|e| io_error(&shown(path), &e))?;
-    let mut results = Vec::new();
+    let mut results: Vec<String> = Vec::new();
     let mut budget = policy.max_read_bytes.saturating_mul(4);
-    search_in(
-        &dir,
-        PathBuf::new(),
-        glob,
-        text,
-        max_results,
-        &mut budget,
-        &mut results,
-    )
-    .map_err(|e| io_error(&shown(path), &e))?;
-    let full = results.len() >= max_results;
-    let mut out = results.join("\n");
-    if full {
-        out.push_str(&format!("\n[stopped at {max_results} results]"));
-    }
-    if out.is_empty() {
-        out = "no matches".into();
-    }
-    Ok(out)
-}
-
-fn search_in(
-    dir: &Dir,
-    prefix: PathBuf,
-    glob: Option<&str>,
-    text: Option<&str>,
-    max: usize,
-    budget: &mut u64,
-    out: &mut Vec<String>,
-) -> std::io::Result<()> {
-    let mut entries: Vec<_> = dir.entries()?.collect::<Result<_, _>>()?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        if out.len() >= max {
-            return Ok(());
-        }
-        let name = entry.file_name();
-        let rel = prefix.join(&name);
-        let ft = entry.file_type()?;
-        if ft.is_dir() {
-            let sub = entry.open_dir()?;
-            search_in(&sub, rel, glob, text, max, budget, out)?;
-            continue;
+    let mut stopped: Option<String> = None;
+    let note = walk_tree(&dir, true, |d, rel, ft| {
+        if results.len() >= max_results {
+            stopped = Some(format!("[stopped at {max_results} results]"));
+            return Ok(false);
         }
         if !ft.is_file() {
-            continue;
+            return Ok(true);
         }
+        let name = rel.file_name().unwrap_or_default();
         if let Some(g) = glob
             && !glob_match(g, &name.to_string_lossy())
         {
-            continue;
+            return Ok(true);
         }
         let Some(needle) = text else {
-            out.push(rel.to_string_lossy().into_owned());
-            continue;
+            results.push(rel.to_string_lossy().into_owned());
+            return Ok(true);
         };
-        if *budget == 0 {
-            return Ok(());
+        if budget == 0 {
+            stopped = Some("[stopped: the search read its byte budget]".into());
+            return Ok(false);
+        }
+        let mut opts = OpenOptions::new();
+        opts.read(true);
+        no_block(&mut opts, true);
+        let Ok(f) = d.open_with(name, &opts) else {
+            return Ok(true);
+        };
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            return Ok(true);
         }
         let mut bytes = Vec::new();
-        entry
-            .open()?
-            .take((*budget).min(8 << 20))
-            .read_to_end(&mut bytes)?;
-        *budget = budget.saturating_sub(bytes.len() as u64);
+        f.take(budget.min(8 << 20)).read_to_end(&mut bytes)?;
+        budget = budget.saturating_sub(bytes.len() as u64);
         if bytes.contains(&0) {
-            continue;
+            return Ok(true);
         }
         let content = String::from_utf8_lossy(&bytes);
         for (i, line) in content.lines().enumerate() {
             if line.contains(needle) {
                 let line: String = line.chars().take(300).collect();
-                out.push(format!("{}:{}: {line}", rel.to_string_lossy(), i + 1));
-                if out.len() >= max {
-                    return Ok(());
+                results.push(format!("{}:{}: {line}", rel.to_string_lossy(), i + 1));
+                if results.len() >= max_results {
+                    break;
                 }
             }
         }
+        Ok(true)
+    })
+    .map_err(|e| io_error(&shown(path), &e))?;
+    let mut out = if results.is_empty() {
+        "no matches".to_string()
+    } else {
+        results.join("\n")
+    };
+    for n in [stopped, note].into_iter().flatten() {
+        out.push('\n');
+        out.push_str(&n);
     }
-    Ok(())
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -533,35 +533,46 @@ async fn warm_mode_helper_cannot_be_replaced() {
         // Allowed twins: the same dir read-only, and a dir beside it.
         Sandbox::new([toolhost::AllowedDirSpec::read_only(&base)], c).expect("read-only");
     }
+    // Tampering runs in a toolhost process of its own, with its own cache
+    // dir: the helper file is shared by every warm sandbox of a process.
     let t = tmp();
-    let sb = t.sandbox(cfg.clone());
-    let r = dsh(&sb, "echo one").await;
-    assert_eq!(r.stdout, "one\n", "{r:?}");
-    // The file the warm container mounts as its PID 1.
-    let id = containers(&session_label(&sb)).remove(0);
-    let out = Command::new("docker")
-        .args([
-            "inspect",
-            "--format",
-            "{{range .Mounts}}{{if eq .Destination \"/.toolhost-helper\"}}{{.Source}}{{end}}{{end}}",
-            &id,
-        ])
-        .output()
-        .unwrap();
-    let helper = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    assert!(
-        helper.starts_with(base.join("toolhost/docker")),
-        "{helper:?}"
-    );
-    sb.docker_backend().shutdown().await;
+    let cache = t.root.join("cache");
+    let conf = t.root.join("warm.toml");
+    std::fs::write(&conf, format!("[docker]\nimage = {image:?}\nwarm = true\n")).unwrap();
+    let call = |word: &str| {
+        toolhost(
+            &t.ws(),
+            &[
+                "run",
+                "--config",
+                conf.to_str().unwrap(),
+                "--backend",
+                "docker",
+                "--",
+                "echo",
+                word,
+            ],
+            &[("XDG_CACHE_HOME", cache.to_str().unwrap())],
+        )
+    };
+    let out = call("one");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one\n", "{out:?}");
+    let dir = cache.join("toolhost/docker");
+    let helper = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("toolhost-docker-helper-"))
+        })
+        .expect("the helper file");
     let good = sha256_file(&helper);
+    // Tamper with the helper on disk (as its owner could).
     std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(&helper, "#!/bin/sh\necho forged\n").unwrap();
-    let sb = t.sandbox(cfg);
-    let r = dsh(&sb, "echo two").await;
-    assert_eq!(r.stdout, "two\n", "{r:?}");
+    let out = call("two");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "two\n", "{out:?}");
     assert_eq!(sha256_file(&helper), good, "the helper was rewritten");
-    sb.docker_backend().shutdown().await;
 }
 
 /// From a review: toolhost killed during a warm call; the helper sees its

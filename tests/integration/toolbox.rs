@@ -332,13 +332,16 @@ async fn file_tools_never_leave_the_sandbox() {
         ] {
             let r = tb.call(tool, &args).await;
             assert!(!r.text.contains(CANARY), "{tool} {path}: leaked: {r:?}");
-            if tool != "file_stat" && !(path == "ls" && tool == "file_delete") {
+            // `ls` names a link in the workspace: stat, delete and move act
+            // on the link itself (inside), not on its target.
+            let on_link = path == "ls" && matches!(tool, "file_stat" | "file_delete" | "file_move");
+            if tool != "file_stat" && !on_link {
                 assert!(r.is_error, "{tool} {path}: {r:?}");
             }
         }
     }
     assert_eq!(sha256_file(&secret), before, "the outside file changed");
-    // `ls` is a symlink in the workspace: deleting it removed the link only.
+    // Deleting the links removed the links only.
     assert!(secret.exists());
     // Allowed twins: the same tools inside work.
     std::fs::write(t.ws().join("inside.txt"), "inside\n").unwrap();
@@ -687,4 +690,133 @@ async fn audit_log_records_every_call_and_detects_tampering() {
         // A broken log is not extended.
         assert!(toolhost::audit::AuditLog::open(&p).is_err(), "{name}");
     }
+}
+
+/// From a review of the file tools: nested read-only dirs, symlinks at the
+/// final name, FIFOs, deep trees, long names, modes, long globs.
+#[tokio::test]
+async fn file_tools_review_findings() {
+    let t = tmp();
+    // A read-only dir nested in the read-write workspace.
+    let ro = t.ws().join("p/ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::write(ro.join("keep.txt"), "keep\n").unwrap();
+    let before = sha256_file(&ro.join("keep.txt"));
+    let sb = Sandbox::new(
+        [
+            toolhost::AllowedDirSpec::read_write(t.ws()),
+            toolhost::AllowedDirSpec::read_only(&ro),
+        ],
+        cfg(&[]),
+    )
+    .unwrap();
+    let tb = Toolbox::new(Arc::new(sb), PermissionPolicy::default()).await;
+    for (tool, args) in [
+        ("file_delete", json!({"path": "p", "recursive": true})),
+        ("file_move", json!({"from": "p", "to": "q"})),
+        ("file_move", json!({"from": "p/ro", "to": "q"})),
+        ("file_delete", json!({"path": "p/ro", "recursive": true})),
+        (
+            "file_write",
+            json!({"path": "p/ro/keep.txt", "content": "x"}),
+        ),
+        (
+            "file_write",
+            json!({"path": "p/ro/new.txt", "content": "x"}),
+        ),
+    ] {
+        let r = tb.call(tool, &args).await;
+        assert_eq!(r.status, "permission_denied", "{tool} {args}: {r:?}");
+    }
+    assert_eq!(sha256_file(&ro.join("keep.txt")), before);
+    assert!(!ro.join("new.txt").exists());
+    // Allowed twin: a sibling of the read-only dir moves and goes.
+    std::fs::write(t.ws().join("p/other.txt"), "o").unwrap();
+    let r = tb
+        .call("file_move", &json!({"from": "p/other.txt", "to": "o.txt"}))
+        .await;
+    assert!(!r.is_error, "{r:?}");
+    // A symlink at the final name is the link, not its target.
+    std::fs::write(t.ws().join("target.txt"), "target\n").unwrap();
+    std::os::unix::fs::symlink("target.txt", t.ws().join("link")).unwrap();
+    let r = tb.call("file_stat", &json!({"path": "link"})).await;
+    assert_eq!(r.structured.as_ref().unwrap()["type"], "symlink", "{r:?}");
+    let r = tb.call("file_read", &json!({"path": "link"})).await;
+    assert_eq!(r.text, "target\n", "reads follow links inside");
+    let r = tb
+        .call(
+            "file_write",
+            &json!({"path": "link", "content": "x", "append": true}),
+        )
+        .await;
+    assert!(r.is_error, "append through a link: {r:?}");
+    let r = tb.call("file_delete", &json!({"path": "link"})).await;
+    assert!(!r.is_error, "{r:?}");
+    assert!(t.ws().join("target.txt").exists(), "the target survived");
+    assert!(std::fs::symlink_metadata(t.ws().join("link")).is_err());
+    // A FIFO: an error, not a hang.
+    let fifo = t.ws().join("pipe");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    for args in [
+        json!({"path": "pipe"}),
+        json!({"path": "pipe", "content": "x", "append": true}),
+    ] {
+        let tool = if args.get("content").is_some() {
+            "file_write"
+        } else {
+            "file_read"
+        };
+        let r = tokio::time::timeout(Duration::from_secs(20), tb.call(tool, &args))
+            .await
+            .expect("a FIFO blocked the call");
+        assert!(r.is_error, "{r:?}");
+    }
+    // A deep tree: bounded, no crash.
+    let deep = t.ws().join(["d"; 100].join("/"));
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("bottom.txt"), "x").unwrap();
+    let r = tb.call("file_search", &json!({"glob": "*.txt"})).await;
+    assert!(r.text.contains("deeper than 64"), "{r:?}");
+    let r = tb.call("file_list", &json!({"recursive": true})).await;
+    assert!(r.text.contains("deeper than 64"), "{r:?}");
+    // A long name fits (the temporary name is short); a mode is kept.
+    let long = "n".repeat(240) + ".txt";
+    let r = tb
+        .call("file_write", &json!({"path": long, "content": "a"}))
+        .await;
+    assert!(!r.is_error, "{r:?}");
+    let r = tb
+        .call("file_write", &json!({"path": long, "content": "b"}))
+        .await;
+    assert!(!r.is_error, "{r:?}");
+    let secret = t.ws().join("private.txt");
+    std::fs::write(&secret, "s").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let r = tb
+        .call(
+            "file_write",
+            &json!({"path": "private.txt", "content": "t"}),
+        )
+        .await;
+    assert!(!r.is_error, "{r:?}");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // A refused name creates no parent dirs.
+    let r = tb
+        .call(
+            "file_write",
+            &json!({"path": "newdir/deeper/run.sh", "content": "x"}),
+        )
+        .await;
+    assert_eq!(r.rule.as_deref(), Some("write.extension"));
+    assert!(!t.ws().join("newdir").exists());
+    let r = tb
+        .call("file_search", &json!({"glob": "[".repeat(600)}))
+        .await;
+    assert!(r.is_error && r.text.contains("longer than"), "{r:?}");
 }

@@ -76,6 +76,32 @@ fn containers(label: &str) -> Vec<String> {
         .collect()
 }
 
+/// `toolhost run` with the docker config `cfg`, running `sleep 600`.
+fn sleeping_toolhost(
+    t: &Tmp,
+    cfg: &std::path::Path,
+    stderr: std::process::Stdio,
+) -> std::process::Child {
+    Command::new(toolhost_bin())
+        .args([
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "docker",
+            "--timeout",
+            "600",
+            "--",
+            "sleep",
+            "600",
+        ])
+        .current_dir(t.ws())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
 fn session_label(sb: &Sandbox) -> String {
     format!("toolhost.session={}", sb.docker_backend().session())
 }
@@ -583,24 +609,7 @@ fn killed_toolhost_stops_its_warm_call() {
     let t = tmp();
     let cfg = t.root.join("docker.toml");
     std::fs::write(&cfg, format!("[docker]\nimage = {image:?}\nwarm = true\n")).unwrap();
-    let mut child = Command::new(toolhost_bin())
-        .args([
-            "run",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--backend",
-            "docker",
-            "--timeout",
-            "600",
-            "--",
-            "sleep",
-            "600",
-        ])
-        .current_dir(t.ws())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = sleeping_toolhost(&t, &cfg, std::process::Stdio::null());
     let pid = child.id();
     let running = || {
         let out = Command::new("docker")
@@ -660,24 +669,13 @@ fn killed_toolhost_leaves_no_running_container_after_the_next_start() {
             let _ = self.0.wait();
         }
     }
-    let child = Command::new(toolhost_bin())
-        .args([
-            "run",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--backend",
-            "docker",
-            "--timeout",
-            "600",
-            "--",
-            "sleep",
-            "600",
-        ])
-        .current_dir(t.ws())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(t.root.join("stderr.txt")).unwrap())
-        .spawn()
-        .unwrap();
+    let child = sleeping_toolhost(
+        &t,
+        &cfg,
+        std::fs::File::create(t.root.join("stderr.txt"))
+            .unwrap()
+            .into(),
+    );
     let mut child = Child(child);
     let pid = child.0.id();
     // Our containers, by the owner label naming the child's pid.

@@ -541,25 +541,14 @@ impl DockerBackend {
             host_config: Some(self.host_config(plan)),
             ..Default::default()
         };
-        let opts = CreateContainerOptions {
-            name: Some(name.clone()),
-            ..Default::default()
+        let (mut guard, created_id) = match create_guarded(docker, name, body, &image, plan).await {
+            Ok(g) => g,
+            Err(o) => return refuse(o),
         };
-        // From here on the container is removed whatever happens, by name
-        // until the engine has given its id (a dropped create leaves none).
-        let mut guard = Removal::new(docker.clone(), name);
-        let created = match docker.create_container(Some(opts), body).await {
-            Ok(c) => c,
-            Err(e) => {
-                guard.remove_now().await;
-                return refuse(create_refusal(&e, &image, plan));
-            }
-        };
-        guard.id = Some(created.id.clone());
         let limits = &plan.limits;
         let mut out = CappedBuffer::new(limits.stdout_cap);
         let mut err = CappedBuffer::new(limits.stderr_cap);
-        let id = created.id.as_str();
+        let id = created_id.as_str();
         let call = async {
             let attach = AttachContainerOptions {
                 stream: true,
@@ -918,6 +907,33 @@ impl Drop for WarmSlot<'_> {
             && let Some(w) = self.slot.take()
         {
             spawn_removal(self.docker.clone(), w.id);
+        }
+    }
+}
+
+/// Creates a container named `name`, removed whatever happens from here on:
+/// by name until the engine has given its id (a dropped create leaves none),
+/// then by id through the returned guard.
+async fn create_guarded(
+    docker: &Docker,
+    name: String,
+    body: ContainerCreateBody,
+    image: &str,
+    plan: &ExecPlan,
+) -> Result<(Removal, String), Outcome> {
+    let opts = CreateContainerOptions {
+        name: Some(name.clone()),
+        ..Default::default()
+    };
+    let mut guard = Removal::new(docker.clone(), name);
+    match docker.create_container(Some(opts), body).await {
+        Ok(c) => {
+            guard.id = Some(c.id.clone());
+            Ok((guard, c.id))
+        }
+        Err(e) => {
+            guard.remove_now().await;
+            Err(create_refusal(&e, image, plan))
         }
     }
 }

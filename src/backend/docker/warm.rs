@@ -19,13 +19,12 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, Mount, MountType, ResourcesUlimits};
-use bollard::query_parameters::{AttachContainerOptions, CreateContainerOptions};
+use bollard::query_parameters::AttachContainerOptions;
 use futures_util::{FutureExt, Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::{
-    DockerBackend, Ended, Removal, WarmSlot, create_refusal, engine_error, finish, remove,
-    start_refusal, unavailable,
+    DockerBackend, Ended, WarmSlot, engine_error, finish, remove, start_refusal, unavailable,
 };
 use crate::backend::BackendKind;
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
@@ -461,22 +460,10 @@ impl DockerBackend {
             host_config: Some(host),
             ..Default::default()
         };
-        let name = self.next_name();
-        let opts = CreateContainerOptions {
-            name: Some(name.clone()),
-            ..Default::default()
-        };
-        // Removed by name if this fails or the future is dropped before the
-        // slot holds it.
-        let mut guard = Removal::new(docker.clone(), name);
-        let created = match docker.create_container(Some(opts), body).await {
-            Ok(c) => c,
-            Err(e) => {
-                guard.remove_now().await;
-                return Err(create_refusal(&e, image, plan));
-            }
-        };
-        guard.id = Some(created.id.clone());
+        // Removed if this fails or the future is dropped before the slot
+        // holds it.
+        let (mut guard, created_id) =
+            super::create_guarded(docker, self.next_name(), body, image, plan).await?;
         let attach = AttachContainerOptions {
             stream: true,
             stdin: true,
@@ -485,19 +472,19 @@ impl DockerBackend {
             logs: false,
             ..Default::default()
         };
-        let attached = match docker.attach_container(&created.id, Some(attach)).await {
+        let attached = match docker.attach_container(&created_id, Some(attach)).await {
             Ok(a) => a,
             Err(e) => {
                 guard.remove_now().await;
                 return Err(super::launch_failed(&e));
             }
         };
-        if let Err(e) = docker.start_container(&created.id, None).await {
+        if let Err(e) = docker.start_container(&created_id, None).await {
             guard.remove_now().await;
             return Err(start_refusal(&e));
         }
         let mut warm = WarmContainer {
-            id: created.id.clone(),
+            id: created_id.clone(),
             input: attached.input,
             reader: Reader {
                 output: attached.output,

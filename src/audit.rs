@@ -208,9 +208,14 @@ fn secretish(s: &str) -> bool {
     false
 }
 
-/// The arguments of a call as the log keeps them: file contents and stdin
-/// replaced by their size and hash, secret-looking strings redacted (also the
-/// value after a `--password`-style flag).
+/// Longest argument string written to the log as is; longer ones are logged
+/// as their size and SHA-256.
+pub const MAX_LOGGED_STRING: usize = 4096;
+
+/// The arguments of a call as the log keeps them: file contents, stdin and
+/// strings over [`MAX_LOGGED_STRING`] replaced by their size and hash,
+/// secret-looking strings redacted (also the value after a
+/// `--password`-style flag).
 pub fn redact_args(args: &Value) -> Value {
     let Value::Object(m) = args else {
         return redact_value(args, false);
@@ -232,6 +237,11 @@ pub fn redact_args(args: &Value) -> Value {
 fn redact_value(v: &Value, after_flag: bool) -> Value {
     match v {
         Value::String(s) if after_flag || secretish(s) => Value::String("[redacted]".into()),
+        // A log line stays small whatever the call carried.
+        Value::String(s) if s.len() > MAX_LOGGED_STRING => json!({
+            "bytes": s.len(),
+            "sha256": hex(&Sha256::digest(s.as_bytes())),
+        }),
         Value::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
             let mut flag = false;

@@ -43,6 +43,7 @@ pub mod audit;
 pub mod backend;
 pub mod config;
 pub mod env;
+pub mod mcp;
 pub mod outcome;
 pub mod output;
 pub mod paths;

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod audit;
 mod call;
+mod mcp;
 mod run;
 mod tools;
 
@@ -32,6 +33,7 @@ enum Command {
     Run(Box<run::RunArgs>),
     Call(Box<call::CallArgs>),
     Tools(tools::ToolsArgs),
+    Mcp(Box<mcp::McpArgs>),
     Audit(audit::AuditArgs),
 }
 
@@ -40,7 +42,9 @@ fn init_logging(verbose: u8) {
     let filter = match std::env::var("TOOLHOST_LOG") {
         Ok(f) if !f.is_empty() => EnvFilter::new(f),
         _ => EnvFilter::new(match verbose {
-            0 => "warn",
+            // The MCP SDK warns about every error it answers: a client's bad
+            // request is not toolhost's problem.
+            0 => "warn,rmcp=error",
             1 => "info",
             2 => "debug",
             _ => "trace",
@@ -68,6 +72,7 @@ pub fn main() -> i32 {
         Command::Run(args) => run::main(*args),
         Command::Call(args) => call::main(*args),
         Command::Tools(args) => tools::main(args),
+        Command::Mcp(args) => mcp::main(*args),
         Command::Audit(args) => audit::main(args),
     };
     match result {

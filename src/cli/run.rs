@@ -155,7 +155,14 @@ pub(crate) fn build_sandbox(
     args: &SandboxArgs,
     backend: Option<BackendKind>,
 ) -> anyhow::Result<Sandbox> {
-    let config = build_config(args, backend)?;
+    build_sandbox_with(args, build_config(args, backend)?)
+}
+
+/// The sandbox of the flags' dirs with `config`.
+pub(crate) fn build_sandbox_with(
+    args: &SandboxArgs,
+    config: SandboxConfig,
+) -> anyhow::Result<Sandbox> {
     let dirs: Vec<AllowedDirSpec> = if args.allow_dirs.is_empty() {
         vec![AllowedDirSpec::read_write(
             std::env::current_dir().context("cannot determine the current directory")?,

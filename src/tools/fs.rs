@@ -40,7 +40,21 @@ impl FsError {
             rule: None,
         }
     }
+
+    /// A refusal at the sandbox's boundary: outside every allowed dir, or a
+    /// write into a read-only one.
+    fn boundary(rule: &str, message: impl Into<String>) -> Self {
+        FsError {
+            kind: "policy",
+            message: message.into(),
+            rule: Some(rule.to_string()),
+        }
+    }
 }
+
+/// Rules of the sandbox's boundary.
+const OUTSIDE: &str = "sandbox.outside";
+const READ_ONLY: &str = "sandbox.read_only";
 
 impl std::fmt::Display for FsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -51,7 +65,7 @@ impl std::fmt::Display for FsError {
 impl From<PathError> for FsError {
     fn from(e: PathError) -> Self {
         let kind = match e {
-            PathError::Outside(_) => "permission_denied",
+            PathError::Outside(_) => return FsError::boundary(OUTSIDE, e.to_string()),
             PathError::NotFound(_) => "not_found",
             PathError::Io { .. } => "io",
             _ => "invalid_request",
@@ -70,6 +84,10 @@ fn io_error(path: &str, e: &std::io::Error) -> FsError {
     // cap-std's escape error names no host path; neither does the OS reason.
     let reason = e.to_string();
     let reason = reason.split(" (os error").next().unwrap_or(&reason);
+    if kind == "permission_denied" && reason.contains("outside of the filesystem") {
+        // cap-std caught an escape (a symlink out, found while opening).
+        return FsError::boundary(OUTSIDE, format!("{path}: leads outside the sandbox"));
+    }
     FsError::new(kind, format!("{path}: {reason}"))
 }
 
@@ -150,8 +168,8 @@ fn target(dirs: &AllowedDirs, path: &str) -> Result<Target, FsError> {
 
 fn writable(t: &Target, path: &str) -> Result<(), FsError> {
     if t.read_only {
-        return Err(FsError::new(
-            "permission_denied",
+        return Err(FsError::boundary(
+            READ_ONLY,
             format!(
                 "{}: in (or containing) a read-only allowed dir",
                 shown(path)
@@ -319,8 +337,8 @@ pub fn write(
     }
     let resolved = dirs.resolve(Path::new(path), None)?;
     if resolved.read_only() {
-        return Err(FsError::new(
-            "permission_denied",
+        return Err(FsError::boundary(
+            READ_ONLY,
             format!("{}: the allowed dir is read-only", shown(path)),
         ));
     }
@@ -331,8 +349,8 @@ pub fn write(
         // allowed dir's handle.
         let pr = dirs.resolve(parent, None)?;
         if pr.read_only() {
-            return Err(FsError::new(
-                "permission_denied",
+            return Err(FsError::boundary(
+                READ_ONLY,
                 format!("{}: the allowed dir is read-only", shown(path)),
             ));
         }
@@ -592,8 +610,8 @@ pub fn stat(dirs: &AllowedDirs, path: &str) -> Result<serde_json::Value, FsError
 pub fn mkdir(dirs: &AllowedDirs, path: &str) -> Result<String, FsError> {
     let resolved = dirs.resolve(Path::new(path), None)?;
     if resolved.read_only() {
-        return Err(FsError::new(
-            "permission_denied",
+        return Err(FsError::boundary(
+            READ_ONLY,
             format!("{}: the allowed dir is read-only", shown(path)),
         ));
     }

@@ -29,6 +29,12 @@ const MAX_LIST: usize = 2000;
 const MAX_SEARCH: usize = 500;
 /// Most arguments a command line may have.
 const MAX_ARGS: usize = 4096;
+/// Arguments that name a path, and the longest such path (Linux's PATH_MAX).
+const PATH_ARGS: [&str; 4] = ["path", "from", "to", "cwd"];
+const MAX_PATH_ARG: usize = 4096;
+/// Longest text of a refusal (unknown tool, bad arguments, denied): it may
+/// quote what the call sent.
+const MAX_REFUSAL_TEXT: usize = 4096;
 
 /// What kind of tool it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -131,6 +137,7 @@ pub struct Toolbox {
     shell: ShellPolicy,
     denials: AtomicU64,
     calls: AtomicU64,
+    builtin: Vec<ToolSpec>,
     wasm: Vec<ToolSpec>,
     audit: Option<Arc<AuditLog>>,
     session: String,
@@ -193,6 +200,16 @@ impl<'a> Args<'a> {
     fn str(&self, key: &str) -> ArgResult<Option<&str>> {
         match self.map.get(key) {
             None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if PATH_ARGS.contains(&key) && s.len() > MAX_PATH_ARG => {
+                Err(Box::new(ToolResult::error(
+                    "invalid_request",
+                    format!(
+                        "{}: argument {key:?} is {} bytes; a path is at most {MAX_PATH_ARG}",
+                        self.tool,
+                        s.len()
+                    ),
+                )))
+            }
             Some(Value::String(s)) => Ok(Some(s)),
             Some(v) => Err(Box::new(self.bad(key, "a string", v))),
         }
@@ -394,6 +411,7 @@ impl Toolbox {
             allow_network: c.allow_network,
         };
         let rate = RateLimiter::new(c.rate_limit_calls, c.rate_limit_window);
+        let allow_strings = c.shell_allow_strings;
         let reserved: Vec<String> = builtins(true).into_iter().map(|t| t.name).collect();
         let mut wasm = Vec::new();
         let typed = sandbox.typed_tools().await;
@@ -452,6 +470,7 @@ impl Toolbox {
             shell,
             denials: AtomicU64::new(0),
             calls: AtomicU64::new(0),
+            builtin: builtins(allow_strings),
             wasm,
             audit: None,
             session: format!(
@@ -501,7 +520,7 @@ impl Toolbox {
     /// Every tool, built-in first, with its schema and permission (also the
     /// ones the permission policy refuses: calling them says why).
     pub fn tools(&self) -> Vec<ToolSpec> {
-        let mut v = builtins(self.shell.allow_strings);
+        let mut v = self.builtin.clone();
         v.extend(self.wasm.iter().cloned());
         v
     }
@@ -520,7 +539,21 @@ impl Toolbox {
     /// log, if there is one).
     pub async fn call(&self, name: &str, args: &Value) -> ToolResult {
         let start = std::time::Instant::now();
-        let result = self.call_inner(name, args).await;
+        let mut result = self.call_inner(name, args).await;
+        let refusal = matches!(
+            result.status.as_str(),
+            "invalid_request" | "unknown_tool" | "denied"
+        );
+        if refusal && result.text.len() > MAX_REFUSAL_TEXT {
+            let mut cut = MAX_REFUSAL_TEXT;
+            while !result.text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            result.text.truncate(cut);
+            result
+                .text
+                .push_str(&format!(" [... message cut at {MAX_REFUSAL_TEXT} bytes]"));
+        }
         if let Some(log) = &self.audit {
             let record = self.audit_record(name, args, &result, start.elapsed());
             if let Err(e) = log.append(record) {
@@ -541,7 +574,7 @@ impl Toolbox {
         let mut m = Map::new();
         m.insert("time".into(), json!(crate::audit::now_rfc3339()));
         m.insert("session".into(), json!(self.session));
-        m.insert("tool".into(), json!(name));
+        m.insert("tool".into(), crate::audit::redact_args(&json!(name)));
         m.insert("args".into(), crate::audit::redact_args(args));
         let decision = match r.status.as_str() {
             "denied" | "rate_limited" => "deny",
@@ -622,10 +655,10 @@ impl Toolbox {
         result
     }
 
-    fn find(&self, name: &str) -> Option<ToolSpec> {
-        builtins(self.shell.allow_strings)
-            .into_iter()
-            .chain(self.wasm.iter().cloned())
+    fn find(&self, name: &str) -> Option<&ToolSpec> {
+        self.builtin
+            .iter()
+            .chain(self.wasm.iter())
             .find(|t| t.name == name)
     }
 

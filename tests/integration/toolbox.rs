@@ -285,7 +285,12 @@ async fn file_tools_read_write_and_the_write_policy() {
         ("file_move", json!({"from": ro_path, "to": "stolen.txt"})),
     ] {
         let r = tb.call(tool, &args).await;
-        assert_eq!(r.status, "permission_denied", "{tool}: {r:?}");
+        assert_eq!(r.status, "denied", "{tool}: {r:?}");
+        assert_eq!(
+            r.rule.as_deref(),
+            Some("sandbox.read_only"),
+            "{tool}: {r:?}"
+        );
     }
     assert_eq!(sha256_file(&ro), before);
     // Binary files are reported, not returned.
@@ -726,7 +731,8 @@ async fn file_tools_review_findings() {
         ),
     ] {
         let r = tb.call(tool, &args).await;
-        assert_eq!(r.status, "permission_denied", "{tool} {args}: {r:?}");
+        assert_eq!(r.status, "denied", "{tool} {args}: {r:?}");
+        assert_eq!(r.rule.as_deref(), Some("sandbox.read_only"), "{r:?}");
     }
     assert_eq!(sha256_file(&ro.join("keep.txt")), before);
     assert!(!ro.join("new.txt").exists());

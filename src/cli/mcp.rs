@@ -1,0 +1,176 @@
+//! `toolhost mcp`: the agent's tools as an MCP server on stdio.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use toolhost::BackendKind;
+use toolhost::tools::toolbox::Toolbox;
+
+use super::run::{SandboxArgs, build_config, build_sandbox_with};
+
+/// Serve the agent's tools over the Model Context Protocol on stdin/stdout.
+///
+/// The tools are shell, file_read, file_write, file_list, file_stat,
+/// file_mkdir, file_move, file_delete, file_search, every registered WASI tool
+/// and every typed tool, each with its JSON input schema (`toolhost tools`
+/// lists the WASI and typed ones). A refused or failed call is a tool result
+/// with isError and the reason, never a protocol error; its
+/// _meta["toolhost/call"] says how it ended (status, rule, retry_after_ms,
+/// returncode, outcome, backend).
+///
+/// The sandbox takes the same flags and config as `toolhost run`; the config
+/// also sets the shell allowlist, the write denylist, the rate limit
+/// (rate_limit_calls per rate_limit_window), max_permission_level,
+/// blocked_capabilities and audit_log. Logs go to stderr; nothing a tool does
+/// reaches the server's stdin or stdout. The server ends when the client
+/// closes stdin. Exit status: 0 the client closed the session; 125 the
+/// sandbox could not be set up (bad flags or config, audit log broken).
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct McpArgs {
+    /// Backend of the shell tool: direct, docker, wasm or auto [default: direct,
+    /// or the config's]. WASI and typed tools always run on wasm.
+    #[arg(long, value_name = "B")]
+    backend: Option<BackendKind>,
+
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+
+    /// Append a hash-chained record of every call to FILE (overrides the
+    /// config's audit_log; check it with `toolhost audit verify FILE`)
+    #[arg(long, value_name = "FILE")]
+    audit_log: Option<PathBuf>,
+}
+
+pub fn main(args: McpArgs) -> anyhow::Result<i32> {
+    let mut config = build_config(&args.sandbox, args.backend)?;
+    if let Some(p) = args.audit_log {
+        config.audit_log = Some(p);
+    }
+    // Before anything else can write to it, the protocol's stdout is taken
+    // out of reach: fd 1 becomes a copy of stderr and fd 0 /dev/null.
+    let (read, write) = protocol_stdio()?;
+    let sandbox = Arc::new(build_sandbox_with(&args.sandbox, config)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let toolbox = Toolbox::from_config(Arc::clone(&sandbox))
+            .await
+            .context("audit log")?;
+        tracing::info!(
+            "MCP server: session {}, {} tools",
+            toolbox.session(),
+            toolbox.tools().len()
+        );
+        let (read, write) = (async_reader(read), async_writer(write));
+        let r = toolhost::mcp::serve(Arc::new(toolbox), read, write).await;
+        sandbox.shutdown().await;
+        toolhost::backend::docker::flush_removals().await;
+        r
+    })?;
+    // Reading stdin may still hold a runtime thread; nothing is left to do.
+    runtime.shutdown_background();
+    Ok(0)
+}
+
+type BoxRead = Box<dyn AsyncRead + Unpin + Send>;
+type BoxWrite = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// The protocol's input and output, moved off fds 0 and 1: fd 0 is then
+/// /dev/null and fd 1 a copy of stderr, so a stray print in this process or a
+/// child that inherits stdio cannot touch the stream. The new fds are
+/// close-on-exec, and this process is non-dumpable (see `Sandbox::new`), so a
+/// tool cannot reach them through /proc either.
+#[cfg(unix)]
+fn protocol_stdio() -> anyhow::Result<(std::fs::File, std::fs::File)> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain fd syscalls on fds this process owns; each new fd is
+    // owned by exactly one File.
+    unsafe {
+        let input = libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 3);
+        let output = libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3);
+        if input < 0 || output < 0 {
+            anyhow::bail!(
+                "stdin and stdout must be open: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if null < 0 || libc::dup2(null, 0) < 0 || libc::dup2(2, 1) < 0 {
+            anyhow::bail!(
+                "cannot move the protocol off stdin and stdout: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        libc::close(null);
+        Ok((
+            std::fs::File::from_raw_fd(input),
+            std::fs::File::from_raw_fd(output),
+        ))
+    }
+}
+
+#[cfg(not(unix))]
+fn protocol_stdio() -> anyhow::Result<((), ())> {
+    Ok(((), ()))
+}
+
+/// A pipe reopened through /proc, non-blocking: a fresh open file
+/// description, so its flags touch nobody else's. `None` when `f` is not a
+/// pipe or cannot be reopened.
+#[cfg(target_os = "linux")]
+fn reopen_fifo(f: &std::fs::File, write: bool) -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    if !f.metadata().ok()?.file_type().is_fifo() {
+        return None;
+    }
+    std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .ok()
+}
+
+/// The input as an async reader: a pipe on the reactor when it is one, else
+/// blocking reads on tokio's thread pool. Inside the runtime only.
+#[cfg(unix)]
+fn async_reader(f: std::fs::File) -> BoxRead {
+    #[cfg(target_os = "linux")]
+    if let Some(r) =
+        reopen_fifo(&f, false).and_then(|p| tokio::net::unix::pipe::Receiver::from_file(p).ok())
+    {
+        return Box::new(r);
+    }
+    Box::new(tokio::fs::File::from_std(f))
+}
+
+/// The output as an async writer, like [`async_reader`].
+#[cfg(unix)]
+fn async_writer(f: std::fs::File) -> BoxWrite {
+    #[cfg(target_os = "linux")]
+    if let Some(w) =
+        reopen_fifo(&f, true).and_then(|p| tokio::net::unix::pipe::Sender::from_file(p).ok())
+    {
+        return Box::new(w);
+    }
+    Box::new(tokio::fs::File::from_std(f))
+}
+
+#[cfg(not(unix))]
+fn async_reader(_: ()) -> BoxRead {
+    Box::new(tokio::io::stdin())
+}
+
+#[cfg(not(unix))]
+fn async_writer(_: ()) -> BoxWrite {
+    Box::new(tokio::io::stdout())
+}

@@ -1,0 +1,563 @@
+//! `toolhost mcp`: the agent's tools over the Model Context Protocol.
+//!
+//! End to end with the official `mcp` Python SDK as the client (installed from
+//! PyPI into a virtualenv by `scripts/mcp-client-setup`, which `scripts/test`
+//! runs and exports as TOOLHOST_TEST_MCP_PYTHON; with CI=true it must be there,
+//! elsewhere the test skips loudly without it), and byte by byte over raw pipes
+//! for input no well-behaved client sends: malformed JSON, non-UTF-8, lone
+//! surrogates, oversized messages, and tools that go after the server's stdio.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+/// The virtualenv python with the `mcp` SDK, or `None` (loudly) outside CI.
+fn mcp_python() -> Option<PathBuf> {
+    match std::env::var_os("TOOLHOST_TEST_MCP_PYTHON") {
+        Some(p) if Path::new(&p).exists() => Some(PathBuf::from(p)),
+        other => {
+            let why = format!(
+                "the MCP end-to-end test needs TOOLHOST_TEST_MCP_PYTHON (run scripts/mcp-client-setup): {other:?}"
+            );
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{why}");
+            }
+            eprintln!("\n*** SKIPPED: {why} ***\n");
+            None
+        }
+    }
+}
+
+/// The Python client script.
+fn client_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py")
+}
+
+/// A workspace with a text file, a read-only dir, a canary outside, and a
+/// config file with the given extra TOML lines.
+fn setup(extra: &str) -> (Tmp, PathBuf) {
+    let t = Tmp::new();
+    t.write("notes.txt", "hello-notes\nsecond line\n");
+    let cfg = t.root.join("toolhost.toml");
+    std::fs::write(
+        &cfg,
+        format!("timeout = 20\nshell_allowed_binaries = [\"cat\", \"true\", \"ls\", \"tee\", \"curl\"]\n{extra}"),
+    )
+    .unwrap();
+    (t, cfg)
+}
+
+fn text_of(r: &Value) -> String {
+    r["content"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("")
+        })
+        .unwrap_or_default()
+}
+
+fn call_meta(r: &Value) -> &Value {
+    &r["_meta"]["toolhost/call"]
+}
+
+/// The ATTACKS.md F and 36-40 cases through a real MCP client: tools listed
+/// with schemas; shell, file, WASI and typed tools called; denials, a failing
+/// tool, an unknown tool and bad argument types come back as tool errors with
+/// the reason; the rate limit admits exactly its budget (refused and failed
+/// calls counted) and says when to retry; the audit log holds every call and
+/// verifies.
+#[test]
+fn python_sdk_client_lists_and_calls_tools_end_to_end() {
+    let Some(python) = mcp_python() else { return };
+    let (t, cfg) = setup("rate_limit_calls = 40\nrate_limit_window = 600\n");
+    // The audit log goes next to the config, outside the workspace.
+    let audit_path = t.root.join("audit.jsonl");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&cfg).unwrap();
+    writeln!(f, "audit_log = {:?}", audit_path.to_str().unwrap()).unwrap();
+    drop(f);
+
+    let new_content = format!("written through MCP {CANARY}-2\n");
+    let calls = json!([
+        {"key": "write", "tool": "file_write", "args": {"path": "out/new.txt", "content": new_content}},
+        {"key": "read", "tool": "file_read", "args": {"path": "notes.txt"}},
+        {"key": "shell_cat", "tool": "shell", "args": {"args": ["cat", "notes.txt"]}},
+        {"key": "shell_true", "tool": "shell", "args": {"args": ["true"]}},
+        {"key": "shell_fails", "tool": "shell", "args": {"args": ["cat", "missing.txt"]}},
+        {"key": "wasm_wc", "tool": "wc", "args": {"args": ["-l"], "stdin": "a\nb\nc\n"}},
+        {"key": "typed", "tool": "text-stats", "args": {"text": "two words\nand more"}},
+        {"key": "deny_ext", "tool": "file_write", "args": {"path": "evil.sh", "content": "rm -rf /"}},
+        {"key": "deny_escape", "tool": "file_read", "args": {"path": "../outside/secret.txt"}},
+        {"key": "deny_network", "tool": "shell", "args": {"args": ["curl", "http://127.0.0.1:9/"]}},
+        {"key": "deny_unlisted", "tool": "shell", "args": {"args": ["rm", "-rf", "."]}},
+        {"key": "unknown", "tool": "no_such_tool", "args": {}},
+        {"key": "bad_type", "tool": "file_read", "args": {"path": 5}},
+    ]);
+    let n_calls = calls.as_array().unwrap().len() as u64;
+    let plan = json!({
+        "server": [toolhost_bin(), "mcp", "--config", cfg, "--allow-dir", t.ws()],
+        "cwd": t.ws(),
+        "calls": calls,
+        "until_rate_limited": {"tool": "file_stat", "args": {"path": "notes.txt"}, "max": 100},
+    });
+    let out = run_client(&python, &t, &plan);
+
+    assert_eq!(out["initialize"]["serverInfo"]["name"], "toolhost");
+    let tools = out["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    for n in [
+        "shell",
+        "file_read",
+        "file_write",
+        "file_list",
+        "file_stat",
+        "file_mkdir",
+        "file_move",
+        "file_delete",
+        "file_search",
+        "wc",
+        "text-stats",
+    ] {
+        assert!(names.contains(&n), "{n} missing from {names:?}");
+    }
+    for tool in tools {
+        assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
+    }
+    let find = |n: &str| tools.iter().find(|t| t["name"] == n).unwrap();
+    assert_eq!(find("file_read")["annotations"]["readOnlyHint"], true);
+    assert_eq!(find("shell")["annotations"]["destructiveHint"], true);
+    assert_eq!(
+        find("text-stats")["inputSchema"]["required"],
+        json!(["text"])
+    );
+
+    let r = &out["results"];
+    let ok = |k: &str| {
+        assert_eq!(r[k]["isError"], false, "{k}: {}", r[k]);
+        assert_eq!(call_meta(&r[k])["status"], "ok", "{k}: {}", r[k]);
+        text_of(&r[k])
+    };
+    ok("write");
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("out/new.txt")).unwrap(),
+        new_content
+    );
+    assert!(ok("read").contains("hello-notes"));
+    assert!(ok("shell_cat").contains("hello-notes"));
+    assert_eq!(call_meta(&r["shell_cat"])["backend"], "direct");
+    assert_eq!(call_meta(&r["shell_cat"])["returncode"], 0);
+    ok("shell_true");
+    assert_eq!(ok("wasm_wc").split_whitespace().next(), Some("3"));
+    assert_eq!(call_meta(&r["wasm_wc"])["backend"], "wasm");
+    ok("typed");
+    assert_eq!(
+        r["typed"]["structuredContent"]["words"], 4,
+        "{}",
+        r["typed"]
+    );
+
+    // A tool that ran and failed: an error result with its exit code.
+    assert_eq!(r["shell_fails"]["isError"], true);
+    assert_eq!(call_meta(&r["shell_fails"])["returncode"], 1);
+    assert!(text_of(&r["shell_fails"]).contains("missing.txt"));
+
+    let denied = |k: &str, rule_part: &str| {
+        assert_eq!(r[k]["isError"], true, "{k}: {}", r[k]);
+        let m = call_meta(&r[k]);
+        assert_eq!(m["status"], "denied", "{k}: {}", r[k]);
+        let rule = m["rule"].as_str().unwrap_or_default();
+        assert!(rule.contains(rule_part), "{k}: rule {rule:?}");
+        let text = text_of(&r[k]);
+        assert!(!text.is_empty() && !text.contains(CANARY), "{k}: {text}");
+    };
+    denied("deny_ext", "extension");
+    assert!(!t.ws().join("evil.sh").exists());
+    denied("deny_escape", "sandbox.outside");
+    denied("deny_network", "network");
+    denied("deny_unlisted", "");
+    assert!(t.ws().join("notes.txt").exists());
+
+    assert_eq!(r["unknown"]["isError"], true);
+    assert_eq!(call_meta(&r["unknown"])["status"], "unknown_tool");
+    assert_eq!(r["bad_type"]["isError"], true);
+    assert_eq!(call_meta(&r["bad_type"])["status"], "invalid_request");
+    assert!(text_of(&r["bad_type"]).contains("must be a string"));
+
+    // The budget is 40 calls: every call above counted, refused or not.
+    let rl = &out["rate_limit"];
+    assert_eq!(rl["admitted"].as_u64().unwrap() + n_calls, 40, "{rl}");
+    let limited = &rl["limited"];
+    assert_eq!(limited["isError"], true, "{rl}");
+    assert_eq!(call_meta(limited)["rule"], "rate_limit");
+    assert!(call_meta(limited)["retry_after_ms"].as_u64().unwrap() > 0);
+    assert_eq!(rl["ping_after"], true);
+
+    // One audit line per call, the refused ones too, and the chain verifies.
+    let log = std::fs::read_to_string(&audit_path).unwrap();
+    assert_eq!(log.lines().count(), 41, "{log}");
+    assert!(!log.contains(CANARY), "file contents are not logged");
+    let v = toolhost(
+        &t.root,
+        &["audit", "verify", audit_path.to_str().unwrap()],
+        &[],
+    );
+    assert!(v.status.success(), "{v:?}");
+}
+
+/// Runs the Python client with `plan`; its JSON output.
+fn run_client(python: &Path, t: &Tmp, plan: &Value) -> Value {
+    let plan_path = t.root.join("plan.json");
+    std::fs::write(&plan_path, serde_json::to_vec(plan).unwrap()).unwrap();
+    let out = Command::new(python)
+        .arg(client_script())
+        .arg(&plan_path)
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("TOOLHOST_LOG")
+        .output()
+        .expect("run the python MCP client");
+    assert!(
+        out.status.success(),
+        "client failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// `toolhost mcp` on raw pipes.
+struct Raw {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<Vec<u8>>,
+    next_id: i64,
+}
+
+impl Raw {
+    fn start(t: &Tmp, cfg: &Path) -> Raw {
+        let mut child = Command::new(toolhost_bin())
+            .args(["mcp", "--config"])
+            .arg(cfg)
+            .arg("--allow-dir")
+            .arg(t.ws())
+            .current_dir(t.ws())
+            .env_remove("TOOLHOST_CONFIG")
+            .env_remove("TOOLHOST_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start toolhost mcp");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            loop {
+                let mut line = Vec::new();
+                match r.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if tx.send(line).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut raw = Raw {
+            child,
+            stdin,
+            lines: rx,
+            next_id: 100,
+        };
+        let init = raw.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}),
+        );
+        assert_eq!(init["result"]["serverInfo"]["name"], "toolhost", "{init}");
+        raw.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        raw
+    }
+
+    fn send(&mut self, line: &[u8]) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next line the server writes: it must be one JSON object.
+    fn recv(&mut self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the server answers within 30 s");
+        serde_json::from_slice(&line).unwrap_or_else(|e| {
+            panic!(
+                "server wrote a line that is not JSON ({e}): {:?}",
+                String::from_utf8_lossy(&line)
+            )
+        })
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send(&serde_json::to_vec(&msg).unwrap());
+        let r = self.recv();
+        assert_eq!(r["id"], id, "{r}");
+        r
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        let r = self.request("tools/call", json!({"name": tool, "arguments": args}));
+        r["result"].clone()
+    }
+
+    /// The session still works: a file read answers with the file.
+    fn still_works(&mut self) {
+        let r = self.call("file_read", json!({"path": "notes.txt"}));
+        assert!(text_of(&r).contains("hello-notes"), "{r}");
+    }
+
+    fn close(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the server did not exit when its stdin closed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Bad input no SDK would send: each gets a clear answer, with the request's
+/// id whenever it can be read, and the session keeps working after it.
+#[test]
+fn bad_input_gets_clear_errors_and_the_session_continues() {
+    // A 1 MiB file cap makes the message cap 16 MiB.
+    let (t, cfg) = setup("rate_limit_calls = 0\nmax_file_size_mb = 1\n");
+    let mut s = Raw::start(&t, &cfg);
+
+    // Not JSON at all: a parse error (no id to answer to).
+    s.send(b"this is not json");
+    let r = s.recv();
+    assert_eq!(r["error"]["code"], -32700, "{r}");
+    s.still_works();
+
+    // A path with a lone surrogate (what a non-UTF-8 file name becomes in a
+    // client's JSON): a tool error for this id, saying why.
+    s.send(br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"file_read","arguments":{"path":"bad\udc80name"}}}"#);
+    let r = s.recv();
+    assert_eq!(r["id"], 7, "{r}");
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(text_of(&r["result"]).contains("surrogate"), "{r}");
+    s.still_works();
+
+    // Raw bytes that are not UTF-8, the id after them.
+    s.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\",\"params\":{\"name\":\"file_read\",\"arguments\":{\"path\":\"\xff\xfe\"}},\"id\":8}");
+    let r = s.recv();
+    assert_eq!(r["id"], 8, "{r}");
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(text_of(&r["result"]).contains("UTF-8"), "{r}");
+    s.still_works();
+
+    // Arguments that are not an object; a missing tool name.
+    s.send(br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"file_read","arguments":"notes.txt"}}"#);
+    let r = s.recv();
+    assert_eq!(r["id"], 9, "{r}");
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(
+        text_of(&r["result"]).contains("\"arguments\" must be a JSON object, not a string"),
+        "{r}"
+    );
+    s.send(br#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"arguments":{}}}"#);
+    let r = s.recv();
+    assert_eq!(r["id"], 10, "{r}");
+    assert!(text_of(&r["result"]).contains("\"name\""), "{r}");
+    s.still_works();
+
+    // Wrong types inside the arguments; an unknown tool; an unknown method.
+    let r = s.call("file_read", json!({"path": ["a"]}));
+    assert_eq!(r["isError"], true);
+    assert!(text_of(&r).contains("must be a string, not a list"), "{r}");
+    let r = s.call(
+        "file_write",
+        json!({"path": "x.txt", "content": "y", "mode": 7}),
+    );
+    assert!(text_of(&r).contains("unknown argument"), "{r}");
+    let r = s.call("rm_everything", json!({}));
+    assert_eq!(call_meta(&r)["status"], "unknown_tool", "{r}");
+    let r = s.request("bogus/method", json!({}));
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    // JSON that is no JSON-RPC request; a batch.
+    s.send(br#"{"hello":"world","id":11}"#);
+    let r = s.recv();
+    assert_eq!(r["id"], 11, "{r}");
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    s.send(br#"[{"jsonrpc":"2.0","id":12,"method":"ping"}]"#);
+    let r = s.recv();
+    assert!(r.get("error").is_some(), "{r}");
+    // Blank lines are skipped.
+    s.send(b"   ");
+    s.still_works();
+
+    // Huge arguments under the message cap: a short, clear refusal.
+    let huge = "a".repeat(5 << 20);
+    let r = s.call("file_read", json!({"path": huge}));
+    assert_eq!(r["isError"], true);
+    let text = text_of(&r);
+    assert!(text.contains("a path is at most 4096"), "{}", &text[..200]);
+    assert!(text.len() < 8192, "{} bytes", text.len());
+    let r = s.call(&huge, json!({}));
+    assert!(text_of(&r).len() < 8192);
+    let r = s.call(
+        "file_write",
+        json!({"path": "big.bin", "content": "b".repeat(2 << 20)}),
+    );
+    assert_eq!(r["isError"], true, "over max_file_size_mb");
+    assert!(!t.ws().join("big.bin").exists());
+    s.still_works();
+
+    // Over the message cap: skipped without being buffered, answered with its id.
+    let mut line = br#"{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"file_write","arguments":{"path":"over.txt","content":""#.to_vec();
+    line.extend(std::iter::repeat_n(b'c', 17 << 20));
+    line.extend_from_slice(br#""}}}"#);
+    s.send(&line);
+    let r = s.recv();
+    assert_eq!(r["id"], 13, "{r}");
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(text_of(&r["result"]).contains("more than the"), "{r}");
+    assert!(!t.ws().join("over.txt").exists());
+    s.still_works();
+
+    assert!(s.close().success());
+}
+
+/// Nothing a tool does reaches the server's stdin or stdout: a tool that
+/// reads stdin gets EOF at once (ATTACKS.md 35) and the requests behind it
+/// stay the server's; the protocol's fds are not inherited; /proc/<server>/fd
+/// is closed to tools, so writing into the server's stdout or reading its
+/// stdin through it fails; the stream stays valid JSON throughout.
+#[test]
+fn tools_cannot_reach_the_servers_stdio() {
+    let (t, cfg) = setup("rate_limit_calls = 0\n");
+    let mut s = Raw::start(&t, &cfg);
+    let server = s.child.id();
+
+    // `cat` with no stdin, with two more requests already queued behind it.
+    let id = 500;
+    let mut batch = Vec::new();
+    for (i, (tool, args)) in [
+        ("shell", json!({"args": ["cat"]})),
+        ("file_read", json!({"path": "notes.txt"})),
+        ("shell", json!({"args": ["true"]})),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let msg = json!({"jsonrpc": "2.0", "id": id + i, "method": "tools/call", "params": {"name": tool, "arguments": args}});
+        batch.extend(serde_json::to_vec(&msg).unwrap());
+        batch.push(b'\n');
+    }
+    s.send(&batch[..batch.len() - 1]);
+    let mut got = std::collections::HashMap::new();
+    for _ in 0..3 {
+        let r = s.recv();
+        got.insert(r["id"].as_i64().unwrap(), r["result"].clone());
+    }
+    let cat = &got[&500];
+    assert_eq!(cat["isError"], false, "{cat}");
+    assert_eq!(call_meta(cat)["returncode"], 0);
+    assert!(
+        !text_of(cat).contains("jsonrpc"),
+        "cat read the protocol: {cat}"
+    );
+    assert!(text_of(&got[&501]).contains("hello-notes"));
+
+    // The tool's fds are 0, 1, 2 (and ls's own dir fd): none of the server's.
+    let r = s.call("shell", json!({"args": ["ls", "/proc/self/fd"]}));
+    let listing = text_of(&r);
+    let fds: Vec<&str> = listing
+        .lines()
+        .take_while(|l| !l.starts_with('['))
+        .collect();
+    assert!(fds.len() <= 4, "inherited fds: {fds:?}");
+    for fd in ["0", "1", "2"] {
+        assert!(fds.contains(&fd), "{fds:?}");
+    }
+
+    // The protocol left fds 0 and 1: stdin is /dev/null, and the pipes to
+    // this test are on other fds (found here, as root, by their inodes).
+    let link = |p: String| std::fs::read_link(p).map(|l| l.to_string_lossy().into_owned());
+    use std::os::fd::AsRawFd;
+    let our_in = link(format!(
+        "/proc/self/fd/{}",
+        s.stdin.as_ref().unwrap().as_raw_fd()
+    ))
+    .unwrap();
+    assert_eq!(link(format!("/proc/{server}/fd/0")).unwrap(), "/dev/null");
+    let mut proto = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{server}/fd")).unwrap() {
+        let e = e.unwrap();
+        let fd = e.file_name().to_string_lossy().into_owned();
+        let Ok(target) = link(format!("/proc/{server}/fd/{fd}")) else {
+            continue;
+        };
+        if target == our_in || target.starts_with("pipe:") {
+            proto.push(fd);
+        }
+    }
+    assert!(proto.len() >= 2, "protocol fds of the server: {proto:?}");
+    // Through /proc the server's fds are out of a tool's reach, for reading
+    // its input...
+    for fd in proto.iter().map(String::as_str).chain(["0", "1"]) {
+        let r = s.call(
+            "shell",
+            json!({"args": ["cat", format!("/proc/{server}/fd/{fd}")]}),
+        );
+        assert_eq!(r["isError"], true, "fd {fd}: {r}");
+        assert!(text_of(&r).contains("Permission denied"), "fd {fd}: {r}");
+        // ...and for writing into its output.
+        let r = s.call(
+            "shell",
+            json!({"args": ["tee", format!("/proc/{server}/fd/{fd}")], "stdin": "INJECTED-LINE\n"}),
+        );
+        assert_eq!(r["isError"], true, "fd {fd}: {r}");
+        assert!(text_of(&r).contains("Permission denied"), "fd {fd}: {r}");
+    }
+    // The allowed twin: tee into a workspace file works, and its output is
+    // the tool's, inside the result.
+    let r = s.call(
+        "shell",
+        json!({"args": ["tee", "copy.txt"], "stdin": "TEE-OK\n"}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    assert!(text_of(&r).contains("TEE-OK"));
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("copy.txt")).unwrap(),
+        "TEE-OK\n"
+    );
+    // Every line so far was a JSON reply (recv checks), and the next is too.
+    s.still_works();
+    assert!(s.close().success());
+}

@@ -6,7 +6,8 @@ Python SDK, talking to `toolhost mcp` over stdio.
 PLAN: {"server": [argv...], "cwd": DIR,
        "calls": [{"key", "tool", "args"}...],          # in order
        "until_rate_limited": {"tool", "args", "max"},   # optional, after calls
-       "bench": [{"key", "tool", "args", "iters", "warmup"}...]}  # optional
+       "bench": [{"key", "tool", "args", "iters", "warmup"} or
+                 {"key", "ping": true, "iters", "warmup"}...]}  # optional
 Prints one JSON object: the server's initialize result, its tools, each
 call's result (as the SDK parsed it, dumped back to JSON), and for "bench"
 each call's latencies in nanoseconds as the client saw them.
@@ -57,15 +58,23 @@ async def main(plan):
                 out["rate_limit"]["ping_after"] = True
 
             for b in plan.get("bench", []):
+                # A "ping" series measures the protocol and this client alone.
+                if b.get("ping"):
+                    async def one():
+                        await session.send_ping()
+                        return False
+                else:
+                    async def one():
+                        r = await session.call_tool(b["tool"], b.get("args"))
+                        return bool(r.is_error)
                 for _ in range(b.get("warmup", 20)):
-                    await session.call_tool(b["tool"], b.get("args"))
+                    await one()
                 times = []
                 errors = 0
                 for _ in range(b["iters"]):
                     t0 = time.perf_counter_ns()
-                    r = await session.call_tool(b["tool"], b.get("args"))
+                    errors += await one()
                     times.append(time.perf_counter_ns() - t0)
-                    errors += bool(r.is_error)
                 out["bench"][b["key"]] = {"ns": times, "errors": errors}
     return out
 

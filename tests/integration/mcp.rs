@@ -450,6 +450,12 @@ fn bad_input_gets_clear_errors_and_the_session_continues() {
     assert!(!t.ws().join("over.txt").exists());
     s.still_works();
 
+    // Requests in flight when the client closes stdin are still answered.
+    s.send(br#"{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":"shell","arguments":{"args":["cat"],"stdin":"last words"}}}"#);
+    drop(s.stdin.take());
+    let r = s.recv();
+    assert_eq!(r["id"], 14, "{r}");
+    assert!(text_of(&r["result"]).contains("last words"), "{r}");
     assert!(s.close().success());
 }
 

@@ -24,18 +24,21 @@
 //! half a message on the stream.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest, ContentBlock,
-    Implementation, InitializeResult, JsonRpcMessage, ListToolsResult, MetaObject,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientNotification, ClientRequest,
+    ContentBlock, Implementation, InitializeResult, JsonRpcMessage, ListToolsResult, MetaObject,
+    PaginatedRequestParams, RequestId, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::policy::{Capability, Level};
 use crate::tools::toolbox::{ToolResult, ToolSpec, Toolbox};
@@ -77,15 +80,22 @@ where
         let c = toolbox.sandbox().config();
         message_cap((c.max_file_size_mb != 0).then_some(c.max_file_size_mb << 20))
     };
-    let transport = LineTransport::new(read, write, max);
+    // A call in flight at the end of input ends by its own timeout; then
+    // its reply is written.
+    let drain = toolbox.sandbox().config().timeout + Duration::from_secs(10);
+    let transport = LineTransport::new(read, write, max, drain);
+    let flusher = transport.flusher();
     let server = McpServer::new(toolbox);
-    let running = server
-        .serve(transport)
-        .await
-        .map_err(|e| anyhow::anyhow!("MCP session did not start: {e}"))?;
-    let reason = running.waiting().await?;
-    tracing::info!("MCP session ended: {reason:?}");
-    Ok(())
+    let result = match server.serve(transport).await {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|reason| tracing::info!("MCP session ended: {reason:?}"))
+            .map_err(anyhow::Error::from),
+        Err(e) => Err(anyhow::anyhow!("MCP session did not start: {e}")),
+    };
+    flusher.flush().await;
+    result
 }
 
 /// The MCP side of a [`Toolbox`]: its tools, listed with their schemas and
@@ -122,9 +132,19 @@ impl McpServer {
 
 /// A tool spec as MCP describes it, with hints from its permission.
 fn mcp_tool(spec: &ToolSpec) -> Tool {
+    // The protocol's arguments are an object, and clients reject a tool list
+    // in which a schema says otherwise.
     let schema = match &spec.input_schema {
-        Value::Object(m) => m.clone(),
-        _ => {
+        Value::Object(m) if m.get("type").is_none_or(|t| t == "object") => {
+            let mut m = m.clone();
+            m.insert("type".into(), json!("object"));
+            m
+        }
+        other => {
+            tracing::warn!(
+                "tool {}: its input schema is not an object schema ({other}); listed as taking any object",
+                spec.name
+            );
             let mut m = Map::new();
             m.insert("type".into(), json!("object"));
             m
@@ -211,10 +231,14 @@ impl ServerHandler for McpServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let r = self.toolbox.call(&request.name, &args).await;
+        let cancelled = context.ct.clone();
+        let r = self
+            .toolbox
+            .call_or_stop(&request.name, &args, cancelled.cancelled_owned())
+            .await;
         Ok(mcp_result(r).into())
     }
 }
@@ -329,16 +353,13 @@ fn bad_input_reply(found: &Salvaged, code: i64, reason: &str) -> Option<Vec<u8>>
                 "_meta": {"toolhost/call": {"status": "invalid_request"}},
             },
         }),
-        (id, _) => {
-            let mut m = json!({
-                "jsonrpc": "2.0",
-                "error": {"code": code, "message": reason},
-            });
-            if let Some(id) = id {
-                m["id"] = id.clone();
-            }
-            m
-        }
+        // JSON-RPC 2.0: an id that cannot be read is null (clients reject a
+        // reply without one).
+        (id, _) => json!({
+            "jsonrpc": "2.0",
+            "id": id.cloned().unwrap_or(Value::Null),
+            "error": {"code": code, "message": reason},
+        }),
     };
     let mut bytes = serde_json::to_vec(&msg).ok()?;
     bytes.push(b'\n');
@@ -403,8 +424,96 @@ fn parse_reason(e: &serde_json::Error) -> String {
 
 type Outgoing = (Vec<u8>, Option<oneshot::Sender<std::io::Result<()>>>);
 
+/// Replies queued for the client beyond which no more input is read (a client
+/// that stops reading its stdout stops the server taking work).
+const OUT_BUDGET: usize = 16 << 20;
+/// Bytes of requests being served beyond which no more input is read (each
+/// request's arguments stay in memory, in a few copies, until it is answered).
+const IN_FLIGHT_BUDGET: usize = 64 << 20;
+/// Requests served at once; more wait, unread, in the client's pipe. Bounds
+/// the replies being produced (each at most the output cap) beyond the queue.
+pub const MAX_IN_FLIGHT: usize = 16;
+
+/// What the reader, the writer and `send` share: the flow-control counters.
+#[derive(Default)]
+struct Flow {
+    /// Bytes queued to the writer and not yet written.
+    queued: AtomicUsize,
+    /// Requests handed to the service and not yet answered: id (as JSON
+    /// text) -> bytes.
+    in_flight: Mutex<HashMap<String, usize>>,
+    in_flight_bytes: AtomicUsize,
+    /// Woken whenever a counter goes down.
+    changed: Notify,
+}
+
+impl Flow {
+    fn start(&self, id: &RequestId, bytes: usize) {
+        let key = serde_json::to_string(id).unwrap_or_default();
+        let mut m = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry(key).or_default() += bytes;
+        self.in_flight_bytes.fetch_add(bytes, Ordering::SeqCst);
+    }
+
+    fn end(&self, id: &RequestId) {
+        let key = serde_json::to_string(id).unwrap_or_default();
+        let mut m = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bytes) = m.remove(&key) {
+            self.in_flight_bytes.fetch_sub(bytes, Ordering::SeqCst);
+            self.changed.notify_waiters();
+        }
+    }
+
+    fn pending(&self) -> usize {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    fn over_budget(&self) -> bool {
+        self.queued.load(Ordering::SeqCst) > OUT_BUDGET
+            || self.in_flight_bytes.load(Ordering::SeqCst) > IN_FLIGHT_BUDGET
+            || self.pending() >= MAX_IN_FLIGHT
+    }
+
+    /// Waits until `cond` is false (re-checked whenever a counter goes down).
+    async fn wait_while(&self, cond: impl Fn(&Flow) -> bool) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !cond(self) {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// Waits until everything queued before it has been written.
+#[derive(Clone)]
+pub struct Flusher(mpsc::UnboundedSender<Outgoing>);
+
+impl Flusher {
+    /// Returns when every reply queued so far is written (or the stream broke).
+    pub async fn flush(&self) {
+        let (ack, done) = oneshot::channel();
+        if self.0.send((Vec::new(), Some(ack))).is_ok() {
+            let _ = done.await;
+        }
+    }
+}
+
 /// Newline-delimited JSON-RPC over a byte stream, with a cap on the size of a
-/// message, answers to bad input, and one writer task for every reply.
+/// message, answers to bad input, flow control, and one writer task for every
+/// reply.
+///
+/// Flow control: no more input is read while more than 16 MiB of replies wait
+/// for a client that does not read them, while [`MAX_IN_FLIGHT`] requests are
+/// being served, or while the requests being served hold more than 64 MiB. At the end of input, requests in flight are answered
+/// (up to `drain`) before the session ends, and a last line without a newline
+/// is still taken.
 pub struct LineTransport<R> {
     read: BufReader<R>,
     line: Vec<u8>,
@@ -412,22 +521,33 @@ pub struct LineTransport<R> {
     /// An oversized line being skipped: its first bytes and its length so far.
     oversized: Option<(Vec<u8>, usize)>,
     out: mpsc::UnboundedSender<Outgoing>,
+    flow: Arc<Flow>,
+    /// Whether an `initialize` request has gone to the service: before it,
+    /// notifications and responses are dropped (the SDK would end the session).
+    initialized: bool,
+    /// How long the end of input waits for requests in flight.
+    drain: Duration,
+    ended: bool,
 }
 
 impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
     /// A transport reading `read` and writing `write`, taking messages of at
-    /// most `max` bytes.
-    pub fn new<W>(read: R, write: W, max: usize) -> Self
+    /// most `max` bytes, and waiting up to `drain` at the end of input for
+    /// the answers to requests in flight.
+    pub fn new<W>(read: R, write: W, max: usize, drain: Duration) -> Self
     where
         W: AsyncWrite + Unpin + Send + 'static,
     {
+        let flow = Arc::new(Flow::default());
         let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
+        let writer_flow = Arc::clone(&flow);
         tokio::spawn(async move {
             let mut write = write;
             let mut broken: Option<std::io::ErrorKind> = None;
             while let Some((bytes, ack)) = rx.recv().await {
                 let r = match broken {
                     Some(kind) => Err(std::io::Error::from(kind)),
+                    None if bytes.is_empty() => Ok(()),
                     None => {
                         let r = async {
                             write.write_all(&bytes).await?;
@@ -441,6 +561,8 @@ impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
                         r
                     }
                 };
+                writer_flow.queued.fetch_sub(bytes.len(), Ordering::SeqCst);
+                writer_flow.changed.notify_waiters();
                 if let Some(ack) = ack {
                     let _ = ack.send(r);
                 }
@@ -452,20 +574,29 @@ impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
             max,
             oversized: None,
             out: tx,
+            flow,
+            initialized: false,
+            drain,
+            ended: false,
         }
+    }
+
+    /// A handle that waits for the replies queued so far to be written.
+    pub fn flusher(&self) -> Flusher {
+        Flusher(self.out.clone())
     }
 
     fn reply(&self, bytes: Option<Vec<u8>>) {
         if let Some(b) = bytes {
+            self.flow.queued.fetch_add(b.len(), Ordering::SeqCst);
             let _ = self.out.send((b, None));
         }
     }
 
-    /// Handles one complete line: a message for the service, or `None` when it
-    /// was answered here (or ignored).
-    fn parse(&self, raw: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
-        let mut line = raw.strip_suffix(b"\n").unwrap_or(raw);
-        line = line.strip_suffix(b"\r").unwrap_or(line);
+    /// Handles one complete line (its newline removed): a message for the
+    /// service, or `None` when it was answered here (or ignored).
+    fn parse(&mut self, raw: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
+        let mut line = raw.strip_suffix(b"\r").unwrap_or(raw);
         line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
@@ -486,30 +617,60 @@ impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
                     self.reply(bad_input_reply(&found, INVALID_PARAMS, &reason));
                     return None;
                 }
+                if matches!(req.request, ClientRequest::InitializeRequest(_)) {
+                    self.initialized = true;
+                }
+                self.flow.start(&req.id, line.len());
                 return Some(JsonRpcMessage::Request(req));
+            }
+            Ok(m) if !self.initialized => {
+                // The SDK ends a session whose first message is not a request.
+                tracing::debug!("ignoring a message before initialize: {m:?}");
+                return None;
+            }
+            Ok(JsonRpcMessage::Notification(n)) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification
+                    && let Some(id) = &c.params.request_id
+                {
+                    // A cancelled request may never be answered.
+                    self.flow.end(id);
+                }
+                return Some(JsonRpcMessage::Notification(n));
             }
             Ok(m) => return Some(m),
             Err(e) => e,
         };
         match serde_json::from_slice::<Value>(line) {
             Ok(v) => {
-                let found = Salvaged {
-                    id: v.get("id").cloned(),
-                    method: v.get("method").and_then(Value::as_str).map(str::to_string),
-                };
-                let is_request = v.get("id").is_some();
-                if !is_request && v.get("method").is_some() {
-                    // A notification the protocol does not know, or with bad
-                    // params: nothing to answer.
-                    tracing::debug!("ignoring notification that did not parse: {err}");
+                let id = v.get("id");
+                let method = v.get("method").and_then(Value::as_str);
+                if id.is_none() && (method.is_some() || v.get("jsonrpc") == Some(&json!("2.0"))) {
+                    // A notification (or a response) that does not parse:
+                    // nothing to answer.
+                    tracing::debug!("ignoring a message that did not parse: {err}");
                     return None;
                 }
-                let (code, reason) = match &found.method {
-                    Some(m) => (INVALID_PARAMS, format!("invalid params for {m:?}: {err}")),
-                    None => (
+                let found = Salvaged {
+                    id: id.cloned(),
+                    method: method.map(str::to_string),
+                };
+                let (code, reason) = if !v.is_object() || v.get("jsonrpc") != Some(&json!("2.0")) {
+                    (
+                        INVALID_REQUEST,
+                        "not a JSON-RPC 2.0 request (\"jsonrpc\": \"2.0\" is required)".to_string(),
+                    )
+                } else if !id.is_some_and(valid_id) {
+                    (
+                        INVALID_REQUEST,
+                        "the request id must be a string or an integer".to_string(),
+                    )
+                } else if let Some(m) = method {
+                    (INVALID_PARAMS, format!("invalid params for {m:?}: {err}"))
+                } else {
+                    (
                         INVALID_REQUEST,
                         format!("not a JSON-RPC 2.0 request: {err}"),
-                    ),
+                    )
                 };
                 self.reply(bad_input_reply(&found, code, &reason));
             }
@@ -534,30 +695,66 @@ impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
         }
     }
 
+    /// The end of input: the last line without a newline is taken; then the
+    /// requests in flight are answered (up to `drain`) before the session ends.
+    async fn at_end(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        if !self.ended {
+            self.ended = true;
+            self.finish_oversized();
+            let line = std::mem::take(&mut self.line);
+            if let Some(m) = self.parse(&line) {
+                return Some(m);
+            }
+        }
+        let pending = self.flow.pending();
+        if pending > 0 {
+            tracing::info!("end of input: waiting for {pending} request(s) in flight");
+            let flow = Arc::clone(&self.flow);
+            let drained =
+                tokio::time::timeout(self.drain, flow.wait_while(|f| f.pending() > 0)).await;
+            if drained.is_err() {
+                tracing::warn!(
+                    "end of input: {} request(s) still in flight after {:?}",
+                    self.flow.pending(),
+                    self.drain
+                );
+            }
+        }
+        None
+    }
+
     /// Reads up to the next message. Cancel-safe: bytes read stay in `line`
-    /// (or `oversized`) for the next call.
+    /// (or `oversized`) for the next call, and the waits change no state.
     async fn next(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
+            if self.ended {
+                return self.at_end().await;
+            }
+            if self.flow.over_budget() {
+                let flow = Arc::clone(&self.flow);
+                flow.wait_while(Flow::over_budget).await;
+            }
             let (take, newline) = {
                 let avail = match self.read.fill_buf().await {
                     Ok(a) => a,
                     Err(e) => {
                         tracing::warn!("MCP input stream: {e}");
-                        return None;
+                        &[]
                     }
                 };
                 if avail.is_empty() {
-                    return None;
+                    return self.at_end().await;
                 }
                 let nl = avail.iter().position(|b| *b == b'\n');
                 let take = nl.map_or(avail.len(), |i| i + 1);
-                let chunk = &avail[..take];
+                // The newline does not count against the cap.
+                let chunk = &avail[..nl.unwrap_or(take)];
                 if let Some((prefix, total)) = &mut self.oversized {
                     let room = SALVAGE_PREFIX.saturating_sub(prefix.len());
                     prefix.extend_from_slice(&chunk[..room.min(chunk.len())]);
-                    *total += take;
-                } else if self.line.len() + take > self.max {
-                    let total = self.line.len() + take;
+                    *total += chunk.len();
+                } else if self.line.len() + chunk.len() > self.max {
+                    let total = self.line.len() + chunk.len();
                     let mut prefix = std::mem::take(&mut self.line);
                     prefix.truncate(SALVAGE_PREFIX);
                     let room = SALVAGE_PREFIX.saturating_sub(prefix.len());
@@ -602,12 +799,23 @@ impl<R: AsyncRead + Unpin + Send + 'static> rmcp::transport::Transport<RoleServe
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let tx = self.out.clone();
+        let flow = Arc::clone(&self.flow);
         async move {
             let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
             bytes.push(b'\n');
+            flow.queued.fetch_add(bytes.len(), Ordering::SeqCst);
+            let answered = match &item {
+                JsonRpcMessage::Response(r) => Some(r.id.clone()),
+                JsonRpcMessage::Error(e) => e.id.clone(),
+                _ => None,
+            };
             let (ack, done) = oneshot::channel();
-            tx.send((bytes, Some(ack)))
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
+            let sent = tx.send((bytes, Some(ack)));
+            // Answered once queued: the write's own backlog is `queued`.
+            if let Some(id) = &answered {
+                flow.end(id);
+            }
+            sent.map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
             done.await
                 .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?
         }
@@ -618,6 +826,7 @@ impl<R: AsyncRead + Unpin + Send + 'static> rmcp::transport::Transport<RoleServe
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
+        self.flusher().flush().await;
         Ok(())
     }
 }
@@ -688,7 +897,7 @@ mod tests {
             &bad_input_reply(&Salvaged::default(), PARSE_ERROR, "why").unwrap(),
         )
         .unwrap();
-        assert!(r.get("id").is_none());
+        assert_eq!(r["id"], Value::Null);
         assert_eq!(r["error"]["code"], PARSE_ERROR);
     }
 }

@@ -142,8 +142,55 @@ fn reopen_fifo(f: &std::fs::File, write: bool) -> Option<std::fs::File> {
         .ok()
 }
 
-/// The input as an async reader: a pipe on the reactor when it is one, else
-/// blocking reads on tokio's thread pool. Inside the runtime only.
+/// Whether `f` is a unix-domain socket (what libuv-based clients hand over).
+#[cfg(unix)]
+fn is_unix_socket(f: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileTypeExt;
+    if !f.metadata().is_ok_and(|m| m.file_type().is_socket()) {
+        return false;
+    }
+    let mut domain: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `domain`.
+    let r = unsafe {
+        libc::getsockopt(
+            f.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            (&mut domain as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    r == 0 && domain == libc::AF_UNIX
+}
+
+/// `f` as a unix stream on the reactor (non-blocking, as a client that hands
+/// over a socket has usually made it already).
+#[cfg(unix)]
+fn unix_stream(f: std::fs::File) -> Option<tokio::net::UnixStream> {
+    let s = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(f));
+    s.set_nonblocking(true).ok()?;
+    tokio::net::UnixStream::from_std(s).ok()
+}
+
+/// `f` with blocking reads and writes, for tokio's thread pool (a tty or a
+/// socket left non-blocking would otherwise read as the end of input).
+#[cfg(unix)]
+fn blocking(f: std::fs::File) -> tokio::fs::File {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on an fd we own.
+    unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
+            libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    tokio::fs::File::from_std(f)
+}
+
+/// The input as an async reader: a pipe or a unix socket on the reactor,
+/// else blocking reads on tokio's thread pool. Inside the runtime only.
 #[cfg(unix)]
 fn async_reader(f: std::fs::File) -> BoxRead {
     #[cfg(target_os = "linux")]
@@ -152,7 +199,13 @@ fn async_reader(f: std::fs::File) -> BoxRead {
     {
         return Box::new(r);
     }
-    Box::new(tokio::fs::File::from_std(f))
+    if is_unix_socket(&f) {
+        match f.try_clone().ok().and_then(unix_stream) {
+            Some(s) => return Box::new(s),
+            None => tracing::warn!("stdin: cannot use the socket on the reactor"),
+        }
+    }
+    Box::new(blocking(f))
 }
 
 /// The output as an async writer, like [`async_reader`].
@@ -164,7 +217,13 @@ fn async_writer(f: std::fs::File) -> BoxWrite {
     {
         return Box::new(w);
     }
-    Box::new(tokio::fs::File::from_std(f))
+    if is_unix_socket(&f) {
+        match f.try_clone().ok().and_then(unix_stream) {
+            Some(s) => return Box::new(s),
+            None => tracing::warn!("stdout: cannot use the socket on the reactor"),
+        }
+    }
+    Box::new(blocking(f))
 }
 
 #[cfg(not(unix))]

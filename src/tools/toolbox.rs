@@ -538,8 +538,27 @@ impl Toolbox {
     /// Calls a tool by name with JSON arguments (and records it in the audit
     /// log, if there is one).
     pub async fn call(&self, name: &str, args: &Value) -> ToolResult {
+        self.call_or_stop(name, args, std::future::pending()).await
+    }
+
+    /// [`Toolbox::call`] that gives up when `stop` completes first (a client
+    /// cancelled the call): the run is dropped, which stops its process tree,
+    /// guest or container, and the result's status is `cancelled`. The call
+    /// is in the audit log either way.
+    pub async fn call_or_stop(
+        &self,
+        name: &str,
+        args: &Value,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> ToolResult {
         let start = std::time::Instant::now();
-        let mut result = self.call_inner(name, args).await;
+        let mut result = tokio::select! {
+            r = self.call_inner(name, args) => r,
+            () = stop => ToolResult::error(
+                "cancelled",
+                "the call was cancelled; what it was running was stopped",
+            ),
+        };
         let refusal = matches!(
             result.status.as_str(),
             "invalid_request" | "unknown_tool" | "denied"

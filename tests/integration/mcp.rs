@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -47,7 +47,7 @@ fn setup(extra: &str) -> (Tmp, PathBuf) {
     let cfg = t.root.join("toolhost.toml");
     std::fs::write(
         &cfg,
-        format!("timeout = 20\nshell_allowed_binaries = [\"cat\", \"true\", \"ls\", \"tee\", \"curl\"]\n{extra}"),
+        format!("timeout = 20\nshell_allowed_binaries = [\"cat\", \"true\", \"ls\", \"tee\", \"curl\", \"sleep\"]\n{extra}"),
     )
     .unwrap();
     (t, cfg)
@@ -237,30 +237,36 @@ fn run_client(python: &Path, t: &Tmp, plan: &Value) -> Value {
     })
 }
 
-/// `toolhost mcp` on raw pipes.
+/// `toolhost mcp` on raw pipes (or a socket).
 struct Raw {
     child: Child,
-    stdin: Option<ChildStdin>,
+    stdin: Option<Box<dyn Write + Send>>,
+    /// The fd of this side of the server's stdin.
+    stdin_fd: i32,
     lines: mpsc::Receiver<Vec<u8>>,
     next_id: i64,
 }
 
 impl Raw {
-    fn start(t: &Tmp, cfg: &Path) -> Raw {
-        let mut child = Command::new(toolhost_bin())
-            .args(["mcp", "--config"])
+    fn command(t: &Tmp, cfg: &Path) -> Command {
+        let mut cmd = Command::new(toolhost_bin());
+        cmd.args(["mcp", "--config"])
             .arg(cfg)
             .arg("--allow-dir")
             .arg(t.ws())
             .current_dir(t.ws())
             .env_remove("TOOLHOST_CONFIG")
             .env_remove("TOOLHOST_LOG")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start toolhost mcp");
-        let stdout = child.stdout.take().unwrap();
+            .stderr(Stdio::inherit());
+        cmd
+    }
+
+    fn with(
+        child: Child,
+        stdin: Box<dyn Write + Send>,
+        stdin_fd: i32,
+        stdout: impl std::io::Read + Send + 'static,
+    ) -> Raw {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut r = BufReader::new(stdout);
@@ -276,20 +282,70 @@ impl Raw {
                 }
             }
         });
-        let stdin = child.stdin.take();
-        let mut raw = Raw {
+        Raw {
             child,
-            stdin,
+            stdin: Some(stdin),
+            stdin_fd,
             lines: rx,
             next_id: 100,
-        };
-        let init = raw.request(
+        }
+    }
+
+    /// The server on pipes, not yet initialized.
+    fn spawn(t: &Tmp, cfg: &Path) -> Raw {
+        use std::os::fd::AsRawFd;
+        let mut child = Self::command(t, cfg)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start toolhost mcp");
+        let stdout = child.stdout.take().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let fd = stdin.as_raw_fd();
+        Self::with(child, Box::new(stdin), fd, stdout)
+    }
+
+    /// The server with one non-blocking unix socket as stdin and stdout (as
+    /// libuv-based clients such as Node's hand over), not yet initialized.
+    fn spawn_on_socket(t: &Tmp, cfg: &Path) -> (Raw, std::os::unix::net::UnixStream) {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        use std::os::unix::net::UnixStream;
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        let theirs2 = theirs.try_clone().unwrap();
+        let child = Self::command(t, cfg)
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
+            .stdout(Stdio::from(OwnedFd::from(theirs2)))
+            .spawn()
+            .expect("start toolhost mcp");
+        let fd = ours.as_raw_fd();
+        let reader = ours.try_clone().unwrap();
+        let ctl = ours.try_clone().unwrap();
+        (Self::with(child, Box::new(ours), fd, reader), ctl)
+    }
+
+    fn init(&mut self) {
+        let init = self.request(
             "initialize",
             json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}),
         );
         assert_eq!(init["result"]["serverInfo"]["name"], "toolhost", "{init}");
-        raw.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        self.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    }
+
+    fn start(t: &Tmp, cfg: &Path) -> Raw {
+        let mut raw = Self::spawn(t, cfg);
+        raw.init();
         raw
+    }
+
+    /// Sends a tools/call without waiting; its id.
+    fn call_async(&mut self, tool: &str, args: Value) -> i64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args}});
+        self.send(&serde_json::to_vec(&msg).unwrap());
+        id
     }
 
     fn send(&mut self, line: &[u8]) {
@@ -362,6 +418,11 @@ fn bad_input_gets_clear_errors_and_the_session_continues() {
     s.send(b"this is not json");
     let r = s.recv();
     assert_eq!(r["error"]["code"], -32700, "{r}");
+    assert_eq!(
+        r["id"],
+        Value::Null,
+        "JSON-RPC: an unreadable id is null: {r}"
+    );
     s.still_works();
 
     // A path with a lone surrogate (what a non-UTF-8 file name becomes in a
@@ -414,6 +475,16 @@ fn bad_input_gets_clear_errors_and_the_session_continues() {
     let r = s.recv();
     assert_eq!(r["id"], 11, "{r}");
     assert_eq!(r["error"]["code"], -32600, "{r}");
+    // Not JSON-RPC 2.0, or an id of the wrong type: invalid request.
+    for bad in [
+        br#"{"id":15,"method":"ping"}"#.as_slice(),
+        br#"{"jsonrpc":"1.0","id":16,"method":"ping"}"#,
+        br#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+    ] {
+        s.send(bad);
+        let r = s.recv();
+        assert_eq!(r["error"]["code"], -32600, "{r}");
+    }
     s.send(br#"[{"jsonrpc":"2.0","id":12,"method":"ping"}]"#);
     let r = s.recv();
     assert!(r.get("error").is_some(), "{r}");
@@ -515,12 +586,7 @@ fn tools_cannot_reach_the_servers_stdio() {
     // The protocol left fds 0 and 1: stdin is /dev/null, and the pipes to
     // this test are on other fds (found here, as root, by their inodes).
     let link = |p: String| std::fs::read_link(p).map(|l| l.to_string_lossy().into_owned());
-    use std::os::fd::AsRawFd;
-    let our_in = link(format!(
-        "/proc/self/fd/{}",
-        s.stdin.as_ref().unwrap().as_raw_fd()
-    ))
-    .unwrap();
+    let our_in = link(format!("/proc/self/fd/{}", s.stdin_fd)).unwrap();
     assert_eq!(link(format!("/proc/{server}/fd/0")).unwrap(), "/dev/null");
     let mut proto = Vec::new();
     for e in std::fs::read_dir(format!("/proc/{server}/fd")).unwrap() {
@@ -565,5 +631,126 @@ fn tools_cannot_reach_the_servers_stdio() {
     );
     // Every line so far was a JSON reply (recv checks), and the next is too.
     s.still_works();
+    assert!(s.close().success());
+}
+
+/// What a session's edges do: messages before `initialize` are ignored rather
+/// than ending the session; a cancelled call's process is gone; a client that
+/// stops reading does not make the server buffer without bound, and nothing is
+/// lost once it reads again; at the end of input a call slower than the SDK's
+/// 5-second grace is still answered, and a last line without a newline counts.
+#[test]
+fn session_edges_cancel_backpressure_and_end_of_input() {
+    let (t, cfg) = setup("rate_limit_calls = 0\nmax_output_bytes = 4194304\n");
+    let mut s = Raw::spawn(&t, &cfg);
+    s.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    s.send(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#);
+    s.send(br#"{"jsonrpc":"2.0","id":99,"result":{}}"#);
+    s.init();
+    s.still_works();
+
+    // Cancel: the tool's process goes, the session stays.
+    let marker = "31.4159";
+    let id = s.call_async("shell", json!({"args": ["sleep", marker]}));
+    let start = std::time::Instant::now();
+    while processes_with(marker).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "sleep never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "test"}});
+    s.send(&serde_json::to_vec(&cancel).unwrap());
+    let start = std::time::Instant::now();
+    while !processes_with(marker).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the cancelled call's process is still there: {:?}",
+            processes_with(marker)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A reply to the cancelled request may come (clients ignore it); skip it.
+    s.next_id += 1;
+    let probe = s.next_id;
+    let msg = json!({"jsonrpc": "2.0", "id": probe, "method": "ping"});
+    s.send(&serde_json::to_vec(&msg).unwrap());
+    loop {
+        let r = s.recv();
+        if r["id"] == probe {
+            break;
+        }
+        assert_eq!(r["id"], id, "{r}");
+    }
+
+    // Backpressure: 300 reads of a 1 MiB file with nobody reading the
+    // replies (300 MiB if buffered), then every reply, in full.
+    std::fs::write(t.ws().join("big.txt"), "x".repeat(1 << 20)).unwrap();
+    let n = 300;
+    let pid = s.child.id();
+    let ids: Vec<i64> = (0..n)
+        .map(|_| s.call_async("file_read", json!({"path": "big.txt"})))
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let rss_kb: u64 = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    eprintln!("server RSS with 300 unread replies of 1 MiB: {rss_kb} KiB");
+    assert!(
+        rss_kb < 192 * 1024,
+        "server RSS {rss_kb} KiB with a client that does not read"
+    );
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..n {
+        let r = s.recv();
+        assert_eq!(text_of(&r["result"]).len(), 1 << 20, "{}", r["id"]);
+        seen.insert(r["id"].as_i64().unwrap());
+    }
+    assert_eq!(seen, ids.into_iter().collect());
+    s.still_works();
+
+    // End of input: a 6 s call (beyond the SDK's 5 s grace) and a last line
+    // without a newline are both answered before the server exits.
+    let slow = s.call_async("shell", json!({"args": ["sleep", "6"]}));
+    let stdin = s.stdin.as_mut().unwrap();
+    stdin
+        .write_all(br#"{"jsonrpc":"2.0","id":777,"method":"ping"}"#)
+        .unwrap();
+    stdin.flush().unwrap();
+    drop(s.stdin.take());
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let r = s
+            .lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("answer");
+        let r: Value = serde_json::from_slice(&r).unwrap();
+        got.push(r["id"].as_i64().unwrap());
+        if r["id"] == slow {
+            assert_eq!(r["result"]["isError"], false, "{r}");
+        }
+    }
+    got.sort();
+    assert_eq!(got, vec![slow, 777]);
+    assert!(s.close().success());
+}
+
+/// A client that hands over one non-blocking unix socket as stdin and stdout
+/// (libuv does) gets a working session, not an early end of input.
+#[test]
+fn works_over_a_non_blocking_socket() {
+    let (t, cfg) = setup("rate_limit_calls = 0\n");
+    let (mut s, sock) = Raw::spawn_on_socket(&t, &cfg);
+    s.init();
+    std::thread::sleep(Duration::from_millis(300));
+    s.still_works();
+    let r = s.call("shell", json!({"args": ["cat"], "stdin": "via socket"}));
+    assert!(text_of(&r).contains("via socket"), "{r}");
+    // The end of input on a socket is its shutdown.
+    sock.shutdown(std::net::Shutdown::Write).unwrap();
     assert!(s.close().success());
 }

@@ -25,14 +25,16 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientNotification, ClientRequest,
     ContentBlock, Implementation, InitializeResult, JsonRpcMessage, ListToolsResult, MetaObject,
-    PaginatedRequestParams, RequestId, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    PaginatedRequestParams, RequestId, ServerCapabilities, ServerConfig, ServerResult, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -94,7 +96,10 @@ where
             .map_err(anyhow::Error::from),
         Err(e) => Err(anyhow::anyhow!("MCP session did not start: {e}")),
     };
-    flusher.flush().await;
+    // A client that stopped reading does not keep the server forever.
+    if tokio::time::timeout(drain, flusher.flush()).await.is_err() {
+        tracing::warn!("the client did not read the last replies within {drain:?}");
+    }
     result
 }
 
@@ -235,11 +240,15 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let args = Value::Object(request.arguments.unwrap_or_default());
         let cancelled = context.ct.clone();
-        let r = self
+        let call = self
             .toolbox
-            .call_or_stop(&request.name, &args, cancelled.cancelled_owned())
-            .await;
-        Ok(mcp_result(r).into())
+            .call_or_stop(&request.name, &args, cancelled.cancelled_owned());
+        // Toolbox::call does not panic; should it ever, the request is still
+        // answered (an unanswered one would hold a slot of the flow control).
+        match std::panic::AssertUnwindSafe(call).catch_unwind().await {
+            Ok(r) => Ok(mcp_result(r).into()),
+            Err(_) => Err(ErrorData::internal_error("the tool call panicked", None)),
+        }
     }
 }
 
@@ -445,6 +454,9 @@ struct Flow {
     in_flight_bytes: AtomicUsize,
     /// Woken whenever a counter goes down.
     changed: Notify,
+    /// A session is open: the server has answered a request other than a
+    /// ping (an `initialize`, or a request of a session without one).
+    live: AtomicBool,
 }
 
 impl Flow {
@@ -462,6 +474,12 @@ impl Flow {
             self.in_flight_bytes.fetch_sub(bytes, Ordering::SeqCst);
             self.changed.notify_waiters();
         }
+    }
+
+    fn contains(&self, id: &RequestId) -> bool {
+        let key = serde_json::to_string(id).unwrap_or_default();
+        let m = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        m.contains_key(&key)
     }
 
     fn pending(&self) -> usize {
@@ -527,6 +545,8 @@ pub struct LineTransport<R> {
     initialized: bool,
     /// How long the end of input waits for requests in flight.
     drain: Duration,
+    /// When the end of input stops waiting (set when it is reached).
+    drain_until: Option<tokio::time::Instant>,
     ended: bool,
 }
 
@@ -577,6 +597,7 @@ impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
             flow,
             initialized: false,
             drain,
+            drain_until: None,
             ended: false,
         }
     }
@@ -620,10 +641,20 @@ impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
                 if matches!(req.request, ClientRequest::InitializeRequest(_)) {
                     self.initialized = true;
                 }
+                if self.flow.contains(&req.id) {
+                    // The SDK would run both and answer one: refused.
+                    let found = Salvaged {
+                        id: serde_json::to_value(&req.id).ok(),
+                        method: None,
+                    };
+                    let reason = "the id is already used by a request in flight";
+                    self.reply(bad_input_reply(&found, INVALID_REQUEST, reason));
+                    return None;
+                }
                 self.flow.start(&req.id, line.len());
                 return Some(JsonRpcMessage::Request(req));
             }
-            Ok(m) if !self.initialized => {
+            Ok(m) if !self.initialized && !self.flow.live.load(Ordering::SeqCst) => {
                 // The SDK ends a session whose first message is not a request.
                 tracing::debug!("ignoring a message before initialize: {m:?}");
                 return None;
@@ -709,9 +740,14 @@ impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
         let pending = self.flow.pending();
         if pending > 0 {
             tracing::info!("end of input: waiting for {pending} request(s) in flight");
+            // One deadline from the end of input: this wait is restarted
+            // whenever the service drops and re-polls `receive`.
+            let until = *self
+                .drain_until
+                .get_or_insert_with(|| tokio::time::Instant::now() + self.drain);
             let flow = Arc::clone(&self.flow);
             let drained =
-                tokio::time::timeout(self.drain, flow.wait_while(|f| f.pending() > 0)).await;
+                tokio::time::timeout_at(until, flow.wait_while(|f| f.pending() > 0)).await;
             if drained.is_err() {
                 tracing::warn!(
                     "end of input: {} request(s) still in flight after {:?}",
@@ -801,20 +837,27 @@ impl<R: AsyncRead + Unpin + Send + 'static> rmcp::transport::Transport<RoleServe
         let tx = self.out.clone();
         let flow = Arc::clone(&self.flow);
         async move {
-            let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
-            bytes.push(b'\n');
-            flow.queued.fetch_add(bytes.len(), Ordering::SeqCst);
             let answered = match &item {
-                JsonRpcMessage::Response(r) => Some(r.id.clone()),
+                JsonRpcMessage::Response(r) => {
+                    if !matches!(r.result, ServerResult::EmptyResult(_)) {
+                        flow.live.store(true, Ordering::SeqCst);
+                    }
+                    Some(r.id.clone())
+                }
                 JsonRpcMessage::Error(e) => e.id.clone(),
                 _ => None,
             };
-            let (ack, done) = oneshot::channel();
-            let sent = tx.send((bytes, Some(ack)));
-            // Answered once queued: the write's own backlog is `queued`.
+            let bytes = serde_json::to_vec(&item).map_err(std::io::Error::other);
+            // Answered once queued (the write's own backlog is `queued`), or
+            // when the answer cannot be written at all.
             if let Some(id) = &answered {
                 flow.end(id);
             }
+            let mut bytes = bytes?;
+            bytes.push(b'\n');
+            flow.queued.fetch_add(bytes.len(), Ordering::SeqCst);
+            let (ack, done) = oneshot::channel();
+            let sent = tx.send((bytes, Some(ack)));
             sent.map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
             done.await
                 .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?

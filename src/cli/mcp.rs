@@ -150,19 +150,17 @@ fn is_unix_socket(f: &std::fs::File) -> bool {
     if !f.metadata().is_ok_and(|m| m.file_type().is_socket()) {
         return false;
     }
-    let mut domain: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `domain`.
-    let r = unsafe {
-        libc::getsockopt(
+    // SAFETY: getsockname writes at most `len` bytes into `addr`.
+    unsafe {
+        let mut addr: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let r = libc::getsockname(
             f.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_DOMAIN,
-            (&mut domain as *mut libc::c_int).cast(),
+            (&mut addr as *mut libc::sockaddr_storage).cast(),
             &mut len,
-        )
-    };
-    r == 0 && domain == libc::AF_UNIX
+        );
+        r == 0 && libc::c_int::from(addr.ss_family) == libc::AF_UNIX
+    }
 }
 
 /// `f` as a unix stream on the reactor (non-blocking, as a client that hands

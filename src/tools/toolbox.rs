@@ -543,8 +543,9 @@ impl Toolbox {
 
     /// [`Toolbox::call`] that gives up when `stop` completes first (a client
     /// cancelled the call): the run is dropped, which stops its process tree,
-    /// guest or container, and the result's status is `cancelled`. The call
-    /// is in the audit log either way.
+    /// guest or container, and the result's status is `cancelled`. File
+    /// tools are not stopped (they run to the end on a blocking thread, and
+    /// their result says so). The call is in the audit log either way.
     pub async fn call_or_stop(
         &self,
         name: &str,
@@ -552,12 +553,22 @@ impl Toolbox {
         stop: impl std::future::Future<Output = ()>,
     ) -> ToolResult {
         let start = std::time::Instant::now();
-        let mut result = tokio::select! {
-            r = self.call_inner(name, args) => r,
-            () = stop => ToolResult::error(
-                "cancelled",
-                "the call was cancelled; what it was running was stopped",
-            ),
+        // File tools run on a blocking thread that cannot be stopped once it
+        // has started; they are short (size and walk caps) and run to the end,
+        // so the result and the audit log say what happened.
+        let stoppable = self
+            .find(name)
+            .is_none_or(|s| s.kind != ToolKind::Builtin || s.name == "shell");
+        let mut result = if stoppable {
+            tokio::select! {
+                r = self.call_inner(name, args) => r,
+                () = stop => ToolResult::error(
+                    "cancelled",
+                    "the call was cancelled; what it was running was stopped",
+                ),
+            }
+        } else {
+            self.call_inner(name, args).await
         };
         let refusal = matches!(
             result.status.as_str(),

@@ -521,6 +521,24 @@ fn bad_input_gets_clear_errors_and_the_session_continues() {
     assert!(!t.ws().join("over.txt").exists());
     s.still_works();
 
+    // An id already in flight is refused (the SDK would run both and answer
+    // one); the first request still gets its answer.
+    s.send(br#"{"jsonrpc":"2.0","id":900,"method":"tools/call","params":{"name":"shell","arguments":{"args":["sleep","1"]}}}"#);
+    s.send(br#"{"jsonrpc":"2.0","id":900,"method":"tools/call","params":{"name":"shell","arguments":{"args":["sleep","1"]}}}"#);
+    let r = s.recv();
+    assert_eq!(r["id"], 900, "{r}");
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already used"),
+        "{r}"
+    );
+    let r = s.recv();
+    assert_eq!(r["id"], 900, "{r}");
+    assert_eq!(r["result"]["isError"], false, "{r}");
+
     // Requests in flight when the client closes stdin are still answered.
     s.send(br#"{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{"name":"shell","arguments":{"args":["cat"],"stdin":"last words"}}}"#);
     drop(s.stdin.take());

@@ -43,7 +43,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::policy::{Capability, Level};
-use crate::tools::toolbox::{ToolResult, ToolSpec, Toolbox};
+use crate::tools::toolbox::{ToolResult, ToolSpec, Toolbox, kind_of};
 
 /// Smallest cap on one incoming message (one line).
 pub const MIN_MESSAGE_BYTES: usize = 16 << 20;
@@ -397,7 +397,7 @@ fn misfit_params(method: &str, params: Option<&Value>) -> String {
     let detail = match (method, params) {
         ("tools/call", Some(Value::Object(p))) => match (p.get("name"), p.get("arguments")) {
             (Some(Value::String(_)), Some(a)) if !a.is_object() && !a.is_null() => {
-                format!("\"arguments\" must be a JSON object, not {}", json_kind(a))
+                format!("\"arguments\" must be a JSON object, not {}", kind_of(a))
             }
             (Some(Value::String(_)), _) => "the params do not fit tools/call".to_string(),
             _ => "\"name\" must be the tool's name, as a string".to_string(),
@@ -406,17 +406,6 @@ fn misfit_params(method: &str, params: Option<&Value>) -> String {
         _ => format!("the params do not fit {method}"),
     };
     format!("invalid params for {method}: {detail}")
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// Why a line did not parse, for the model and the client.

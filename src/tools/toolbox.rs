@@ -266,7 +266,8 @@ impl<'a> Args<'a> {
     }
 }
 
-fn kind_of(v: &Value) -> &'static str {
+/// What kind of JSON value `v` is, for messages ("a string", "a list", ...).
+pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -1,8 +1,10 @@
 //! Benchmarks of the `direct` backend, with their baselines measured in the same
 //! run (these machines are shared and noisy: compare ratios, not absolutes).
 //!
-//! 1. Per-call latency p50/p99 of `/bin/true` through `Sandbox::run` against a
-//!    bare `std::process::Command` spawn of the same binary (interleaved).
+//! 1. Per-call latency p50/p99 of `/bin/true` through `Sandbox::run` hardened
+//!    (`isolation = "best-effort"`, the Linux default: Landlock, seccomp, the
+//!    network namespace, the private tmp), unhardened (`isolation = "off"`),
+//!    and a bare `std::process::Command` spawn of the same binary, interleaved.
 //! 2. Peak RSS of `toolhost run` while the tool writes 300 MB to stdout under the
 //!    default cap, against `toolhost run -- true`.
 //!
@@ -12,6 +14,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use toolhost::isolation::IsolationLevel;
 use toolhost::{RunRequest, Sandbox, SandboxConfig};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -71,6 +74,14 @@ fn main() {
     };
     let ws = tempfile::tempdir().expect("tempdir");
     let sandbox = Sandbox::new([ws.path()], SandboxConfig::default()).expect("sandbox");
+    let unhardened = Sandbox::new(
+        [ws.path()],
+        SandboxConfig {
+            isolation: IsolationLevel::Off,
+            ..SandboxConfig::default()
+        },
+    )
+    .expect("sandbox");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -81,6 +92,8 @@ fn main() {
     for _ in 0..50 {
         let r = rt.block_on(sandbox.run(RunRequest::new([bin])));
         assert!(r.success(), "{r:?}");
+        let r = rt.block_on(unhardened.run(RunRequest::new([bin])));
+        assert!(r.success(), "{r:?}");
         Command::new(bin)
             .stdin(Stdio::null())
             .output()
@@ -88,7 +101,13 @@ fn main() {
     }
 
     let mut bare = Series::new("bare std::process::Command::output()", iters);
-    let mut sandboxed = Series::new("Sandbox::run (direct)", iters);
+    let mut sandboxed = Series::new("Sandbox::run, hardened (best-effort)", iters);
+    let mut plain = Series::new("Sandbox::run, unhardened (off)", iters);
+    let layers = rt
+        .block_on(sandbox.run(RunRequest::new([bin])))
+        .isolation
+        .map(|i| i.applied.join(", "))
+        .unwrap_or_default();
     for _ in 0..iters {
         let t = Instant::now();
         let out = Command::new(bin)
@@ -102,19 +121,32 @@ fn main() {
         let r = rt.block_on(sandbox.run(RunRequest::new([bin])));
         sandboxed.samples.push(t.elapsed());
         assert!(r.success(), "{r:?}");
+
+        let t = Instant::now();
+        let r = rt.block_on(unhardened.run(RunRequest::new([bin])));
+        plain.samples.push(t.elapsed());
+        assert!(r.success(), "{r:?}");
     }
     let (bare50, bare99) = bare.stats();
     println!("direct backend, per-call latency of {bin} ({iters} calls each, interleaved)");
     println!("{:<40} {:>10} {:>10}", "", "p50 (us)", "p99 (us)");
-    for s in [&mut bare, &mut sandboxed] {
+    println!("hardened layers: {layers}");
+    for s in [&mut bare, &mut plain, &mut sandboxed] {
         let (p50, p99) = s.stats();
         println!("{:<40} {:>10.0} {:>10.0}", s.name, us(p50), us(p99));
     }
     let (sb50, sb99) = sandboxed.stats();
+    let (pl50, pl99) = plain.stats();
     println!(
-        "ratio sandboxed/bare: p50 {:.2}x, p99 {:.2}x (target: p50 within 1.5x)",
-        us(sb50) / us(bare50),
-        us(sb99) / us(bare99)
+        "ratio unhardened/bare: p50 {:.2}x, p99 {:.2}x (target: p50 within 1.5x)",
+        us(pl50) / us(bare50),
+        us(pl99) / us(bare99)
+    );
+    println!(
+        "ratio hardened/unhardened: p50 {:.2}x, p99 {:.2}x (target: under 1.5x); hardened/bare: p50 {:.2}x",
+        us(sb50) / us(pl50),
+        us(sb99) / us(pl99),
+        us(sb50) / us(bare50)
     );
 
     // Peak RSS of the CLI under a 300 MB flood, against an idle call.

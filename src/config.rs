@@ -276,6 +276,12 @@ pub struct SandboxConfig {
     pub max_permission_level: crate::policy::Level,
     /// Capabilities no tool may have. Default none.
     pub blocked_capabilities: Vec<crate::policy::Capability>,
+    /// Kernel isolation of the `direct` backend (see [`crate::isolation`]).
+    /// Default `best-effort` on Linux, `off` elsewhere.
+    pub isolation: crate::isolation::IsolationLevel,
+    /// Paths every `direct` tool may read and execute under Landlock, besides
+    /// the allowed dirs. Default [`crate::isolation::DEFAULT_SYSTEM_READ_PATHS`].
+    pub isolation_read_paths: Vec<std::path::PathBuf>,
     /// `[docker]` section.
     pub docker: DockerConfig,
     /// `[wasm]` section.
@@ -321,6 +327,11 @@ impl Default for SandboxConfig {
             audit_log: None,
             max_permission_level: crate::policy::Level::Dangerous,
             blocked_capabilities: Vec::new(),
+            isolation: crate::isolation::IsolationLevel::default(),
+            isolation_read_paths: crate::isolation::DEFAULT_SYSTEM_READ_PATHS
+                .iter()
+                .map(std::path::PathBuf::from)
+                .collect(),
             docker: DockerConfig::default(),
             wasm: WasmConfig::default(),
         }
@@ -346,6 +357,8 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "audit_log",
     "max_permission_level",
     "blocked_capabilities",
+    "isolation",
+    "isolation_read_paths",
     "docker",
     "wasm",
 ];
@@ -422,6 +435,21 @@ impl SandboxConfig {
                     .iter()
                     .map(|c| c.parse().map_err(|e: String| ConfigError::key(key, e)))
                     .collect::<Result<_, _>>()?;
+            }
+            "isolation" => {
+                let s = value.as_str().ok_or_else(|| {
+                    type_error(key, "\"strict\", \"best-effort\" or \"off\"", value)
+                })?;
+                self.isolation = crate::isolation::IsolationLevel::parse(s).ok_or_else(|| {
+                    ConfigError::key(
+                        key,
+                        format!("{s:?} is not one of \"strict\", \"best-effort\", \"off\""),
+                    )
+                })?;
+            }
+            "isolation_read_paths" => {
+                self.isolation_read_paths =
+                    strings(key, value)?.into_iter().map(Into::into).collect();
             }
             "wasm" => {
                 let t = value
@@ -503,6 +531,18 @@ impl SandboxConfig {
             }
         }
         check_duration("rate_limit_window", self.rate_limit_window)?;
+        for p in &self.isolation_read_paths {
+            let s = p.to_string_lossy();
+            if !p.is_absolute()
+                || s.contains('\0')
+                || p.components().any(|c| c == std::path::Component::ParentDir)
+            {
+                return Err(ConfigError::key(
+                    "isolation_read_paths",
+                    format!("{s:?} must be an absolute path without \"..\""),
+                ));
+            }
+        }
         self.docker.validate()?;
         Ok(())
     }

@@ -41,8 +41,10 @@
 
 pub mod audit;
 pub mod backend;
+pub mod check;
 pub mod config;
 pub mod env;
+pub mod isolation;
 pub mod mcp;
 pub mod outcome;
 pub mod output;

@@ -43,6 +43,8 @@ pub enum OutcomeKind {
     LaunchFailed,
     /// The backend cannot run calls on this host or with this configuration.
     BackendUnavailable,
+    /// `isolation = "strict"` and a required isolation layer cannot be applied.
+    IsolationUnavailable,
 }
 
 impl OutcomeKind {
@@ -63,6 +65,7 @@ impl OutcomeKind {
             OutcomeKind::PermissionDenied => "permission_denied",
             OutcomeKind::LaunchFailed => "launch_failed",
             OutcomeKind::BackendUnavailable => "backend_unavailable",
+            OutcomeKind::IsolationUnavailable => "isolation_unavailable",
         }
     }
 
@@ -77,6 +80,7 @@ impl OutcomeKind {
                 | OutcomeKind::PermissionDenied
                 | OutcomeKind::LaunchFailed
                 | OutcomeKind::BackendUnavailable
+                | OutcomeKind::IsolationUnavailable
         )
     }
 }
@@ -124,6 +128,9 @@ pub struct RunOutput {
     /// Wall-clock duration of the call.
     #[serde(rename = "duration_ms", serialize_with = "millis")]
     pub duration: Duration,
+    /// The kernel isolation the call got (`direct` backend only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<crate::isolation::IsolationReport>,
 }
 
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -142,6 +149,7 @@ impl RunOutput {
             outcome,
             backend,
             duration,
+            isolation: None,
         }
     }
 

@@ -14,7 +14,7 @@ pub fn direct_guarantees() -> &'static [&'static str] {
             "tool stopped if toolhost dies (parent-death signal, re-armed when the spawning thread exits)",
             "environment from an allowlist, deny list always stripped; only fds 0-2 inherited; stdin never the host's",
             "tool in its own Landlock domain (kernel ABI 1+): no ptrace or /proc/<pid>/environ of processes outside it; on ABI 6+ it cannot signal them (toolhost, its supervisor); no_new_privs; no inheritable or ambient capabilities",
-            "not enforced yet: filesystem confinement and network denial of native programs (use docker or wasm for those)",
+            "with isolation best-effort (default) or strict: Landlock filesystem rules, network denial (network namespace as root, seccomp, Landlock TCP rules), a seccomp syscall filter, a private TMPDIR; each call reports the layers it got (`toolhost check` lists what this host offers)",
         ]
     } else if cfg!(unix) {
         &[

@@ -150,6 +150,10 @@ pub struct ExecPlan {
     pub limits: Limits,
     /// Whether the network is allowed.
     pub allow_network: bool,
+    /// Kernel isolation of the `direct` backend.
+    pub isolation: crate::isolation::IsolationLevel,
+    /// Paths a `direct` tool may read and execute besides the allowed dirs.
+    pub isolation_read_paths: Arc<[PathBuf]>,
     /// The allowed dirs.
     pub mounts: Vec<Mount>,
     /// Capability handles on the allowed dirs, by path (the wasm backend preopens
@@ -227,6 +231,8 @@ pub struct Sandbox {
     wasm: OnceLock<Result<WasmBackend, String>>,
     /// Created on first use; connects to the engine on its first call.
     docker: OnceLock<DockerBackend>,
+    /// `config.isolation_read_paths`, shared by every plan.
+    read_paths: Arc<[PathBuf]>,
 }
 
 /// The longest existing prefix of `p`, canonicalized, with the rest appended.
@@ -322,6 +328,7 @@ impl Sandbox {
         let registry =
             Registry::open(&config.wasm).map_err(|e| SandboxError::ToolDirs(e.to_string()))?;
         Ok(Sandbox {
+            read_paths: config.isolation_read_paths.clone().into(),
             config,
             dirs,
             direct: DirectBackend::new(),
@@ -448,6 +455,8 @@ impl Sandbox {
             stdin: request.stdin.as_deref().map(Arc::from),
             limits: Limits::from_config(&self.config),
             allow_network: self.config.allow_network,
+            isolation: self.config.isolation,
+            isolation_read_paths: Arc::clone(&self.read_paths),
             mounts: self
                 .dirs
                 .as_slice()
@@ -543,12 +552,16 @@ impl Sandbox {
     }
 
     /// Releases what the sandbox keeps between calls (the docker backend's
-    /// warm container). Dropping the sandbox inside a tokio runtime does it
-    /// too, in the background.
+    /// warm container), and waits until the private tmps of finished `direct`
+    /// calls are removed (they are removed in the background). Dropping the
+    /// sandbox inside a tokio runtime releases the container too, in the
+    /// background; call this before the process exits.
     pub async fn shutdown(&self) {
         if let Some(d) = self.docker.get() {
             d.shutdown().await;
         }
+        // Private tmps of finished `direct` calls are removed in the background.
+        let _ = tokio::task::spawn_blocking(crate::backend::direct::flush_private_tmps).await;
     }
 
     /// The docker backend, created on first use (it contacts the engine on

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod audit;
 mod call;
+mod check;
 mod mcp;
 mod run;
 mod tools;
@@ -35,6 +36,7 @@ enum Command {
     Tools(tools::ToolsArgs),
     Mcp(Box<mcp::McpArgs>),
     Audit(audit::AuditArgs),
+    Check(Box<check::CheckArgs>),
 }
 
 fn init_logging(verbose: u8) {
@@ -74,6 +76,7 @@ pub fn main() -> i32 {
         Command::Tools(args) => tools::main(args),
         Command::Mcp(args) => mcp::main(*args),
         Command::Audit(args) => audit::main(args),
+        Command::Check(args) => check::main(*args),
     };
     match result {
         Ok(code) => code,

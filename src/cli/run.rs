@@ -103,6 +103,17 @@ pub struct SandboxArgs {
     /// Also pass this host environment variable (the deny list still applies). Repeatable.
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
+
+    /// Kernel isolation of the direct backend: strict (every required layer or
+    /// the call does not run), best-effort, off [default: best-effort on Linux,
+    /// or the config's]
+    #[arg(long, value_name = "LEVEL", value_parser = parse_isolation)]
+    isolation: Option<toolhost::isolation::IsolationLevel>,
+}
+
+fn parse_isolation(s: &str) -> Result<toolhost::isolation::IsolationLevel, String> {
+    toolhost::isolation::IsolationLevel::parse(s)
+        .ok_or_else(|| format!("{s:?} is not one of strict, best-effort, off"))
 }
 
 fn parse_env_pair(s: &str) -> Result<(String, String), String> {
@@ -146,6 +157,9 @@ pub(crate) fn build_config(
         cfg.allow_network = true;
     }
     cfg.env_allowlist.extend(args.env_allow.iter().cloned());
+    if let Some(l) = args.isolation {
+        cfg.isolation = l;
+    }
     cfg.validate().context("invalid flags")?;
     Ok(cfg)
 }

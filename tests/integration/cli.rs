@@ -105,8 +105,13 @@ fn json_mode_prints_one_object_with_every_field() {
     assert_eq!(v["outcome"]["message"], "exited with code 4");
     assert_eq!(v["backend"], "direct");
     assert!(v["duration_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["isolation"]["level"], "best-effort");
+    assert!(
+        v["isolation"]["applied"].as_array().unwrap().len() >= 2,
+        "{v}"
+    );
     let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
-    assert_eq!(keys.len(), 8, "{keys:?}");
+    assert_eq!(keys.len(), 9, "{keys:?}");
 
     let (c, out, _) = code(
         &t,

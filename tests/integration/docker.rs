@@ -15,7 +15,7 @@ use crate::util::*;
 
 /// The test image, or `None` (with a loud message) when no engine is usable
 /// outside CI. In CI a missing engine fails the test.
-fn image() -> Option<String> {
+pub(crate) fn image() -> Option<String> {
     let image = std::env::var("TOOLHOST_TEST_IMAGE").ok();
     let engine = Command::new("docker")
         .args(["info", "--format", "{{.ServerVersion}}"])

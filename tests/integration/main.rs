@@ -7,6 +7,7 @@ mod cli;
 mod direct;
 mod docker;
 mod env;
+mod isolation;
 mod mcp;
 mod paths;
 mod toolbox;

@@ -8,9 +8,46 @@ use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
+use super::harden::{self, Prepared};
 use super::supervisor::{self, Params, RLimit, Report};
 use super::{Finished, Termination};
+use crate::isolation::{ALL_LAYERS, IsolationReport};
+use crate::outcome::Outcome;
 use crate::sandbox::ExecPlan;
+
+/// The call's isolation, prepared before the spawn (see `harden`).
+pub(super) struct Hardening(Prepared);
+
+/// Prepares the call's isolation; fails only under `strict`.
+pub(super) fn harden(plan: &ExecPlan) -> Result<Hardening, Outcome> {
+    harden::prepare(plan).map(Hardening)
+}
+
+impl Hardening {
+    /// What the call got, from the layers the tool reported.
+    pub fn report(&self, f: &Finished) -> Option<IsolationReport> {
+        Some(IsolationReport::new(
+            self.0.level,
+            f.layers | self.0.parent_applied,
+            self.0.wanted,
+        ))
+    }
+
+    /// The message of a `strict` call stopped by a layer that failed in the tool.
+    pub fn failure(&self, layer: u32, errno: i32) -> Outcome {
+        let name = ALL_LAYERS
+            .iter()
+            .find(|l| l.bit() == layer)
+            .map_or("a layer", |l| l.name());
+        Outcome::new(
+            crate::outcome::OutcomeKind::IsolationUnavailable,
+            format!(
+                "isolation = \"strict\": {name} could not be applied to the tool ({}); the call did not run",
+                io::Error::from_raw_os_error(errno)
+            ),
+        )
+    }
+}
 
 /// A running call. `control` is declared first so that it is dropped first: if
 /// the caller drops the call's future, the supervisor is told to kill the tree
@@ -48,10 +85,18 @@ impl Control {
                 termination: Termination::Unknown,
                 cpu_time: None,
                 survivors: 0,
+                layers: 0,
             };
         };
         let st = r.wait_status;
-        let termination = if r.reason == supervisor::REASON_NOT_STARTED {
+        let termination = if r.reason == supervisor::REASON_NOT_STARTED
+            && r.survivors == supervisor::STAGE_ISOLATION
+        {
+            Termination::IsolationFailed {
+                errno: st,
+                layer: r.layers,
+            }
+        } else if r.reason == supervisor::REASON_NOT_STARTED {
             Termination::NotStarted {
                 errno: st,
                 at_exec: r.survivors == supervisor::STAGE_EXEC,
@@ -63,14 +108,15 @@ impl Control {
         } else {
             Termination::Unknown
         };
-        let survivors = match termination {
-            Termination::NotStarted { .. } => 0,
-            _ => r.survivors,
+        let (survivors, layers) = match termination {
+            Termination::NotStarted { .. } | Termination::IsolationFailed { .. } => (0, 0),
+            _ => (r.survivors, r.layers),
         };
         Finished {
             termination,
             cpu_time: Some(Duration::from_micros(r.cpu_micros)),
             survivors,
+            layers,
         }
     }
 }
@@ -96,7 +142,7 @@ fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan) -> io::Result<Spawned> {
+pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::Result<Spawned> {
     let (read, write) = status_pipe()?;
     let l = &plan.limits;
     let limit = |resource: libc::__rlimit_resource_t, v: Option<u64>| {
@@ -116,10 +162,10 @@ pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan) -> io::Result<Spawned> {
             limit(libc::RLIMIT_NPROC, l.processes),
             limit(libc::RLIMIT_FSIZE, l.file_size_bytes),
         ],
-        // SAFETY: geteuid cannot fail.
-        unsafe { libc::geteuid() } == 0,
+        h.0.tool,
         &plan.argv,
         &plan.env,
+        h.0.tmp.as_ref().map(|t| t.path()),
     )?;
     // SAFETY: `enter` only makes async-signal-safe calls (see supervisor.rs), and
     // every fd it uses (status pipe, cwd handle) outlives the spawn.

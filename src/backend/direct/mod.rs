@@ -22,7 +22,18 @@ use crate::output::drain;
 use crate::sandbox::ExecPlan;
 
 #[cfg(target_os = "linux")]
+mod harden;
+#[cfg(target_os = "linux")]
 mod supervisor;
+#[cfg(target_os = "linux")]
+pub use harden::flush_private_tmps;
+#[cfg(target_os = "linux")]
+pub(crate) use harden::{DENIED_SYSCALL_NAMES, landlock_abi, seccomp_available, shared_netns};
+
+/// Waits until the private tmps of finished calls are removed (no private
+/// tmps on this platform).
+#[cfg(not(target_os = "linux"))]
+pub fn flush_private_tmps() {}
 
 #[cfg_attr(target_os = "linux", path = "linux.rs")]
 #[cfg_attr(all(unix, not(target_os = "linux")), path = "unix.rs")]
@@ -70,6 +81,12 @@ pub(crate) enum Termination {
         errno: i32,
         at_exec: bool,
     },
+    /// `strict`: an isolation layer (bit) failed in the tool with this errno.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    IsolationFailed {
+        errno: i32,
+        layer: u32,
+    },
     /// The supervisor vanished without a report.
     Unknown,
 }
@@ -80,6 +97,8 @@ pub(crate) struct Finished {
     pub termination: Termination,
     pub cpu_time: Option<Duration>,
     pub survivors: u32,
+    /// Isolation layers the tool applied before exec.
+    pub layers: u32,
 }
 
 async fn run(plan: &ExecPlan) -> RunOutput {
@@ -95,7 +114,11 @@ async fn run(plan: &ExecPlan) -> RunOutput {
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
 
-    let mut spawned = match platform::spawn(&mut cmd, plan) {
+    let hardening = match platform::harden(plan) {
+        Ok(h) => h,
+        Err(o) => return RunOutput::refused(BackendKind::Direct, o, start.elapsed()),
+    };
+    let mut spawned = match platform::spawn(&mut cmd, plan, &hardening) {
         Ok(s) => s,
         Err(e) => return launch_failure(plan, &e, start),
     };
@@ -158,6 +181,13 @@ async fn run(plan: &ExecPlan) -> RunOutput {
             "direct backend: processes of a finished call could not be killed"
         );
     }
+    if let Termination::IsolationFailed { errno, layer } = finished.termination {
+        return RunOutput::refused(
+            BackendKind::Direct,
+            hardening.failure(layer, errno),
+            start.elapsed(),
+        );
+    }
     if let Termination::NotStarted { errno, at_exec } = finished.termination {
         let e = io::Error::from_raw_os_error(errno);
         if at_exec {
@@ -198,6 +228,7 @@ async fn run(plan: &ExecPlan) -> RunOutput {
         outcome,
         backend: BackendKind::Direct,
         duration: start.elapsed(),
+        isolation: hardening.report(&finished),
     }
 }
 
@@ -295,7 +326,9 @@ fn classify(plan: &ExecPlan, f: &Finished, stderr: &str) -> (Outcome, Option<i32
                 None,
             )
         }
-        Termination::NotStarted { .. } | Termination::Unknown => (
+        Termination::NotStarted { .. }
+        | Termination::IsolationFailed { .. }
+        | Termination::Unknown => (
             Outcome::new(
                 OutcomeKind::LaunchFailed,
                 "the call's supervisor ended without reporting how the tool ended",

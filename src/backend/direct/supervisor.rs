@@ -31,6 +31,9 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use libc::{c_int, pid_t};
 
+use super::harden::{ToolHardening, apply_in_tool};
+use crate::isolation::Layer;
+
 /// Resources limited in the tool: (resource, soft limit). The hard limit is the
 /// soft limit, except RLIMIT_CPU where one more second lets SIGXCPU be handled
 /// before SIGKILL.
@@ -48,9 +51,8 @@ pub(super) struct Params {
     pub status_fd: c_int,
     pub cwd_fd: c_int,
     pub limits: [Option<RLimit>; 4],
-    pub drop_ptrace: bool,
-    /// Landlock ABI of the running kernel (0: none).
-    pub landlock_abi: u32,
+    /// The kernel isolation layers to apply in the tool.
+    pub harden: ToolHardening,
     exec: ExecArgs,
 }
 
@@ -73,14 +75,18 @@ unsafe impl Sync for ExecArgs {}
 
 impl Params {
     /// Builds the parameters; fails on NUL bytes (the plan has refused those).
+    /// One argument per field of the call: a struct of them would only move
+    /// the list.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         toolhost_pid: pid_t,
         status_fd: c_int,
         cwd_fd: c_int,
         limits: [Option<RLimit>; 4],
-        drop_ptrace: bool,
+        harden: ToolHardening,
         argv: &[std::ffi::OsString],
         env: &[(std::ffi::OsString, std::ffi::OsString)],
+        tmpdir: Option<&std::path::Path>,
     ) -> io::Result<Self> {
         use std::os::unix::ffi::OsStrExt;
         let cstr = |b: &[u8]| {
@@ -95,8 +101,16 @@ impl Params {
             .cloned()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))?;
         let mut search_path = None;
-        let mut envp = Vec::with_capacity(env.len());
+        let mut envp = Vec::with_capacity(env.len() + 1);
+        if let Some(t) = tmpdir {
+            let mut kv = b"TMPDIR=".to_vec();
+            kv.extend_from_slice(t.as_os_str().as_bytes());
+            envp.push(cstr(&kv)?);
+        }
         for (k, v) in env {
+            if tmpdir.is_some() && k == "TMPDIR" {
+                continue;
+            }
             let mut kv = k.as_bytes().to_vec();
             kv.push(b'=');
             kv.extend_from_slice(v.as_bytes());
@@ -119,8 +133,7 @@ impl Params {
             status_fd,
             cwd_fd,
             limits,
-            drop_ptrace,
-            landlock_abi: landlock_abi(),
+            harden,
             exec: ExecArgs {
                 program,
                 search_path,
@@ -144,9 +157,12 @@ pub(super) struct Report {
     pub cpu_micros: u64,
     /// Processes still alive when the supervisor gave up on them (normally 0).
     pub survivors: u32,
+    /// Isolation layers the tool applied before exec; when it never ran
+    /// because of isolation, the layer that failed.
+    pub layers: u32,
 }
 
-pub(super) const REPORT_LEN: usize = 24;
+pub(super) const REPORT_LEN: usize = 28;
 /// `reason` when the tool never ran: `wait_status` holds the errno and
 /// `survivors` the stage ([`STAGE_SETUP`] or [`STAGE_EXEC`]).
 pub(super) const REASON_NOT_STARTED: u32 = 3;
@@ -154,6 +170,8 @@ pub(super) const REASON_NOT_STARTED: u32 = 3;
 pub(super) const STAGE_SETUP: u32 = 1;
 /// The exec itself failed.
 pub(super) const STAGE_EXEC: u32 = 2;
+/// A required isolation layer (`strict`) could not be applied.
+pub(super) const STAGE_ISOLATION: u32 = 3;
 const MAGIC: u32 = 0x7448_5331;
 
 impl Report {
@@ -164,6 +182,7 @@ impl Report {
         b[8..12].copy_from_slice(&self.wait_status.to_ne_bytes());
         b[12..20].copy_from_slice(&self.cpu_micros.to_ne_bytes());
         b[20..24].copy_from_slice(&self.survivors.to_ne_bytes());
+        b[24..28].copy_from_slice(&self.layers.to_ne_bytes());
         b
     }
 
@@ -182,6 +201,7 @@ impl Report {
             wait_status: u32_at(8) as i32,
             cpu_micros: u64::from_ne_bytes(cpu),
             survivors: u32_at(20),
+            layers: u32_at(24),
         })
     }
 }
@@ -195,10 +215,6 @@ pub(super) const KILL_REQUEST: c_int = libc::SIGUSR2;
 const PARENT_DEATH: c_int = libc::SIGUSR1;
 
 const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-/// Capabilities that let a root tool read another process's memory and
-/// environment through /proc: CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON
-/// (measured on this project's Linux hosts: each alone is enough).
-const PROC_PEEK_CAPS: [libc::c_ulong; 3] = [19, 21, 38];
 /// How long the supervisor keeps killing before it reports survivors.
 const CLEANUP_BUDGET_NS: i64 = 3_000_000_000;
 
@@ -221,71 +237,6 @@ fn supervisor_signals() -> libc::sigset_t {
             libc::sigaddset(&mut set, s);
         }
         set
-    }
-}
-
-const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-/// The one filesystem right the tool's Landlock domain handles (and so denies):
-/// creating block devices. Landlock needs some handled right to make a domain
-/// before ABI 6; this one no tool needs. The domain is what matters: a process
-/// in it cannot ptrace or read /proc/<pid>/environ of processes outside it.
-const LANDLOCK_ACCESS_FS_MAKE_BLOCK: u64 = 1 << 11;
-/// ABI 6: signals to processes outside the domain are refused.
-const LANDLOCK_SCOPE_SIGNAL: u64 = 1 << 1;
-
-#[repr(C)]
-struct LandlockRulesetAttr {
-    handled_access_fs: u64,
-    handled_access_net: u64,
-    scoped: u64,
-}
-
-/// The kernel's Landlock ABI version, 0 when Landlock is unavailable.
-pub(super) fn landlock_abi() -> u32 {
-    static ABI: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *ABI.get_or_init(|| {
-        // SAFETY: the version query takes no attr and writes nothing.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_create_ruleset,
-                std::ptr::null::<LandlockRulesetAttr>(),
-                0usize,
-                LANDLOCK_CREATE_RULESET_VERSION,
-            )
-        };
-        u32::try_from(r).unwrap_or(0)
-    })
-}
-
-/// Puts the calling process in a new Landlock domain (see the constants).
-unsafe fn enter_landlock_domain(abi: u32) -> Result<(), ()> {
-    unsafe {
-        let attr = LandlockRulesetAttr {
-            handled_access_fs: LANDLOCK_ACCESS_FS_MAKE_BLOCK,
-            handled_access_net: 0,
-            scoped: if abi >= 6 { LANDLOCK_SCOPE_SIGNAL } else { 0 },
-        };
-        let size = if abi >= 6 {
-            std::mem::size_of::<LandlockRulesetAttr>()
-        } else {
-            std::mem::size_of::<u64>()
-        };
-        let fd = libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            &attr as *const LandlockRulesetAttr,
-            size,
-            0 as libc::c_uint,
-        );
-        if fd < 0 {
-            return Err(());
-        }
-        let r = libc::syscall(
-            libc::SYS_landlock_restrict_self,
-            fd as c_int,
-            0 as libc::c_uint,
-        );
-        libc::close(fd as c_int);
-        if r < 0 { Err(()) } else { Ok(()) }
     }
 }
 
@@ -324,6 +275,7 @@ pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
         // suspended meanwhile (CLONE_VFORK), so nothing else touches either.
         TOOL_ERRNO.store(0, Ordering::SeqCst);
         TOOL_STAGE.store(0, Ordering::SeqCst);
+        TOOL_LAYERS.store(0, Ordering::SeqCst);
         let stack = TOOL_STACK.0.get().cast::<u8>();
         let stack_top = stack.add(TOOL_STACK_SIZE).cast::<c_void>();
         let tool = libc::clone(
@@ -346,6 +298,8 @@ static TOOL_STACK: ToolStack = ToolStack(UnsafeCell::new([0; TOOL_STACK_SIZE]));
 /// Set by the tool, in the supervisor's memory, when it fails before or at exec.
 static TOOL_ERRNO: AtomicI32 = AtomicI32::new(0);
 static TOOL_STAGE: AtomicU32 = AtomicU32::new(0);
+/// Isolation layers the tool applied (or, at STAGE_ISOLATION, the one that failed).
+static TOOL_LAYERS: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn tool_main(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the supervisor's `Params`, alive while we run (the
@@ -357,7 +311,11 @@ extern "C" fn tool_main(arg: *mut c_void) -> c_int {
                 exec_tool(&p.exec);
                 STAGE_EXEC
             }
-            Err(_) => STAGE_SETUP,
+            Err(Some(layer)) => {
+                TOOL_LAYERS.store(layer.bit(), Ordering::SeqCst);
+                STAGE_ISOLATION
+            }
+            Err(None) => STAGE_SETUP,
         };
         TOOL_ERRNO.store(errno().max(1), Ordering::SeqCst);
         TOOL_STAGE.store(stage, Ordering::SeqCst);
@@ -366,7 +324,8 @@ extern "C" fn tool_main(arg: *mut c_void) -> c_int {
 }
 
 /// In the tool process, sharing the supervisor's memory: only system calls.
-unsafe fn prepare_tool(p: &Params) -> Result<(), ()> {
+/// `Err(Some(layer))`: a required isolation layer failed.
+unsafe fn prepare_tool(p: &Params) -> Result<(), Option<Layer>> {
     unsafe {
         let supervisor = libc::getppid();
         libc::setpgid(0, 0);
@@ -381,23 +340,15 @@ unsafe fn prepare_tool(p: &Params) -> Result<(), ()> {
             libc::_exit(127);
         }
         if libc::fchdir(p.cwd_fd) < 0 {
-            return Err(());
+            return Err(None);
         }
         for l in p.limits.iter().flatten() {
-            set_limit(l.resource, l.value)?;
+            set_limit(l.resource, l.value).map_err(|()| None)?;
         }
         // Core dumps would write tool memory into the workspace.
-        set_limit(libc::RLIMIT_CORE as c_int, 0)?;
+        set_limit(libc::RLIMIT_CORE as c_int, 0).map_err(|()| None)?;
         cloexec_from(3);
-        if p.drop_ptrace {
-            // Without these a root tool cannot read the environment of toolhost
-            // or of the supervisor through /proc. Dropped from the bounding set,
-            // they are gone from the tool after exec.
-            for cap in PROC_PEEK_CAPS {
-                libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
-            }
-        }
-        // Nothing inherited or ambient survives exec either, whoever we are.
+        // Nothing inherited or ambient survives exec, whoever we are.
         clear_inheritable_caps();
         libc::prctl(
             libc::PR_CAP_AMBIENT,
@@ -406,14 +357,8 @@ unsafe fn prepare_tool(p: &Params) -> Result<(), ()> {
             0,
             0,
         );
-        // No setuid/file-capability gains in the tool's tree (and the
-        // precondition for an unprivileged Landlock domain).
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-            return Err(());
-        }
-        if p.landlock_abi >= 1 {
-            enter_landlock_domain(p.landlock_abi)?;
-        }
+        let applied = apply_in_tool(&p.harden).map_err(Some)?;
+        TOOL_LAYERS.store(applied, Ordering::SeqCst);
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -599,6 +544,7 @@ unsafe fn supervise(p: &Params, tool: pid_t) -> ! {
                 TOOL_STAGE.load(Ordering::SeqCst),
             )
         };
+        let layers = TOOL_LAYERS.load(Ordering::SeqCst);
         if failure != 0 {
             // The tool never ran (and, if it was created, has exited).
             if tool > 0 {
@@ -609,6 +555,7 @@ unsafe fn supervise(p: &Params, tool: pid_t) -> ! {
                 wait_status: failure,
                 cpu_micros: 0,
                 survivors: stage,
+                layers,
             };
             let bytes = report.encode();
             libc::write(p.status_fd, bytes.as_ptr().cast(), bytes.len());
@@ -635,6 +582,7 @@ unsafe fn supervise(p: &Params, tool: pid_t) -> ! {
 
         let mut report = Report {
             reason: REASON_EXITED,
+            layers,
             ..Report::default()
         };
         // The signals of `supervisor_signals` stay blocked; we take them with

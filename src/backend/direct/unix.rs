@@ -51,6 +51,7 @@ impl Control {
             termination,
             cpu_time: None::<Duration>,
             survivors: 0,
+            layers: 0,
         }
     }
 }
@@ -66,7 +67,7 @@ impl Drop for Control {
     }
 }
 
-pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan) -> io::Result<Spawned> {
+pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan, _h: &Hardening) -> io::Result<Spawned> {
     cmd.args(&plan.argv[1..])
         .env_clear()
         .envs(plan.env.iter().map(|(k, v)| (k, v)));
@@ -118,4 +119,42 @@ pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan) -> io::Result<Spawned> {
         },
         child,
     })
+}
+
+/// No kernel isolation layers on this platform: `strict` refuses to run.
+pub(super) struct Hardening {
+    level: crate::isolation::IsolationLevel,
+}
+
+pub(super) fn harden(plan: &ExecPlan) -> Result<Hardening, crate::outcome::Outcome> {
+    use crate::isolation::IsolationLevel;
+    if plan.isolation == IsolationLevel::Strict {
+        return Err(crate::outcome::Outcome::new(
+            crate::outcome::OutcomeKind::IsolationUnavailable,
+            "isolation = \"strict\" needs Linux (Landlock, seccomp); this platform has none of its layers; the call did not run",
+        ));
+    }
+    Ok(Hardening {
+        level: plan.isolation,
+    })
+}
+
+impl Hardening {
+    pub fn report(&self, _f: &Finished) -> Option<crate::isolation::IsolationReport> {
+        use crate::isolation::{IsolationLevel, Layer};
+        let wanted = match self.level {
+            IsolationLevel::Off => 0,
+            _ => Layer::LandlockFs.bit() | Layer::Seccomp.bit(),
+        };
+        Some(crate::isolation::IsolationReport::new(
+            self.level, 0, wanted,
+        ))
+    }
+
+    pub fn failure(&self, _layer: u32, _errno: i32) -> crate::outcome::Outcome {
+        crate::outcome::Outcome::new(
+            crate::outcome::OutcomeKind::IsolationUnavailable,
+            "isolation failed",
+        )
+    }
 }

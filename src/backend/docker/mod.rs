@@ -50,6 +50,21 @@ const REQUEST_TIMEOUT_SECS: u64 = 120;
 /// Cleanup of dead owners' containers runs once per process.
 static CLEANED: AtomicBool = AtomicBool::new(false);
 
+/// What `toolhost check` learns from the engine.
+#[derive(Debug, Clone)]
+pub struct EngineProbe {
+    /// Where the engine was reached.
+    pub address: String,
+    /// Engine version.
+    pub version: String,
+    /// API version the engine speaks.
+    pub api_version: String,
+    /// Engine OS (`linux`).
+    pub os: String,
+    /// The configured image and whether the engine has it.
+    pub image: Option<(String, Result<(), String>)>,
+}
+
 /// Runs plans in containers.
 pub struct DockerBackend {
     config: DockerConfig,
@@ -299,6 +314,40 @@ impl DockerBackend {
         }
         self.image_ok.store(true, Ordering::Relaxed);
         Ok(image)
+    }
+
+    /// For `toolhost check`: the engine's version (`Err`: unreachable), and,
+    /// when an image is configured, whether the engine has it. Never pulls.
+    pub async fn probe(&self) -> Result<EngineProbe, String> {
+        let docker = self.client().await.map_err(|o| o.message)?;
+        let v = docker
+            .version()
+            .await
+            .map_err(|e| format!("version: {}", engine_error(&e)))?;
+        let image = match &self.config.image {
+            None => None,
+            Some(i) => Some((
+                i.clone(),
+                match docker.inspect_image(i).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if status(&e) == Some(404) && self.config.pull => Err(
+                        "not on the engine; it will be pulled on first use ([docker] pull = true)"
+                            .to_string(),
+                    ),
+                    Err(e) if status(&e) == Some(404) => {
+                        Err("not on the engine and [docker] pull is false".to_string())
+                    }
+                    Err(e) => Err(engine_error(&e)),
+                },
+            )),
+        };
+        Ok(EngineProbe {
+            address: self.engine_address(),
+            version: v.version.unwrap_or_default(),
+            api_version: v.api_version.unwrap_or_default(),
+            os: v.os.unwrap_or_default(),
+            image,
+        })
     }
 
     /// The user calls run as: the configured one, else toolhost's own uid:gid,
@@ -761,6 +810,7 @@ fn finish(
         outcome,
         backend: BackendKind::Docker,
         duration: start.elapsed(),
+        isolation: None,
     }
 }
 

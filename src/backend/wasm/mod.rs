@@ -989,6 +989,7 @@ impl WasmBackend {
             outcome,
             backend: BackendKind::Wasm,
             duration: start.elapsed(),
+            isolation: None,
         };
         (run, value)
     }

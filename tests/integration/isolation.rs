@@ -1,0 +1,574 @@
+//! Kernel isolation of the `direct` backend on Linux (issue 6): Landlock
+//! filesystem and network rules, the empty network namespace, the seccomp
+//! filter, the private tmp, capability drops and the `strict` level failing
+//! closed. Every denied case runs next to its allowed twin: the same program
+//! under `isolation = "off"` or with the network on, so the layer is what makes
+//! the difference.
+
+use std::io::Read;
+use std::net::{TcpListener, UdpSocket};
+use std::time::Duration;
+
+use toolhost::isolation::IsolationLevel;
+use toolhost::{AllowedDirSpec, OutcomeKind, RunOutput, SandboxConfig};
+
+use crate::util::*;
+
+fn level(l: IsolationLevel) -> SandboxConfig {
+    SandboxConfig {
+        isolation: l,
+        ..config()
+    }
+}
+
+fn applied(r: &RunOutput) -> Vec<&'static str> {
+    r.isolation
+        .as_ref()
+        .map(|i| i.applied.clone())
+        .unwrap_or_default()
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[tokio::test]
+async fn landlock_confines_reads_and_writes_to_the_allowed_dirs() {
+    let t = Tmp::new();
+    let ro = t.root.join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::write(ro.join("data"), "ro-data").unwrap();
+    let secret = t.outside().join("secret.txt");
+    let before = sha256_file(&secret);
+    let script = format!(
+        "cat {secret}; echo planted > {out}/planted; echo w > ws-file && cat ws-file; \
+         cat {ro}/data; echo x > {ro}/new; : > {ro}/data",
+        secret = secret.display(),
+        out = t.outside().display(),
+        ro = ro.display()
+    );
+    let dirs = || {
+        [
+            AllowedDirSpec::read_write(t.ws()),
+            AllowedDirSpec::read_only(ro.clone()),
+        ]
+    };
+
+    let hardened = toolhost::Sandbox::new(dirs(), level(IsolationLevel::BestEffort)).unwrap();
+    let r = sh(&hardened, &script).await;
+    assert!(applied(&r).contains(&"landlock_fs"), "{r:?}");
+    // Denied: the canary outside, a write outside, a write and a truncation
+    // in the read-only dir.
+    assert!(!r.stdout.contains(CANARY), "{r:?}");
+    assert!(r.stderr.contains("Permission denied"), "{r:?}");
+    assert!(!t.outside().join("planted").exists());
+    assert!(!ro.join("new").exists());
+    assert_eq!(std::fs::read_to_string(ro.join("data")).unwrap(), "ro-data");
+    assert_eq!(sha256_file(&secret), before);
+    // Allowed: the workspace, and reading the read-only dir.
+    assert!(r.stdout.contains("w\nro-data"), "{r:?}");
+
+    // Twin: the same script without the kernel layers reads the canary and
+    // writes outside (the host user may): Landlock made the difference.
+    let off = toolhost::Sandbox::new(dirs(), level(IsolationLevel::Off)).unwrap();
+    let r = sh(&off, &script).await;
+    assert!(r.stdout.contains(CANARY), "{r:?}");
+    assert!(t.outside().join("planted").exists());
+    assert_eq!(applied(&r), vec!["no_new_privs", "subreaper"]);
+}
+
+#[tokio::test]
+async fn system_dirs_are_readable_and_not_writable() {
+    let t = Tmp::new();
+    let sb = t.sandbox(level(IsolationLevel::BestEffort));
+    // Programs, libraries, the resolver config and /proc are readable...
+    let r = sh(&sb, "ls /usr/bin >/dev/null && head -c 1 /etc/passwd && cat /proc/self/status | grep -c NoNewPrivs").await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.stdout, "r1\n");
+    // ...but nothing of the host outside them is writable, not even /tmp or /dev/shm.
+    let marker = format!("toolhost-isolation-{}", std::process::id());
+    let r = sh(
+        &sb,
+        &format!("touch /tmp/{marker} /dev/shm/{marker} /usr/{marker} 2>&1; echo done"),
+    )
+    .await;
+    assert_eq!(r.stdout.matches("Permission denied").count(), 3, "{r:?}");
+    for d in ["/tmp", "/dev/shm", "/usr"] {
+        assert!(!std::path::Path::new(d).join(&marker).exists(), "{d}");
+    }
+    // Custom read paths: a dir not on the list stays closed until listed.
+    let extra = t.root.join("tools");
+    std::fs::create_dir(&extra).unwrap();
+    std::fs::write(extra.join("note"), "listed").unwrap();
+    let r = run(&sb, &["cat", extra.join("note").to_str().unwrap()]).await;
+    assert!(r.stderr.contains("Permission denied"), "{r:?}");
+    let mut cfg = level(IsolationLevel::BestEffort);
+    cfg.isolation_read_paths.push(extra.clone());
+    let sb = t.sandbox(cfg);
+    let r = run(&sb, &["cat", extra.join("note").to_str().unwrap()]).await;
+    assert_eq!(r.stdout, "listed", "{r:?}");
+}
+
+#[tokio::test]
+async fn each_call_gets_a_private_tmp_removed_after_it() {
+    let t = Tmp::new();
+    let sb = t.sandbox(level(IsolationLevel::BestEffort));
+    let script = "echo \"$TMPDIR\"; mkdir \"$TMPDIR/d\" && echo data > \"$TMPDIR/d/f\" && ln -s / \"$TMPDIR/root\" && cat \"$TMPDIR/d/f\"";
+    let a = sh(&sb, script).await;
+    let b = sh(&sb, script).await;
+    assert!(a.success() && b.success(), "{a:?} {b:?}");
+    assert!(applied(&a).contains(&"private_tmp"));
+    let (ta, tb) = (
+        a.stdout.lines().next().unwrap(),
+        b.stdout.lines().next().unwrap(),
+    );
+    assert_ne!(ta, tb);
+    assert!(a.stdout.ends_with("data\n"));
+    // Removed in the background; shutdown waits for it.
+    sb.shutdown().await;
+    // Gone with everything in it (the symlink was removed, not followed).
+    assert!(!std::path::Path::new(ta).exists() && !std::path::Path::new(tb).exists());
+    assert!(std::path::Path::new("/usr/bin").exists());
+}
+
+/// A DNS server on loopback that answers every A query with 10.1.2.3.
+fn fake_dns() -> (u16, std::thread::JoinHandle<u32>) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
+    let port = sock.local_addr().unwrap().port();
+    let h = std::thread::spawn(move || {
+        let mut answered = 0;
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let mut resp = buf[..n].to_vec();
+            resp[2] = 0x81;
+            resp[3] = 0x80;
+            resp[7] = 1; // ANCOUNT
+            resp.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 1, 2, 3]);
+            let _ = sock.send_to(&resp, from);
+            answered += 1;
+        }
+        answered
+    });
+    (port, h)
+}
+
+const NET_PROBE: &str = r#"
+import socket, struct, sys
+tcp_port, dns_port = int(sys.argv[1]), int(sys.argv[2])
+try:
+    socket.create_connection(("127.0.0.1", tcp_port), timeout=3).sendall(b"hello")
+    print("tcp: connected")
+except OSError as e:
+    print("tcp:", e.strerror)
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + b"\x07example\x03com\x00\x00\x01\x00\x01"
+    s.sendto(q, ("127.0.0.1", dns_port))
+    r = s.recv(512)
+    print("dns: answer", ".".join(str(b) for b in r[-4:]))
+except OSError as e:
+    print("dns:", e.strerror)
+try:
+    socket.getaddrinfo("pypi.org", 443)
+    print("resolver: resolved")
+except OSError as e:
+    print("resolver: failed")
+"#;
+
+#[tokio::test]
+async fn network_off_is_enforced_by_the_kernel_and_on_works() {
+    let t = Tmp::new();
+    t.write("probe.py", NET_PROBE);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let tcp_port = listener.local_addr().unwrap().port().to_string();
+
+    // Off: no TCP connection reaches the loopback listener, no DNS datagram
+    // reaches the server, and the system resolver fails.
+    let (dns_port, dns) = fake_dns();
+    let sb = t.sandbox(level(IsolationLevel::BestEffort));
+    let r = run(
+        &sb,
+        &["python3", "probe.py", &tcp_port, &dns_port.to_string()],
+    )
+    .await;
+    let layers = applied(&r);
+    for l in ["seccomp_net", "landlock_net"] {
+        assert!(layers.contains(&l), "{l}: {r:?}");
+    }
+    if is_root() {
+        assert!(layers.contains(&"netns"), "{r:?}");
+    }
+    assert!(r.stdout.contains("tcp: Operation not permitted"), "{r:?}");
+    assert!(r.stdout.contains("dns: Operation not permitted"), "{r:?}");
+    assert!(r.stdout.contains("resolver: failed"), "{r:?}");
+    assert!(listener.accept().is_err(), "a connection got through");
+    assert_eq!(dns.join().unwrap(), 0, "a DNS query got through");
+
+    // On: the same probe connects and gets its DNS answer.
+    let (dns_port, dns) = fake_dns();
+    let mut cfg = level(IsolationLevel::BestEffort);
+    cfg.allow_network = true;
+    let sb = t.sandbox(cfg);
+    let r = run(
+        &sb,
+        &["python3", "probe.py", &tcp_port, &dns_port.to_string()],
+    )
+    .await;
+    assert!(r.stdout.contains("tcp: connected"), "{r:?}");
+    assert!(r.stdout.contains("dns: answer 10.1.2.3"), "{r:?}");
+    let layers = applied(&r);
+    assert!(
+        !layers.contains(&"netns") && !layers.contains(&"seccomp_net"),
+        "{r:?}"
+    );
+    listener.set_nonblocking(false).unwrap();
+    let (mut conn, _) = listener.accept().unwrap();
+    let mut got = String::new();
+    conn.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "hello");
+    assert_eq!(dns.join().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn abstract_unix_sockets_of_the_host_are_out_of_reach() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let name = format!("toolhost-test-{}", std::process::id());
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let listener = UnixListener::bind_addr(&addr).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let t = Tmp::new();
+    t.write(
+        "probe.py",
+        &format!(
+            "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('\\0{name}'); s.sendall(b'x'); print('connected')\nexcept OSError as e:\n    print('refused', e.strerror)\n"
+        ),
+    );
+    // With the network on there is no network namespace: Landlock's scope
+    // (ABI 6+) is what refuses. The twin without isolation connects.
+    let mut cfg = level(IsolationLevel::BestEffort);
+    cfg.allow_network = true;
+    let r = run(&t.sandbox(cfg), &["python3", "probe.py"]).await;
+    if applied(&r).contains(&"landlock_scope") {
+        assert!(r.stdout.starts_with("refused"), "{r:?}");
+        assert!(listener.accept().is_err());
+    }
+    let r = run(
+        &t.sandbox(level(IsolationLevel::BestEffort)),
+        &["python3", "probe.py"],
+    )
+    .await;
+    assert!(r.stdout.starts_with("refused"), "{r:?}");
+    assert!(listener.accept().is_err());
+    let r = run(
+        &t.sandbox(level(IsolationLevel::Off)),
+        &["python3", "probe.py"],
+    )
+    .await;
+    assert_eq!(r.stdout, "connected\n", "{r:?}");
+    listener.set_nonblocking(false).unwrap();
+    let (mut c, _) = listener.accept().unwrap();
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).unwrap();
+}
+
+const SYSCALL_PROBE: &str = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, *args):
+    r = libc.syscall(*args)
+    print(name, "ok" if r >= 0 else os.strerror(ctypes.get_errno()))
+# x86_64 and aarch64 numbers
+import platform
+x86 = platform.machine() == "x86_64"
+call("keyctl", 250 if x86 else 219, 0, -3, 0)
+call("unshare", 272 if x86 else 97, 0x04000000)
+call("ptrace", 101 if x86 else 117, 16, os.getppid(), 0, 0)
+call("bpf", 321 if x86 else 280, 0, 0, 0)
+call("io_uring_setup", 425, 0, 0)
+call("clone3", 435, 0, 0)
+call("mount", 165 if x86 else 40, 0, 0, 0, 0, 0)
+call("getpid", 39 if x86 else 172)
+"#;
+
+#[tokio::test]
+async fn seccomp_refuses_what_no_tool_needs() {
+    let t = Tmp::new();
+    t.write("probe.py", SYSCALL_PROBE);
+    let r = run(
+        &t.sandbox(level(IsolationLevel::BestEffort)),
+        &["python3", "probe.py"],
+    )
+    .await;
+    assert!(applied(&r).contains(&"seccomp"), "{r:?}");
+    let want = "keyctl Operation not permitted\nunshare Operation not permitted\n\
+                ptrace Operation not permitted\nbpf Operation not permitted\n\
+                io_uring_setup Operation not permitted\nclone3 Function not implemented\n\
+                mount Operation not permitted\ngetpid ok\n";
+    assert_eq!(r.stdout, want, "{r:?}");
+    // Threads and subprocesses still work (clone without namespace flags).
+    let r = run(
+        &t.sandbox(level(IsolationLevel::BestEffort)),
+        &["python3", "-c", "import threading, subprocess; t = threading.Thread(target=lambda: print('thread', flush=True)); t.start(); t.join(); subprocess.run(['echo', 'child'])"],
+    )
+    .await;
+    assert_eq!(r.stdout, "thread\nchild\n", "{r:?}");
+    // Twin: without the filter the same calls reach the kernel, which
+    // answers with its own errors for their (deliberately bad) arguments, and
+    // the session keyring answers.
+    let r = run(
+        &t.sandbox(level(IsolationLevel::Off)),
+        &["python3", "probe.py"],
+    )
+    .await;
+    let want = "keyctl ok\nbpf Invalid argument\nio_uring_setup Bad address\n\
+                clone3 Invalid argument\nmount Bad address\ngetpid ok\n";
+    let got: String = r
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with("unshare") && !l.starts_with("ptrace"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(got, want, "{r:?}");
+}
+
+#[tokio::test]
+async fn a_root_tool_cannot_make_device_nodes_or_administer_the_network() {
+    if !is_root() {
+        // Without root neither mknod nor CAP_NET_ADMIN exist to take away;
+        // the Landlock rights are checked by the tests above.
+        return;
+    }
+    let t = Tmp::new();
+    // A character device (the unhardened level's own Landlock domain already
+    // refuses block devices).
+    let script = "mknod dev c 1 3 && echo made; grep CapBnd /proc/self/status";
+    let r = sh(&t.sandbox(level(IsolationLevel::BestEffort)), script).await;
+    assert!(
+        !r.stdout.contains("made") && !t.ws().join("dev").exists(),
+        "{r:?}"
+    );
+    let bnd = r.stdout.trim().rsplit('\t').next().unwrap_or("");
+    let caps = u64::from_str_radix(bnd, 16).unwrap();
+    for cap in [12, 13, 16, 17, 19, 21, 27] {
+        assert_eq!(caps & (1 << cap), 0, "cap {cap} still in {bnd}");
+    }
+    // Twin: without isolation root can (then we clean up).
+    let r = sh(&t.sandbox(level(IsolationLevel::Off)), script).await;
+    assert!(r.stdout.contains("made"), "{r:?}");
+    std::fs::remove_file(t.ws().join("dev")).unwrap();
+}
+
+#[test]
+fn strict_fails_closed_when_a_layer_cannot_be_applied() {
+    let t = Tmp::new();
+    // No usable temp dir for toolhost: the private tmp cannot be made.
+    let args = |lvl: &str| {
+        vec![
+            "run".to_string(),
+            "--json".into(),
+            "--isolation".into(),
+            lvl.into(),
+            "--".into(),
+            "sh".into(),
+            "-c".into(),
+            "echo ran > ran.txt".into(),
+        ]
+    };
+    let go = |lvl: &str| {
+        let a = args(lvl);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        toolhost(&t.ws(), &a, &[("TMPDIR", "/nonexistent/toolhost-test")])
+    };
+    let out = go("strict");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["outcome"]["kind"], "isolation_unavailable", "{v}");
+    assert!(
+        v["outcome"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("private_tmp"),
+        "{v}"
+    );
+    assert_eq!(out.status.code(), Some(125));
+    assert!(!t.ws().join("ran.txt").exists());
+    // Best effort runs the call and says what was missing.
+    let out = go("best-effort");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["returncode"], 0, "{v}");
+    assert!(t.ws().join("ran.txt").exists());
+    assert_eq!(
+        v["isolation"]["missing"],
+        serde_json::json!(["private_tmp"]),
+        "{v}"
+    );
+    // The other layers still hold.
+    let applied = v["isolation"]["applied"].as_array().unwrap();
+    assert!(applied.iter().any(|l| l == "landlock_fs"), "{v}");
+}
+
+#[tokio::test]
+async fn strict_runs_with_every_required_layer_on_this_host() {
+    let t = Tmp::new();
+    let r = sh(&t.sandbox(level(IsolationLevel::Strict)), "echo ok").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::Exited, "{r:?}");
+    let iso = r.isolation.unwrap();
+    assert_eq!(iso.level, IsolationLevel::Strict);
+    for l in [
+        "no_new_privs",
+        "landlock_fs",
+        "seccomp",
+        "seccomp_net",
+        "subreaper",
+        "private_tmp",
+    ] {
+        assert!(iso.applied.contains(&l), "{l}: {iso:?}");
+    }
+}
+
+fn check_json(t: &Tmp, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, serde_json::Value) {
+    let mut a = vec!["check", "--json"];
+    a.extend_from_slice(args);
+    let out = toolhost(&t.ws(), &a, env);
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), v)
+}
+
+fn check_line<'a>(v: &'a serde_json::Value, backend: &str, name: &str) -> &'a serde_json::Value {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["backend"] == backend && c["name"] == name)
+        .unwrap_or_else(|| panic!("no {backend}/{name} in {v}"))
+}
+
+#[test]
+fn check_reports_what_this_host_enforces() {
+    let t = Tmp::new();
+    let (code, v) = check_json(&t, &[], &[]);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["configured"]["isolation"], "best-effort");
+    // The Landlock line names the ABI the kernel answered with.
+    let ll = check_line(&v, "direct", "landlock");
+    assert!(ll["detail"].as_str().unwrap().starts_with("ABI "), "{ll}");
+    // The probe call ran through the configured isolation and lists its layers.
+    let probe = check_line(&v, "direct", "probe call");
+    let detail = probe["detail"].as_str().unwrap();
+    for l in ["landlock_fs", "seccomp", "subreaper", "private_tmp"] {
+        assert!(detail.contains(l), "{l}: {probe}");
+    }
+    assert_eq!(check_line(&v, "wasm", "engine")["status"], "ok");
+    // The table form says the same.
+    let out = toolhost(&t.ws(), &["check"], &[]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("probe call") && table.contains("result: ok"),
+        "{table}"
+    );
+
+    // Strict on a host where a layer cannot be applied: not met, exit 1.
+    let (code, v) = check_json(
+        &t,
+        &["--isolation", "strict"],
+        &[("TMPDIR", "/nonexistent/toolhost-test")],
+    );
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["ok"], false);
+    assert!(
+        v["problems"][0].as_str().unwrap().contains("private_tmp"),
+        "{v}"
+    );
+    // Best effort on the same host is met, and the missing layer is named.
+    let (code, v) = check_json(
+        &t,
+        &["--isolation", "best-effort"],
+        &[("TMPDIR", "/nonexistent/toolhost-test")],
+    );
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(check_line(&v, "direct", "probe call")["status"], "partial");
+}
+
+#[test]
+fn check_fails_when_the_configured_docker_backend_cannot_run() {
+    let Some(image) = crate::docker::image() else {
+        return;
+    };
+    let t = Tmp::new();
+    // No image configured: the docker backend cannot run calls.
+    let (code, v) = check_json(&t, &["--backend", "docker"], &[]);
+    assert_eq!(code, Some(1), "{v}");
+    assert!(v["problems"][0].as_str().unwrap().contains("image"), "{v}");
+    assert_eq!(check_line(&v, "docker", "engine")["status"], "ok");
+    // An image that is not there, and one that is.
+    let cfg = t.root.join("cfg.toml");
+    std::fs::write(&cfg, "[docker]\nimage = \"toolhost-no-such-image:0\"\n").unwrap();
+    let (code, v) = check_json(
+        &t,
+        &["--backend", "docker", "--config", cfg.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{v}");
+    std::fs::write(&cfg, format!("[docker]\nimage = \"{image}\"\n")).unwrap();
+    let (code, v) = check_json(
+        &t,
+        &["--backend", "docker", "--config", cfg.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(check_line(&v, "docker", "image")["status"], "ok");
+    assert!(
+        check_line(&v, "docker", "engine")["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("Docker ")
+    );
+    // The direct backend does not need the engine: the same host is fine for it.
+    let (code, _) = check_json(&t, &["--config", cfg.to_str().unwrap()], &[]);
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn host_unix_sockets_are_unreachable_with_the_network_off() {
+    use std::os::unix::net::UnixListener;
+    let t = Tmp::new();
+    // A host daemon's socket, by path (as /var/run/docker.sock would be).
+    let path = t.outside().join("daemon.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    t.write(
+        "probe.py",
+        &format!(
+            "import socket\na, b = socket.socketpair(); a.sendall(b'p'); print('pair', b.recv(1).decode())\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({:?}); s.sendall(b'x'); print('connected')\nexcept OSError as e:\n    print('refused', e.strerror)\n",
+            path.to_str().unwrap()
+        ),
+    );
+    let r = run(
+        &t.sandbox(level(IsolationLevel::BestEffort)),
+        &["python3", "probe.py"],
+    )
+    .await;
+    assert_eq!(
+        r.stdout, "pair p\nrefused Operation not permitted\n",
+        "{r:?}"
+    );
+    assert!(listener.accept().is_err(), "the daemon was reached");
+    // Twin: without the kernel layers the same probe reaches it.
+    let r = run(
+        &t.sandbox(level(IsolationLevel::Off)),
+        &["python3", "probe.py"],
+    )
+    .await;
+    assert_eq!(r.stdout, "pair p\nconnected\n", "{r:?}");
+    listener.set_nonblocking(false).unwrap();
+    let (mut c, _) = listener.accept().unwrap();
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"x");
+}

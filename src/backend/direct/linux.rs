@@ -24,13 +24,35 @@ pub(super) fn harden(plan: &ExecPlan) -> Result<Hardening, Outcome> {
 }
 
 impl Hardening {
-    /// What the call got, from the layers the tool reported.
+    /// What the call got, from the layers the tool reported. The first call
+    /// with a given set of layers logs it (once per process and set: an
+    /// operator sees what holds, and when it changes).
     pub fn report(&self, f: &Finished) -> Option<IsolationReport> {
-        Some(IsolationReport::new(
-            self.0.level,
-            f.layers | self.0.parent_applied,
-            self.0.wanted,
-        ))
+        let applied = f.layers | self.0.parent_applied;
+        let r = IsolationReport::new(self.0.level, applied, self.0.wanted);
+        static SEEN: std::sync::Mutex<Vec<(u8, u32, u32)>> = std::sync::Mutex::new(Vec::new());
+        let key = (self.0.level as u8, applied, self.0.wanted);
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !seen.contains(&key) && seen.len() < 64 {
+            seen.push(key);
+            if r.missing.is_empty() {
+                tracing::info!(
+                    backend = "direct",
+                    "isolation {}: {}",
+                    r.level.as_str(),
+                    r.applied.join(", ")
+                );
+            } else {
+                tracing::warn!(
+                    backend = "direct",
+                    "isolation {}: {}; not available here: {}",
+                    r.level.as_str(),
+                    r.applied.join(", "),
+                    r.missing.join(", ")
+                );
+            }
+        }
+        Some(r)
     }
 
     /// The message of a `strict` call stopped by a layer that failed in the tool.

@@ -100,6 +100,7 @@ fn push(
 }
 
 fn platform() -> String {
+    #[cfg_attr(not(unix), allow(unused_mut))]
     let mut s = format!("{} {}", std::env::consts::OS, std::env::consts::ARCH);
     #[cfg(unix)]
     {

@@ -4,11 +4,14 @@
 mod util;
 
 mod cli;
+mod contract;
 mod direct;
 mod docker;
 mod env;
+mod invariants;
 mod isolation;
 mod mcp;
 mod paths;
+mod props;
 mod toolbox;
 mod wasm;

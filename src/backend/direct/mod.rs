@@ -98,6 +98,7 @@ pub(crate) struct Finished {
     pub cpu_time: Option<Duration>,
     pub survivors: u32,
     /// Isolation layers the tool applied before exec.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub layers: u32,
 }
 

@@ -328,13 +328,20 @@ fn direct_host_checks(out: &mut Vec<Check>) {
             "no seccomp filtering for this kernel or architecture",
         );
     }
-    match d::shared_netns() {
-        Ok(_) => push(
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let userns = if root { None } else { Some(d::shared_userns()) };
+    let netns = match &userns {
+        None => d::shared_netns().map(|_| ()),
+        Some(r) => r.as_ref().map(|_| ()).map_err(Clone::clone),
+    };
+    match netns {
+        Ok(()) => push(
             out,
             "direct",
             "network namespace",
             Status::Ok,
-            "an empty network namespace (no interface up), shared by the calls of a toolhost process, CAP_NET_ADMIN dropped",
+            "an empty network namespace (no interface up), shared by the calls of a toolhost process; no tool holds CAP_NET_ADMIN there",
         ),
         Err(why) => push(
             out,
@@ -346,41 +353,61 @@ fn direct_host_checks(out: &mut Vec<Check>) {
             ),
         ),
     }
-    let userns = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    let unpriv = std::fs::read_to_string("/proc/sys/kernel/unprivileged_userns_clone")
-        .map(|s| s.trim() != "0")
-        .unwrap_or(userns > 0);
-    push(
-        out,
-        "direct",
-        "user namespaces",
-        Status::Unused,
-        format!(
-            "{}; not used: a user + network namespace per call costs about 0.6 ms and changes the tool's uid",
-            if userns > 0 && unpriv {
-                "available to unprivileged users"
-            } else {
-                "not available to unprivileged users"
-            }
+    match &userns {
+        None => push(
+            out,
+            "direct",
+            "user namespaces",
+            Status::Unused,
+            "not needed: toolhost runs as root and creates the namespaces itself",
         ),
-    );
-    push(
-        out,
-        "direct",
-        "pid namespace",
-        Status::Unused,
-        "not used: the tool would be pid 1 there, which ignores SIGXCPU and signals without handlers; containment is the subreaper",
-    );
-    push(
-        out,
-        "direct",
-        "process containment",
-        Status::Ok,
-        "per-call child subreaper: setsid and double-fork escapees stay in the call's tree and are killed at its end; parent-death signal if toolhost dies",
-    );
+        Some(Ok(_)) => push(
+            out,
+            "direct",
+            "user namespaces",
+            Status::Ok,
+            "one user namespace per toolhost process, mapping only its own uid and gid: it gives an unprivileged toolhost the network and PID namespaces; in it, files of other users show as owned by the overflow uid (65534)",
+        ),
+        Some(Err(why)) => push(
+            out,
+            "direct",
+            "user namespaces",
+            Status::Missing,
+            format!("{why}: an unprivileged toolhost has no network or PID namespace here"),
+        ),
+    }
+    let pidns = root || matches!(userns, Some(Ok(_)));
+    if pidns {
+        push(
+            out,
+            "direct",
+            "pid namespace",
+            Status::Ok,
+            "one per call: the tool is pid 2 under a small init; nothing it starts leaves the namespace, and the kernel kills what is left in it when the call ends; the tool cannot name processes outside it",
+        );
+        push(
+            out,
+            "direct",
+            "process containment",
+            Status::Ok,
+            "the call's PID namespace (isolation best-effort or strict; a per-call child subreaper under isolation = off); parent-death signal if toolhost dies",
+        );
+    } else {
+        push(
+            out,
+            "direct",
+            "pid namespace",
+            Status::Missing,
+            "not available to this unprivileged toolhost",
+        );
+        push(
+            out,
+            "direct",
+            "process containment",
+            Status::Ok,
+            "per-call child subreaper: setsid and double-fork escapees stay in the call's tree and are killed at its end; parent-death signal if toolhost dies",
+        );
+    }
     let cgroup = if std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
         "cgroup v2"
     } else if std::path::Path::new("/sys/fs/cgroup/pids").exists()

@@ -21,6 +21,14 @@
 //! - `seccomp_net` (network off): sockets of any family but unix refused.
 //! - `subreaper`: the process tree is contained by a per-call child subreaper
 //!   (setsid and double forks included) and killed at the end of the call.
+//! - `pidns`: the tool runs in a PID namespace of its own under a small init
+//!   (it is pid 2): nothing it starts can leave the namespace, and the kernel
+//!   kills whatever is left in it when the call ends. Root, or through a user
+//!   namespace.
+//! - `userns` (toolhost not running as root): the tool runs in a user
+//!   namespace of toolhost's (created once, mapping only toolhost's own uid and
+//!   gid), which is what lets an unprivileged toolhost give it `netns` and
+//!   `pidns`. Files of other users show as owned by the overflow uid there.
 //! - `private_tmp`: `TMPDIR` is a fresh directory of the call, removed after it.
 
 use serde::Serialize;
@@ -91,15 +99,21 @@ pub enum Layer {
     Subreaper = 1 << 7,
     /// A private `TMPDIR`.
     PrivateTmp = 1 << 8,
+    /// A PID namespace per call.
+    PidNamespace = 1 << 9,
+    /// toolhost's user namespace (unprivileged toolhost only).
+    UserNamespace = 1 << 10,
 }
 
 /// Every layer, in report order.
-pub const ALL_LAYERS: [Layer; 9] = [
+pub const ALL_LAYERS: [Layer; 11] = [
     Layer::NoNewPrivs,
     Layer::LandlockFs,
     Layer::LandlockNet,
     Layer::LandlockScope,
+    Layer::UserNamespace,
     Layer::NetNamespace,
+    Layer::PidNamespace,
     Layer::Seccomp,
     Layer::SeccompNet,
     Layer::Subreaper,
@@ -108,8 +122,9 @@ pub const ALL_LAYERS: [Layer; 9] = [
 
 /// Layers `strict` requires (with network off, also one of `netns` or
 /// `seccomp_net`): filesystem confinement, the syscall filter, no_new_privs and
-/// tree containment. `landlock_net`, `landlock_scope` and `netns` are applied
-/// where the kernel offers them and reported, but not required.
+/// tree containment. `landlock_net`, `landlock_scope`, `userns`, `netns` and
+/// `pidns` are applied where the kernel offers them and reported, but not
+/// required.
 pub const REQUIRED_STRICT: u32 = Layer::NoNewPrivs as u32
     | Layer::LandlockFs as u32
     | Layer::Seccomp as u32
@@ -129,6 +144,8 @@ impl Layer {
             Layer::SeccompNet => "seccomp_net",
             Layer::Subreaper => "subreaper",
             Layer::PrivateTmp => "private_tmp",
+            Layer::PidNamespace => "pidns",
+            Layer::UserNamespace => "userns",
         }
     }
 

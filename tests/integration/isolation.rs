@@ -465,6 +465,9 @@ fn check_reports_what_this_host_enforces() {
         assert!(detail.contains(l), "{l}: {probe}");
     }
     assert_eq!(check_line(&v, "wasm", "engine")["status"], "ok");
+    // Root, or an unprivileged user with user namespaces: a PID namespace per call.
+    assert_eq!(check_line(&v, "direct", "pid namespace")["status"], "ok");
+    assert!(detail.contains("pidns"), "{probe}");
     // The table form says the same.
     let out = toolhost(&t.ws(), &["check"], &[]);
     let table = String::from_utf8_lossy(&out.stdout);
@@ -571,4 +574,150 @@ async fn host_unix_sockets_are_unreachable_with_the_network_off() {
     let mut b = [0u8; 1];
     c.read_exact(&mut b).unwrap();
     assert_eq!(&b, b"x");
+}
+
+/// Containment by a PID namespace: the tool is pid 2 under the namespace's
+/// init, in a namespace that is not the host's; a `kill -9 -1` from a root
+/// tool reaches only the call's own processes (its background sleeper dies, a
+/// host process of the same user survives); signals the kernel sends still
+/// arrive (the CPU limit is SIGXCPU, not the hard limit's SIGKILL). Twin
+/// under `off`: the tool's pid is a host pid, in the host's namespace.
+#[tokio::test]
+async fn each_call_runs_in_a_pid_namespace_of_its_own() {
+    let t = Tmp::new();
+    let host_ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let script = "echo $$; readlink /proc/self/ns/pid";
+    let r = sh(&t.sandbox(level(IsolationLevel::BestEffort)), script).await;
+    assert!(applied(&r).contains(&"pidns"), "{r:?}");
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"2"), "{r:?}");
+    assert_ne!(lines.get(1).copied(), host_ns.to_str(), "{r:?}");
+
+    let off = sh(&t.sandbox(level(IsolationLevel::Off)), script).await;
+    let lines: Vec<&str> = off.stdout.lines().collect();
+    let pid: i32 = lines[0].parse().unwrap();
+    assert!(pid > 2, "{off:?}");
+    assert_eq!(lines.get(1).copied(), host_ns.to_str(), "{off:?}");
+    assert!(!applied(&off).contains(&"pidns"), "{off:?}");
+
+    // kill -1 only once the layers that keep it in the call are known to hold.
+    if is_root() && applied(&r).contains(&"landlock_scope") {
+        let mut canary = std::process::Command::new("sleep")
+            .arg("9641")
+            .spawn()
+            .unwrap();
+        let r = sh(
+            &t.sandbox(level(IsolationLevel::BestEffort)),
+            "sleep 9642 & echo started; kill -9 -1; sleep 0.5; echo after",
+        )
+        .await;
+        assert!(r.stdout.starts_with("started\n"), "{r:?}");
+        assert!(
+            crate::util::alive(canary.id() as i32),
+            "the host process survived"
+        );
+        assert_eq!(survivors("sleep 9642"), Vec::<i32>::new());
+        canary.kill().unwrap();
+        canary.wait().unwrap();
+    }
+
+    let sb = t.sandbox(SandboxConfig {
+        max_cpu_seconds: 1,
+        ..level(IsolationLevel::BestEffort)
+    });
+    let r = sh(&sb, "while :; do :; done").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::CpuLimit, "{r:?}");
+    assert_eq!(r.outcome.signal, Some(libc::SIGXCPU), "{r:?}");
+    assert!(applied(&r).contains(&"pidns"), "{r:?}");
+}
+
+/// An unprivileged toolhost (here: the CLI run as `nobody` when the tests run
+/// as root) gets its network and PID namespaces through a user namespace that
+/// maps only its own uid: TCP to a listening loopback port of the host fails
+/// and the listener sees nothing, the tool is pid 2 and keeps its uid, and a
+/// `setsid` sleeper is gone after the call. Twin under `off`, same user: the
+/// connection reaches the listener.
+#[test]
+fn an_unprivileged_toolhost_gets_user_network_and_pid_namespaces() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let t = Tmp::new();
+    let (uid, gid) = if is_root() {
+        (65534u32, 65534u32)
+    } else {
+        // SAFETY: getuid and getgid cannot fail.
+        unsafe { (libc::getuid(), libc::getgid()) }
+    };
+    std::fs::set_permissions(&t.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(t.ws(), Some(uid), Some(gid)).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        "echo pid=$$; cat /proc/self/uid_map; \
+         python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')\" 2>/dev/null; \
+         setsid sleep 9651 > /dev/null 2>&1 & echo started"
+    );
+    let run = |isolation: &str| {
+        let mut cmd = std::process::Command::new(toolhost_bin());
+        cmd.args([
+            "run",
+            "--json",
+            "--isolation",
+            isolation,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .current_dir(t.ws())
+        .stdin(std::process::Stdio::null())
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("TOOLHOST_LOG");
+        if is_root() {
+            cmd.uid(uid).gid(gid);
+        }
+        let out = cmd.output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        v
+    };
+    let accepted = |l: &TcpListener| {
+        std::thread::sleep(Duration::from_millis(200));
+        l.accept().is_ok()
+    };
+
+    let v = run("best-effort");
+    let out = v["stdout"].as_str().unwrap();
+    let applied: Vec<&str> = v["isolation"]["applied"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.as_str())
+        .collect();
+    for l in ["userns", "netns", "pidns", "landlock_fs", "seccomp"] {
+        assert!(applied.contains(&l), "{l}: {v}");
+    }
+    assert!(out.starts_with("pid=2\n"), "{v}");
+    let map: Vec<&str> = out
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        map,
+        [uid.to_string(), uid.to_string(), "1".to_string()],
+        "{v}"
+    );
+    assert!(!out.contains("connected") && out.contains("started"), "{v}");
+    assert!(!accepted(&listener), "the listener saw a connection: {v}");
+    assert_eq!(survivors("sleep 9651"), Vec::<i32>::new());
+
+    let v = run("off");
+    let out = v["stdout"].as_str().unwrap();
+    assert!(out.contains("connected"), "{v}");
+    assert!(accepted(&listener), "twin: the listener saw it");
+    assert!(!out.starts_with("pid=2\n"), "{v}");
+    assert_eq!(survivors("sleep 9651"), Vec::<i32>::new());
 }

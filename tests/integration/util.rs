@@ -114,12 +114,20 @@ pub fn still_alive(pids: &[i32], within: Duration) -> Vec<i32> {
     }
 }
 
+/// Host pids of the processes whose command line contains `marker` that are
+/// still alive 2 s from now (normally none). A tool's `$$` and `$!` are pids
+/// of its PID namespace, so tests find its processes on the host this way.
+pub fn survivors(marker: &str) -> Vec<i32> {
+    still_alive(&processes_with(marker), Duration::from_secs(2))
+}
+
 /// Parses every integer line of `text` as a pid.
 pub fn pids_in(text: &str) -> Vec<i32> {
     text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
-/// Pids of live processes whose command line contains `marker`.
+/// Pids of live processes whose command line (arguments joined by spaces)
+/// contains `marker`.
 pub fn processes_with(marker: &str) -> Vec<i32> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -129,8 +137,11 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
+        // Arguments are NUL-separated there: match them joined by spaces.
         if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline"))
-            && String::from_utf8_lossy(&cmd).contains(marker)
+            && String::from_utf8_lossy(&cmd)
+                .replace('\0', " ")
+                .contains(marker)
             && alive(pid)
         {
             out.push(pid);

@@ -28,7 +28,9 @@ mod supervisor;
 #[cfg(target_os = "linux")]
 pub use harden::flush_private_tmps;
 #[cfg(target_os = "linux")]
-pub(crate) use harden::{DENIED_SYSCALL_NAMES, landlock_abi, seccomp_available, shared_netns};
+pub(crate) use harden::{
+    DENIED_SYSCALL_NAMES, landlock_abi, seccomp_available, shared_netns, shared_userns,
+};
 
 /// Waits until the private tmps of finished calls are removed (no private
 /// tmps on this platform).

@@ -15,6 +15,17 @@
 //! group and then every child it has, round after round, until none is left. It
 //! then reports the tool's wait status and CPU time on a pipe and exits.
 //!
+//! With isolation on (and where the host allows: root, or through toolhost's
+//! user namespace), the call also gets a PID namespace: the supervisor
+//! unshares one and starts a small init in it (`init_main`, sharing the
+//! supervisor's memory), which starts the tool (pid 2 there) and reaps the
+//! namespace. When the tool exits, the init exits, and the kernel kills every
+//! process left in the namespace before the init can be reaped; to end the
+//! call early, the supervisor SIGKILLs the init. The tool's escapees cannot
+//! leave the namespace, and the tool cannot name any process outside it. The
+//! tool is not pid 1 itself because pid 1 ignores signals it has no handler
+//! for, SIGXCPU of the CPU limit included.
+//!
 //! The parent-death signal is tied to the *thread* that forked, which may be a
 //! tokio worker that exits later. The supervisor therefore checks, when the
 //! signal comes, whether toolhost itself is gone (`getppid()` changed); if only
@@ -271,24 +282,183 @@ pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
         // /proc/<supervisor>/environ (it is a copy of toolhost).
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
 
-        // The tool runs on this stack, in our memory, until it execs; we are
-        // suspended meanwhile (CLONE_VFORK), so nothing else touches either.
         TOOL_ERRNO.store(0, Ordering::SeqCst);
         TOOL_STAGE.store(0, Ordering::SeqCst);
         TOOL_LAYERS.store(0, Ordering::SeqCst);
-        let stack = TOOL_STACK.0.get().cast::<u8>();
-        let stack_top = stack.add(TOOL_STACK_SIZE).cast::<c_void>();
+        TOOL_REAPED.store(0, Ordering::SeqCst);
+        LAUNCHED.store(LAUNCH_PENDING, Ordering::SeqCst);
+
+        // An unprivileged toolhost's user namespace: it lets us make the PID
+        // namespace below, and the tool enter the network namespace.
+        let mut ns_layers = 0;
+        if p.harden.userns_fd >= 0 && libc::setns(p.harden.userns_fd, libc::CLONE_NEWUSER) == 0 {
+            ns_layers |= Layer::UserNamespace.bit();
+        }
+        let arg = (p as *const Params).cast_mut().cast::<c_void>();
+        if p.harden.pidns && libc::unshare(libc::CLONE_NEWPID) == 0 {
+            // Our next child is the init of a new PID namespace; it starts
+            // the tool (pid 2 there) and reaps what is orphaned in it.
+            SUPERVISOR_PIDFD.store(
+                libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as c_int,
+                Ordering::SeqCst,
+            );
+            let stack = INIT_STACK.0.get().cast::<u8>();
+            // CLONE_CHILD_CLEARTID: the kernel zeroes LAUNCHED and wakes us
+            // when the init exits, should it die before it has launched.
+            let init = libc::clone(
+                init_main,
+                stack.add(INIT_STACK_SIZE).cast::<c_void>(),
+                libc::CLONE_VM | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD,
+                arg,
+                std::ptr::null_mut::<pid_t>(),
+                std::ptr::null_mut::<c_void>(),
+                LAUNCHED.as_ptr().cast::<pid_t>(),
+            );
+            let pidfd = SUPERVISOR_PIDFD.load(Ordering::SeqCst);
+            if init > 0 {
+                wait_launched();
+                ns_layers |= Layer::PidNamespace.bit();
+            }
+            if pidfd >= 0 {
+                libc::close(pidfd);
+            }
+            supervise(p, init, true, ns_layers)
+        } else {
+            // The tool runs on this stack, in our memory, until it execs; we are
+            // suspended meanwhile (CLONE_VFORK), so nothing else touches either.
+            let tool = libc::clone(
+                tool_main,
+                tool_stack_top(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                arg,
+            );
+            supervise(p, tool, false, ns_layers)
+        }
+    }
+}
+
+fn tool_stack_top() -> *mut c_void {
+    // SAFETY: one past the end of the static stack, which clone grows down from.
+    unsafe {
+        TOOL_STACK
+            .0
+            .get()
+            .cast::<u8>()
+            .add(TOOL_STACK_SIZE)
+            .cast::<c_void>()
+    }
+}
+
+/// The init of the call's PID namespace. It shares the supervisor's memory
+/// (CLONE_VM, its own stack) but not its fds. It starts the tool as the
+/// supervisor would, tells the supervisor it did (`LAUNCHED`), drops every fd
+/// (the output pipes must reach EOF once the tree is gone), and reaps every
+/// process of the namespace until the tool itself exits. It then records the
+/// tool's wait status and exits, and the kernel kills whatever is left in the
+/// namespace before the supervisor can reap us: nothing started in the call
+/// outlives it, setsid and double forks included.
+///
+/// Every signal is blocked here (SIGKILL aside, which only the supervisor
+/// can send from outside the namespace): no handler inherited from toolhost
+/// ever runs in the init.
+///
+/// The init, the supervisor and the tool before its exec share one thread
+/// area, hence one `errno`: while the tool runs before exec, the supervisor is
+/// blocked in a futex wait and the init suspended by CLONE_VFORK, so neither
+/// writes it; after that, the init never reads it.
+extern "C" fn init_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the supervisor's `Params`, alive as long as the
+    // supervisor, and we die with it (parent-death signal, checked below).
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        // The supervisor may have died before the line above took effect:
+        // its pidfd is readable once it has.
+        let pidfd = SUPERVISOR_PIDFD.load(Ordering::SeqCst);
+        if pidfd >= 0 {
+            let mut pfd = libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            if libc::poll(&mut pfd, 1, 0) > 0 {
+                libc::_exit(1);
+            }
+        }
         let tool = libc::clone(
             tool_main,
-            stack_top,
+            tool_stack_top(),
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (p as *const Params).cast_mut().cast::<c_void>(),
+            arg,
         );
-        supervise(p, tool)
+        if tool < 0 {
+            TOOL_ERRNO.store(errno().max(1), Ordering::SeqCst);
+            TOOL_STAGE.store(STAGE_SETUP, Ordering::SeqCst);
+        }
+        LAUNCHED.store(LAUNCH_DONE, Ordering::SeqCst);
+        libc::syscall(libc::SYS_futex, LAUNCHED.as_ptr(), libc::FUTEX_WAKE, 1);
+        close_from(0, c_int::MAX);
+        if tool < 0 {
+            libc::_exit(1);
+        }
+        // With every signal blocked, waitpid fails only with ECHILD.
+        loop {
+            let mut status: c_int = 0;
+            let r = libc::waitpid(-1, &mut status, libc::__WALL);
+            if r == tool {
+                TOOL_STATUS.store(status, Ordering::SeqCst);
+                TOOL_REAPED.store(1, Ordering::SeqCst);
+                libc::_exit(0);
+            }
+            if r < 0 {
+                libc::_exit(0);
+            }
+        }
+    }
+}
+
+/// Blocks until the init has started the tool (the tool has exec'd or
+/// failed), or has exited. No timeout: the wait must not write errno while
+/// the tool may still read it (see `init_main`).
+unsafe fn wait_launched() {
+    unsafe {
+        while LAUNCHED.load(Ordering::SeqCst) == LAUNCH_PENDING {
+            libc::syscall(
+                libc::SYS_futex,
+                LAUNCHED.as_ptr(),
+                libc::FUTEX_WAIT,
+                LAUNCH_PENDING,
+                std::ptr::null::<libc::timespec>(),
+            );
+        }
     }
 }
 
 const TOOL_STACK_SIZE: usize = 64 * 1024;
+const INIT_STACK_SIZE: usize = 32 * 1024;
+#[repr(C, align(16))]
+struct InitStack(UnsafeCell<[u8; INIT_STACK_SIZE]>);
+// SAFETY: used only by the PID namespace's init, which is its sole user.
+unsafe impl Sync for InitStack {}
+static INIT_STACK: InitStack = InitStack(UnsafeCell::new([0; INIT_STACK_SIZE]));
+/// A futex word: `LAUNCH_PENDING` until the init has started the tool
+/// (`LAUNCH_DONE`) or has exited (0, written by the kernel: CLONE_CHILD_CLEARTID).
+static LAUNCHED: AtomicU32 = AtomicU32::new(LAUNCH_PENDING);
+const LAUNCH_PENDING: u32 = 1;
+const LAUNCH_DONE: u32 = 2;
+/// The tool's wait status, when the init reaped it (`TOOL_REAPED` = 1).
+static TOOL_STATUS: AtomicI32 = AtomicI32::new(0);
+static TOOL_REAPED: AtomicU32 = AtomicU32::new(0);
+/// A pidfd of the supervisor, for the init to check it is still there.
+static SUPERVISOR_PIDFD: AtomicI32 = AtomicI32::new(-1);
 #[repr(C, align(16))]
 struct ToolStack(UnsafeCell<[u8; TOOL_STACK_SIZE]>);
 // SAFETY: used only by the single-threaded supervisor process (its own copy
@@ -534,8 +704,11 @@ fn errno() -> c_int {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-unsafe fn supervise(p: &Params, tool: pid_t) -> ! {
+/// Waits for `child` (the tool, or in a PID namespace its init), ends the call
+/// and reports. `ns_layers`: the namespace layers applied here.
+unsafe fn supervise(p: &Params, child: pid_t, in_pidns: bool, ns_layers: u32) -> ! {
     unsafe {
+        let tool = child;
         let (failure, stage) = if tool < 0 {
             (errno(), STAGE_SETUP)
         } else {
@@ -544,7 +717,8 @@ unsafe fn supervise(p: &Params, tool: pid_t) -> ! {
                 TOOL_STAGE.load(Ordering::SeqCst),
             )
         };
-        let layers = TOOL_LAYERS.load(Ordering::SeqCst);
+        let failed_layer = TOOL_STAGE.load(Ordering::SeqCst) == STAGE_ISOLATION;
+        let layers = TOOL_LAYERS.load(Ordering::SeqCst) | if failed_layer { 0 } else { ns_layers };
         if failure != 0 {
             // The tool never ran (and, if it was created, has exited).
             if tool > 0 {
@@ -639,14 +813,30 @@ unsafe fn supervise(p: &Params, tool: pid_t) -> ! {
             break;
         }
 
-        libc::kill(-tool, libc::SIGKILL);
-        libc::kill(tool, libc::SIGKILL);
+        if in_pidns {
+            // Killing the init kills every process of the namespace; by the
+            // time it can be reaped, they are gone. (The tool's pid is a pid
+            // of that namespace, meaningless here.)
+            libc::kill(child, libc::SIGKILL);
+        } else {
+            libc::kill(-tool, libc::SIGKILL);
+            libc::kill(tool, libc::SIGKILL);
+        }
         let mut status: c_int = 0;
         let mut ru: libc::rusage = std::mem::zeroed();
-        if libc::wait4(tool, &mut status, 0, &mut ru) == tool {
+        if libc::wait4(child, &mut status, 0, &mut ru) == child {
             report.wait_status = status;
             let us = |t: libc::timeval| (t.tv_sec as u64) * 1_000_000 + t.tv_usec as u64;
+            // In a PID namespace: the init's and all it reaped, the tool first.
             report.cpu_micros = us(ru.ru_utime) + us(ru.ru_stime);
+        }
+        if in_pidns {
+            report.wait_status = if TOOL_REAPED.load(Ordering::SeqCst) == 1 {
+                TOOL_STATUS.load(Ordering::SeqCst)
+            } else {
+                // Killed with its namespace before it exited.
+                libc::SIGKILL
+            };
         }
         report.survivors = kill_all_children();
 

@@ -420,6 +420,7 @@ impl DockerBackend {
             soft: Some(0),
             hard: Some(0),
         });
+        ulimits.push(nofile_ulimit());
         let memory = limits
             .memory_bytes
             .map(|b| i64::try_from(b).unwrap_or(i64::MAX));
@@ -1055,4 +1056,17 @@ async fn remove_dead_owners(docker: &Docker) -> usize {
         }
     }
     n
+}
+
+/// Open files per process in a container. Without it, a container inherits the
+/// engine's own limit (20000 here, often 1M): a tool could hold that many files
+/// of the host's kernel. 4096 is more than build tools ask for.
+pub(super) const CONTAINER_NOFILE: i64 = 4096;
+
+pub(super) fn nofile_ulimit() -> ResourcesUlimits {
+    ResourcesUlimits {
+        name: Some("nofile".into()),
+        soft: Some(CONTAINER_NOFILE),
+        hard: Some(CONTAINER_NOFILE),
+    }
 }

@@ -427,11 +427,14 @@ impl DockerBackend {
         host.init = Some(false);
         // No container-wide CPU or file-size limit: it would end the helper,
         // which serves every call; the helper sets them on each call's process.
-        host.ulimits = Some(vec![ResourcesUlimits {
-            name: Some("core".into()),
-            soft: Some(0),
-            hard: Some(0),
-        }]);
+        host.ulimits = Some(vec![
+            ResourcesUlimits {
+                name: Some("core".into()),
+                soft: Some(0),
+                hard: Some(0),
+            },
+            super::nofile_ulimit(),
+        ]);
         if let Some(m) = host.mounts.as_mut() {
             m.push(Mount {
                 target: Some(HELPER_TARGET.into()),

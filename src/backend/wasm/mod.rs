@@ -73,6 +73,11 @@ const MAX_SCHEMA_BYTES: usize = 64 << 10;
 
 /// Largest table a guest may grow to (elements).
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+/// Handles (open files, dirs, streams...) one guest may hold at once. Each
+/// open file is a host fd of toolhost's: without a cap, a guest opening files
+/// in a loop took every fd of the process (4075 of 4096, measured) and every
+/// other call failed meanwhile. Past the cap, the guest's open fails.
+const MAX_GUEST_HANDLES: usize = 1024;
 
 /// WASI preview-1 errno values used by the host-side file budget.
 const ERRNO_FAULT: i32 = 21;
@@ -774,8 +779,12 @@ impl WasmBackend {
         let ended = match &*loaded {
             Loaded::Module(pre) => {
                 let mut builder = builder;
+                let mut wasi = builder.build_p1();
+                wasmtime_wasi::WasiView::ctx(&mut wasi)
+                    .table
+                    .set_max_capacity(MAX_GUEST_HANDLES);
                 let state = State {
-                    wasi: builder.build_p1(),
+                    wasi,
                     common: self.common(limits),
                 };
                 let pre = pre.clone();
@@ -1015,9 +1024,11 @@ impl WasmBackend {
     }
 
     fn component_state(&self, mut builder: WasiCtxBuilder, limits: &Limits) -> CState {
+        let mut table = wasmtime::component::ResourceTable::new();
+        table.set_max_capacity(MAX_GUEST_HANDLES);
         CState {
             ctx: builder.build(),
-            table: wasmtime::component::ResourceTable::new(),
+            table,
             common: self.common(limits),
         }
     }
@@ -1286,8 +1297,17 @@ fn classify(
     if let Some(i) = e.downcast_ref::<InstantiateFailed>() {
         return (Outcome::new(OutcomeKind::LaunchFailed, i.to_string()), None);
     }
+    let table_full = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<wasmtime::component::ResourceTableError>(),
+            Some(wasmtime::component::ResourceTableError::Full)
+        )
+    });
     let message = match trap {
         Some(t) => t.to_string(),
+        None if table_full => format!(
+            "stopped: the tool held more than {MAX_GUEST_HANDLES} handles at once (open files, directories, streams); the cap keeps toolhost's own file descriptors free"
+        ),
         None => format!("wasm error: {}", first_line(&e.root_cause())),
     };
     (Outcome::new(OutcomeKind::Trapped, message), None)

@@ -55,6 +55,48 @@ fn main() {
                 std::process::exit(3);
             }
         },
+        "rename" => match std::fs::rename(arg(2), arg(3)) {
+            Ok(()) => println!("renamed"),
+            Err(e) => {
+                println!("ERR {e}");
+                std::process::exit(3);
+            }
+        },
+        "link" => match std::fs::hard_link(arg(2), arg(3)) {
+            Ok(()) => println!("linked"),
+            Err(e) => {
+                println!("ERR {e}");
+                std::process::exit(3);
+            }
+        },
+        "fds" => {
+            // fds N: opens (creates) up to N files and keeps them all open;
+            // reports how many it got and the error that stopped it.
+            let mut open = Vec::new();
+            for i in 0..num(2) {
+                if i % 256 == 0 {
+                    println!("opened {i}");
+                }
+                match std::fs::File::create(format!("fd-{i}")) {
+                    Ok(f) => open.push(f),
+                    Err(e) => {
+                        println!("opened {} ERR {e}", open.len());
+                        return;
+                    }
+                }
+            }
+            println!("opened {}", open.len());
+        }
+        "many" => {
+            // many N: N small files, each closed at once.
+            for i in 0..num(2) {
+                if let Err(e) = std::fs::write(format!("m-{i}"), b"x") {
+                    println!("created {i} ERR {e}");
+                    std::process::exit(3);
+                }
+            }
+            println!("created {}", num(2));
+        }
         "ls" => match std::fs::read_dir(arg(2)) {
             Ok(rd) => {
                 let mut names: Vec<String> = rd

@@ -55,7 +55,14 @@ pub fn main(args: CallArgs) -> anyhow::Result<i32> {
         .build()
         .context("cannot start the async runtime")?;
     let cwd = cwd(&args.sandbox);
-    let result = runtime.block_on(sandbox.call_tool(&args.name, &input, cwd.as_deref()));
+    let result = runtime.block_on(async {
+        let r = sandbox.call_tool(&args.name, &input, cwd.as_deref()).await;
+        sandbox.shutdown().await;
+        r
+    });
+    // As in `run`: a guest's blocking-pool thread stuck in open(2) must not
+    // keep the process alive.
+    runtime.shutdown_background();
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer(&mut out, &result)?;

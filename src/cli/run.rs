@@ -264,6 +264,10 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
         toolhost::backend::docker::flush_removals().await;
         r
     });
+    // Everything of the call's that must finish has (above). A wasm guest
+    // blocked in a host open(2) on a FIFO leaves a blocking-pool thread that
+    // dropping the runtime would wait for forever: do not wait.
+    runtime.shutdown_background();
     let Some(result) = result else {
         let (name, number) = signal.unwrap_or(("a signal", 15));
         eprintln!("toolhost: stopped by {name}; the call was stopped and cleaned up");

@@ -1215,3 +1215,53 @@ async fn a_huge_file_named_as_a_tool_is_refused_without_reading_it() {
     let r = probe(&sb, &["exit", "0"]).await;
     assert!(r.success(), "{r:?}");
 }
+
+/// Contract case 10 on wasm, what holds so far: a guest that opens a FIFO with
+/// no writer blocks a host thread in open(2) (wasmtime-wasi's blocking pool);
+/// the call still ends at its timeout and `toolhost run` exits (it does not
+/// wait for that thread). Control: the same guest reads a plain file at once.
+#[test]
+fn a_guest_blocked_opening_a_fifo_times_out_and_the_cli_exits() {
+    let t = Tmp::new();
+    std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
+    let fifo = std::ffi::CString::new(t.ws().join("fifo").to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: mkfifo with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    std::fs::write(t.ws().join("plain.txt"), "plain").unwrap();
+    let run = |file: &str| {
+        let mut child = std::process::Command::new(toolhost_bin())
+            .args([
+                "run",
+                "--backend",
+                "wasm",
+                "--timeout",
+                "2",
+                "--",
+                "./probe.wasm",
+                "read",
+                file,
+            ])
+            .current_dir(t.ws())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .env_remove("TOOLHOST_CONFIG")
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut out = String::new();
+                std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+                return (status.code(), out);
+            }
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                panic!("toolhost run did not exit (reading {file})");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert_eq!(run("fifo"), (Some(124), String::new()));
+    assert_eq!(run("plain.txt"), (Some(0), "plain".to_string()));
+}

@@ -383,7 +383,7 @@ fn direct_host_checks(out: &mut Vec<Check>) {
             "direct",
             "pid namespace",
             Status::Ok,
-            "one per call: the tool is pid 2 under a small init; nothing it starts leaves the namespace, and the kernel kills what is left in it when the call ends; the tool cannot name processes outside it",
+            "one per call: the tool is pid 2 under a small init; nothing it starts leaves the namespace, and the kernel kills what is left in it when the call ends; signals by pid reach only the namespace's processes (/proc still lists the host's)",
         );
         push(
             out,

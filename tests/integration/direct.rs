@@ -466,16 +466,31 @@ async fn concurrent_calls_are_independent() {
 async fn dropping_the_call_kills_the_tree() {
     let t = Tmp::new();
     let sb = t.sandbox(config());
-    let call = sh(&sb, "sleep 9481 & echo $! > pids; echo $$ >> pids; wait");
-    assert!(
-        tokio::time::timeout(Duration::from_millis(700), call)
-            .await
-            .is_err()
+    // `${m}`: only the sleeper's command line has `sleep 9481`, not the shell's.
+    let call = sh(
+        &sb,
+        "m=94; sleep ${m}81 & echo $! > pids; echo $$ >> pids; wait",
     );
+    // Positive control while the call runs: the sleeper is there, found on
+    // the host by its command line.
+    let seen = tokio::select! {
+        _ = call => panic!("the call ended by itself"),
+        seen = async {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let p = processes_with("sleep 9481");
+                if !p.is_empty() || Instant::now() > deadline {
+                    break p;
+                }
+            }
+        } => seen,
+    };
+    assert_eq!(seen.len(), 1, "the sleeper ran");
     let pids = pids_in(&std::fs::read_to_string(t.ws().join("pids")).unwrap());
     assert_eq!(pids.len(), 2, "it started");
     assert_eq!(
-        still_alive(&processes_with("sleep 9481"), Duration::from_secs(3)),
+        still_alive(&seen, Duration::from_secs(3)),
         Vec::<i32>::new()
     );
 }

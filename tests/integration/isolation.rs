@@ -654,7 +654,7 @@ fn an_unprivileged_toolhost_gets_user_network_and_pid_namespaces() {
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
     let script = format!(
-        "echo pid=$$; cat /proc/self/uid_map; \
+        "echo pid=$$; cat /proc/self/uid_map; readlink /proc/self/ns/net; \
          python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')\" 2>/dev/null; \
          setsid sleep 9651 > /dev/null 2>&1 & echo started"
     );
@@ -712,11 +712,20 @@ fn an_unprivileged_toolhost_gets_user_network_and_pid_namespaces() {
     );
     assert!(!out.contains("connected") && out.contains("started"), "{v}");
     assert!(!accepted(&listener), "the listener saw a connection: {v}");
+    // The network namespace is not the host's (seccomp_net alone would also
+    // have stopped the connection).
+    let host_net = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let net = out.lines().nth(2).unwrap_or("");
+    assert!(
+        net.starts_with("net:[") && Some(net) != host_net.to_str(),
+        "{v}"
+    );
     assert_eq!(survivors("sleep 9651"), Vec::<i32>::new());
 
     let v = run("off");
     let out = v["stdout"].as_str().unwrap();
     assert!(out.contains("connected"), "{v}");
+    assert_eq!(out.lines().nth(2), host_net.to_str(), "{v}");
     assert!(accepted(&listener), "twin: the listener saw it");
     assert!(!out.starts_with("pid=2\n"), "{v}");
     assert_eq!(survivors("sleep 9651"), Vec::<i32>::new());

@@ -22,7 +22,7 @@
 //! namespace. When the tool exits, the init exits, and the kernel kills every
 //! process left in the namespace before the init can be reaped; to end the
 //! call early, the supervisor SIGKILLs the init. The tool's escapees cannot
-//! leave the namespace, and the tool cannot name any process outside it. The
+//! leave the namespace, and its signals by pid reach only the namespace. The
 //! tool is not pid 1 itself because pid 1 ignores signals it has no handler
 //! for, SIGXCPU of the CPU limit included.
 //!
@@ -287,6 +287,7 @@ pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
         TOOL_LAYERS.store(0, Ordering::SeqCst);
         TOOL_REAPED.store(0, Ordering::SeqCst);
         LAUNCHED.store(LAUNCH_PENDING, Ordering::SeqCst);
+        TOOL_STARTED.store(0, Ordering::SeqCst);
 
         // An unprivileged toolhost's user namespace: it lets us make the PID
         // namespace below, and the tool enter the network namespace.
@@ -317,6 +318,15 @@ pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
             let pidfd = SUPERVISOR_PIDFD.load(Ordering::SeqCst);
             if init > 0 {
                 wait_launched();
+                // Not LAUNCHED itself: the kernel zeroes it when the init
+                // exits, which may already have happened after a launch.
+                if TOOL_STARTED.load(Ordering::SeqCst) == 0 {
+                    // The init died (killed from outside) before it had
+                    // launched the tool. Once it is reaped, nothing of its
+                    // namespace is left: report a call that did not start.
+                    libc::waitpid(init, std::ptr::null_mut(), libc::__WALL);
+                    report_not_started(p, libc::ESRCH, STAGE_SETUP, 0);
+                }
                 ns_layers |= Layer::PidNamespace.bit();
             }
             if pidfd >= 0 {
@@ -403,6 +413,7 @@ extern "C" fn init_main(arg: *mut c_void) -> c_int {
             TOOL_ERRNO.store(errno().max(1), Ordering::SeqCst);
             TOOL_STAGE.store(STAGE_SETUP, Ordering::SeqCst);
         }
+        TOOL_STARTED.store(1, Ordering::SeqCst);
         LAUNCHED.store(LAUNCH_DONE, Ordering::SeqCst);
         libc::syscall(libc::SYS_futex, LAUNCHED.as_ptr(), libc::FUTEX_WAKE, 1);
         close_from(0, c_int::MAX);
@@ -453,6 +464,9 @@ static INIT_STACK: InitStack = InitStack(UnsafeCell::new([0; INIT_STACK_SIZE]));
 /// (`LAUNCH_DONE`) or has exited (0, written by the kernel: CLONE_CHILD_CLEARTID).
 static LAUNCHED: AtomicU32 = AtomicU32::new(LAUNCH_PENDING);
 const LAUNCH_PENDING: u32 = 1;
+/// Set by the init (to 1) once it has tried to start the tool, before it
+/// sets `LAUNCH_DONE`: unlike `LAUNCHED`, the kernel never clears it.
+static TOOL_STARTED: AtomicU32 = AtomicU32::new(0);
 const LAUNCH_DONE: u32 = 2;
 /// The tool's wait status, when the init reaped it (`TOOL_REAPED` = 1).
 static TOOL_STATUS: AtomicI32 = AtomicI32::new(0);
@@ -724,16 +738,7 @@ unsafe fn supervise(p: &Params, child: pid_t, in_pidns: bool, ns_layers: u32) ->
             if tool > 0 {
                 libc::waitpid(tool, std::ptr::null_mut(), libc::__WALL);
             }
-            let report = Report {
-                reason: REASON_NOT_STARTED,
-                wait_status: failure,
-                cpu_micros: 0,
-                survivors: stage,
-                layers,
-            };
-            let bytes = report.encode();
-            libc::write(p.status_fd, bytes.as_ptr().cast(), bytes.len());
-            libc::_exit(0);
+            report_not_started(p, failure, stage, layers);
         }
         // Keep nothing of toolhost's but the status pipe; in particular not the
         // output pipes, so they reach EOF as soon as the tool's tree is gone.
@@ -824,7 +829,28 @@ unsafe fn supervise(p: &Params, child: pid_t, in_pidns: bool, ns_layers: u32) ->
         }
         let mut status: c_int = 0;
         let mut ru: libc::rusage = std::mem::zeroed();
-        if libc::wait4(child, &mut status, 0, &mut ru) == child {
+        // The init can be reaped only once every process of its namespace is
+        // gone; one stuck in the kernel (D state: a hung network or FUSE
+        // mount) would hold us: wait within the cleanup budget, then report
+        // it as a survivor.
+        let reaped = if in_pidns {
+            let deadline = now_ns() + CLEANUP_BUDGET_NS;
+            loop {
+                let r = libc::wait4(child, &mut status, libc::WNOHANG, &mut ru);
+                if r != 0 || now_ns() > deadline {
+                    break r;
+                }
+                let ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 1_000_000,
+                };
+                libc::nanosleep(&ts, std::ptr::null_mut());
+            }
+        } else {
+            libc::wait4(child, &mut status, 0, &mut ru)
+        };
+        let stuck = in_pidns && reaped != child;
+        if reaped == child {
             report.wait_status = status;
             let us = |t: libc::timeval| (t.tv_sec as u64) * 1_000_000 + t.tv_usec as u64;
             // In a PID namespace: the init's and all it reaped, the tool first.
@@ -838,8 +864,24 @@ unsafe fn supervise(p: &Params, child: pid_t, in_pidns: bool, ns_layers: u32) ->
                 libc::SIGKILL
             };
         }
-        report.survivors = kill_all_children();
+        report.survivors = kill_all_children() + u32::from(stuck);
 
+        let bytes = report.encode();
+        libc::write(p.status_fd, bytes.as_ptr().cast(), bytes.len());
+        libc::_exit(0)
+    }
+}
+
+/// Reports a call whose tool never ran, and exits.
+unsafe fn report_not_started(p: &Params, errno: c_int, stage: u32, layers: u32) -> ! {
+    unsafe {
+        let report = Report {
+            reason: REASON_NOT_STARTED,
+            wait_status: errno,
+            cpu_micros: 0,
+            survivors: stage,
+            layers,
+        };
         let bytes = report.encode();
         libc::write(p.status_fd, bytes.as_ptr().cast(), bytes.len());
         libc::_exit(0)

@@ -56,7 +56,7 @@ const EXPECTATIONS: &[(Target, &str)] = &[
     (Target::Direct, "--HH------HHHHHHHHHHH-HHHHdHHH-HHHH-----"),
     (Target::Docker, "--HH------HHHHHHHHHHH-HHHHdHHH-HHHH-----"),
     (Target::Wasm, "HHHHdH-HHpHHH--HHH-HHH-----HH-HHHHH-----"),
-    (Target::Files, "HHHHdHdHHH-----H------------------------"),
+    (Target::Files, "HHHHdHHHHH-----H------------------------"),
     (Target::Shell, "-----------------------------------HHHHd"),
 ];
 
@@ -66,7 +66,6 @@ const DEDICATED: &[(u32, &str)] = &[
         5,
         "paths::attack_05_* (file tools), wasm::attack_05_* (wasm)",
     ),
-    (7, "paths::attack_07_* (file tools)"),
     (
         27,
         "direct::toolhost_killed_mid_call_takes_the_tree_with_it, docker::killed_toolhost_*",
@@ -337,6 +336,29 @@ async fn run_case(c: &Ctx, case: u32) -> CaseResult {
                 .map_err(|e| format!("control write: {e}"))?;
             let len = std::fs::metadata(c.t.ws().join("ok.txt")).map_or(0, |m| m.len());
             ensure(len == 5, || format!("control: {len} bytes written"))
+        }
+        // Prefix confusion: the root is `<root>/ws`, the request names the
+        // sibling `<root>/ws-evil`.
+        7 => {
+            let evil = c.t.root.join("ws-evil");
+            std::fs::create_dir_all(&evil).unwrap();
+            std::fs::write(evil.join("x"), CANARY).unwrap();
+            let before = sha256_file(&evil.join("x"));
+            let abs = evil.join("x").to_string_lossy().into_owned();
+            for p in [abs.as_str(), "../ws-evil/x"] {
+                let r = c.read(&sb, p).await;
+                ensure(r.as_ref().is_err_and(|e| !e.contains(CANARY)), || {
+                    format!("read {p}: {r:?}")
+                })?;
+                let w = c.write(&sb, p).await;
+                ensure(w.is_err() && sha256_file(&evil.join("x")) == before, || {
+                    format!("write {p}: {w:?}")
+                })?;
+            }
+            c.t.write("x", "inside");
+            let inside = c.t.ws().join("x").to_string_lossy().into_owned();
+            let r = c.read(&sb, &inside).await;
+            ensure(r.as_deref() == Ok("inside"), || format!("control: {r:?}"))
         }
         // A read-only file renamed or linked into the writable dir, then
         // written: refused, the file unchanged.

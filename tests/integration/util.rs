@@ -156,3 +156,30 @@ pub fn sha256_file(p: &Path) -> String {
     let data = std::fs::read(p).expect("read for hash");
     format!("{:x}", Sha256::digest(data))
 }
+
+/// Threads of this process blocked opening a FIFO (waiting for a partner),
+/// after giving any watchdog a moment to end them.
+pub fn threads_waiting_on_a_fifo() -> usize {
+    let count = || {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("wchan"))
+                    .is_ok_and(|w| w.trim() == "wait_for_partner")
+            })
+            .count()
+    };
+    for _ in 0..60 {
+        if count() == 0 {
+            return 0;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    count()
+}
+
+/// Held by the tests that look at `fifo_opens_interrupted` or at threads
+/// waiting on a FIFO, both of which count for the whole process (the race
+/// test leaves such a thread for up to 20 ms at a time).
+pub static FIFO_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

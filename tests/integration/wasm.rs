@@ -1216,12 +1216,12 @@ async fn a_huge_file_named_as_a_tool_is_refused_without_reading_it() {
     assert!(r.success(), "{r:?}");
 }
 
-/// Contract case 10 on wasm, what holds so far: a guest that opens a FIFO with
-/// no writer blocks a host thread in open(2) (wasmtime-wasi's blocking pool);
-/// the call still ends at its timeout and `toolhost run` exits (it does not
-/// wait for that thread). Control: the same guest reads a plain file at once.
+/// Contract case 10 through the CLI: a guest's open of a FIFO with no writer is
+/// refused at once (before, it blocked a host thread in open(2), the call ran
+/// into its timeout and `toolhost run` hung after printing its result).
+/// Control: the same guest reads a plain file.
 #[test]
-fn a_guest_blocked_opening_a_fifo_times_out_and_the_cli_exits() {
+fn a_guest_opening_a_fifo_through_the_cli_is_refused_and_the_cli_exits() {
     let t = Tmp::new();
     std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
     let fifo = std::ffi::CString::new(t.ws().join("fifo").to_string_lossy().as_bytes()).unwrap();
@@ -1235,7 +1235,7 @@ fn a_guest_blocked_opening_a_fifo_times_out_and_the_cli_exits() {
                 "--backend",
                 "wasm",
                 "--timeout",
-                "2",
+                "10",
                 "--",
                 "./probe.wasm",
                 "read",
@@ -1262,6 +1262,171 @@ fn a_guest_blocked_opening_a_fifo_times_out_and_the_cli_exits() {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    assert_eq!(run("fifo"), (Some(124), String::new()));
+    assert_eq!(
+        run("fifo"),
+        (
+            Some(3),
+            "ERR Operation not permitted (os error 63)\n".to_string()
+        )
+    );
     assert_eq!(run("plain.txt"), (Some(0), "plain".to_string()));
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "{path:?}");
+}
+
+/// Attack 10 (special files), preview 1 and preview 2: a FIFO with no writer
+/// (read, and created for writing), a symlink to it, a unix socket and, as
+/// root, a character device node are refused with EPERM before any open, so
+/// nothing blocks (the call exits with the probe's error code, far inside its
+/// timeout) and no thread of this process is left waiting on the FIFO.
+/// No open was left to the watchdog (it was not interrupted: the check came
+/// first). Control: a plain file, and a symlink to it, read as usual.
+#[tokio::test]
+async fn attack_10_special_files_are_refused_before_any_open() {
+    let _counter = FIFO_TESTS.lock().await;
+    let interrupted = toolhost::backend::wasm::fifo_opens_interrupted();
+    let (t, sb) = setup_p2(wasm_config());
+    mkfifo(&t.ws().join("fifo"));
+    std::os::unix::fs::symlink("fifo", t.ws().join("to-fifo")).unwrap();
+    let _sock = std::os::unix::net::UnixListener::bind(t.ws().join("sock")).unwrap();
+    let mut special = vec!["fifo", "to-fifo", "sock"];
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let c = std::ffi::CString::new(t.ws().join("zero").to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: mknod with a valid C string: /dev/zero's numbers (1, 5).
+        let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o644, libc::makedev(1, 5)) };
+        assert_eq!(rc, 0, "mknod as root");
+        special.push("zero");
+    }
+    t.write("plain.txt", "plain");
+    std::os::unix::fs::symlink("plain.txt", t.ws().join("to-plain")).unwrap();
+    for (kind, p2) in [("p1", false), ("p2", true)] {
+        let run = |args: Vec<&'static str>| {
+            let sb = &sb;
+            async move {
+                if p2 {
+                    probe2(sb, &args).await
+                } else {
+                    probe(sb, &args).await
+                }
+            }
+        };
+        for p in &special {
+            let r = run(vec!["read", p]).await;
+            assert_eq!(r.outcome.kind, OutcomeKind::Exited, "{kind} {p}: {r:?}");
+            assert_eq!(
+                r.stdout, "ERR Operation not permitted (os error 63)\n",
+                "{kind} {p}: {r:?}"
+            );
+        }
+        let r = run(vec!["write", "fifo", "10"]).await;
+        assert_eq!(
+            r.stdout, "ERR open Operation not permitted (os error 63)\n",
+            "{kind}: {r:?}"
+        );
+        for p in ["plain.txt", "to-plain"] {
+            let r = run(vec!["read", p]).await;
+            assert_eq!(
+                (r.stdout.as_str(), r.success()),
+                ("plain", true),
+                "{kind} {p}: {r:?}"
+            );
+        }
+    }
+    assert_eq!(threads_waiting_on_a_fifo(), 0);
+    assert_eq!(
+        toolhost::backend::wasm::fifo_opens_interrupted(),
+        interrupted,
+        "an open reached the FIFO"
+    );
+    // The FIFO is still a FIFO, and nothing was written through it.
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(t.ws().join("fifo"))
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+}
+
+/// Attack 10, the race: another process swaps the path a guest opens between a
+/// regular file and a FIFO (and sometimes removes the FIFO while the guest may
+/// be blocked on it), so some opens pass the check on the file and then block
+/// on the FIFO. The watchdog interrupts each (the counter rises), every call
+/// ends by itself far inside its timeout, every failed open is EPERM, and no
+/// thread is left waiting on a FIFO. A third of the FIFOs have a writer, so
+/// their open does not block: the guest never holds one. Preview 1 and
+/// preview 2.
+#[tokio::test]
+async fn attack_10_a_fifo_swapped_in_after_the_check_is_interrupted() {
+    let _counter = FIFO_TESTS.lock().await;
+    let (t, sb) = setup_p2(SandboxConfig {
+        timeout: Duration::from_secs(60),
+        ..wasm_config()
+    });
+    t.write("target", "file");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (ws, stop) = (t.ws(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                mkfifo(&ws.join("f.new"));
+                // A third of the FIFOs have a writer, so an open of them
+                // does not block: what it returns must be refused.
+                let _writer = (i % 3 == 1).then(|| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(ws.join("f.new"))
+                        .unwrap()
+                });
+                std::fs::rename(ws.join("f.new"), ws.join("target")).unwrap();
+                if i.is_multiple_of(3) {
+                    // The FIFO gone from every path: only a signal can end
+                    // an open blocked on it.
+                    std::fs::remove_file(ws.join("target")).unwrap();
+                }
+                std::fs::write(ws.join("r.new"), "file").unwrap();
+                std::fs::rename(ws.join("r.new"), ws.join("target")).unwrap();
+            }
+        })
+    };
+    for (kind, p2) in [("p1", false), ("p2", true)] {
+        let before = toolhost::backend::wasm::fifo_opens_interrupted();
+        let mut calls = 0;
+        while toolhost::backend::wasm::fifo_opens_interrupted() == before {
+            calls += 1;
+            assert!(calls <= 30, "{kind}: no open was ever caught on the FIFO");
+            let args = ["opens", "target", "200"];
+            let r = if p2 {
+                probe2(&sb, &args).await
+            } else {
+                probe(&sb, &args).await
+            };
+            assert!(r.success(), "{kind}: {r:?}");
+            assert!(r.stdout.contains(" special 0 "), "{kind}: {r:?}");
+            let errors = r.stdout.split_once("errors ").map(|(_, e)| e).unwrap_or("");
+            for e in errors
+                .trim()
+                .trim_matches(|c| c == '{' || c == '}')
+                .split(", ")
+            {
+                assert!(
+                    e.is_empty()
+                        || e.starts_with("\"Operation not permitted (os error 63)\"")
+                        || e.starts_with("\"No such file or directory"),
+                    "{kind}: {e} in {r:?}"
+                );
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert_eq!(threads_waiting_on_a_fifo(), 0);
 }

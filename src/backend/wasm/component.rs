@@ -8,17 +8,18 @@
 //! and `append-via-stream` hand out are wrapped in a stream that counts bytes.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime::{Engine, StoreContextMut};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::types::{
-    ErrorCode, Host as FsTypesHost, HostDescriptor,
+    DescriptorFlags, ErrorCode, Host as FsTypesHost, HostDescriptor, OpenFlags, PathFlags,
 };
 use wasmtime_wasi::p2::{DynOutputStream, OutputStream, Pollable, StreamError, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::{Common, FileBudget, HasCommon};
+use super::{Common, FileBudget, HasCommon, special};
 
 /// Host bindings of the `toolhost:tool` world.
 pub(crate) mod bindings {
@@ -125,6 +126,59 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
                 let end = file_size(&mut view, &fd).await.unwrap_or(0);
                 let r = HostDescriptor::append_via_stream(&mut view, fd);
                 wrap_stream(&mut view, budget, end, r)
+            })
+        },
+    )?;
+    fs.func_wrap_async(
+        "[method]descriptor.open-at",
+        |mut store: StoreContextMut<'_, CState>,
+         (fd, path_flags, path, oflags, flags): (
+            Resource<Descriptor>,
+            PathFlags,
+            String,
+            OpenFlags,
+            DescriptorFlags,
+        )| {
+            Box::new(async move {
+                // 1. Refuse a special file before opening it (`special`).
+                let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
+                if let Ok(Descriptor::Dir(d)) = store.data().table.get(&fd)
+                    && special::host_allowed(&d.dir, &path, follow) == Some(false)
+                {
+                    return Ok((Err(ErrorCode::NotPermitted),));
+                }
+                let mut view = store.data_mut().filesystem();
+                // 2. Open, interrupting an open blocked on a FIFO swapped in.
+                let fired = AtomicBool::new(false);
+                let name = path.clone();
+                let open = HostDescriptor::open_at(&mut view, fd, path_flags, path, oflags, flags);
+                let new = match special::watched(&name, &fired, open).await {
+                    Ok(new) => new,
+                    Err(e) => {
+                        // EINTR from the watchdog's signal is the refusal.
+                        let code = match view.convert_error_code(e)? {
+                            ErrorCode::Interrupted if special::fired(&fired) => {
+                                ErrorCode::NotPermitted
+                            }
+                            code => code,
+                        };
+                        return Ok((Err(code),));
+                    }
+                };
+                // 3. Check what was opened.
+                let allowed = match view.table.get(&new) {
+                    Ok(Descriptor::Dir(_)) => true,
+                    Ok(Descriptor::File(f)) => f.file.metadata().is_ok_and(|m| {
+                        let t = m.file_type();
+                        t.is_file() || t.is_dir() || t.is_symlink()
+                    }),
+                    Err(_) => false,
+                };
+                if !allowed {
+                    HostDescriptor::drop(&mut view, new)?;
+                    return Ok((Err(ErrorCode::NotPermitted),));
+                }
+                Ok((Ok(new),))
             })
         },
     )?;

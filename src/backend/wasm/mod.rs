@@ -3,7 +3,8 @@
 //! Invariants: a guest sees only what the plan gives it: its argv, the plan's
 //! environment, its stdin bytes (or EOF), capped stdout/stderr, and each allowed
 //! dir preopened at its own absolute path (read-only ones read-only) plus the cwd
-//! as `.`. There are no sockets and no name lookup. Memory is held by a resource
+//! as `.`; in them it opens only files, directories and symlinks (`special`).
+//! There are no sockets and no name lookup. Memory is held by a resource
 //! limiter that ends the call on a failed grow; CPU by epoch deadlines or fuel;
 //! bytes written to files by the host, per call; the whole call by a wall-clock
 //! timeout that also ends a guest blocked inside a host call.
@@ -34,6 +35,7 @@ use crate::tools::registry::ToolFile;
 
 pub(crate) mod cache;
 mod component;
+mod special;
 mod streams;
 
 use component::CState;
@@ -60,6 +62,13 @@ pub fn fuel_used_by_last_call() -> Option<u64> {
     (v != u64::MAX).then_some(v)
 }
 
+/// How many guest opens of a FIFO, swapped in after toolhost's check, this
+/// process has interrupted (Linux; see `special`): a diagnostic, and what the
+/// tests of that race look at.
+pub fn fifo_opens_interrupted() -> u64 {
+    special::INTERRUPTED.load(Relaxed)
+}
+
 /// Core instances one component may hold in the pool (a Rust wasip2 component
 /// has 3: its module, a shim and a fixup module).
 const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 8;
@@ -82,6 +91,9 @@ const MAX_GUEST_HANDLES: usize = 1024;
 /// WASI preview-1 errno values used by the host-side file budget.
 const ERRNO_FAULT: i32 = 21;
 const ERRNO_FBIG: i32 = 22;
+/// Refusal of a special file (`special`), and the EINTR its watchdog causes.
+const ERRNO_PERM: i32 = 63;
+const ERRNO_INTR: i32 = 27;
 
 /// A WASI tool to run: where its file is, and the name it is called by.
 pub type WasmTarget = ToolFile;
@@ -90,6 +102,10 @@ pub type WasmTarget = ToolFile;
 struct State {
     wasi: WasiP1Ctx,
     common: Common,
+    /// The preopened dirs by guest path, as host handles: how the check
+    /// before an open (`special`) stats a path without a round trip to the
+    /// blocking pool.
+    preopens: Vec<(String, std::fs::File)>,
 }
 
 /// Per-call state every kind of guest has: limits and what hit them.
@@ -647,7 +663,140 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
             })
         },
     )?;
+    linker.func_wrap_async(
+        M,
+        "path_open",
+        |mut caller: Caller<'_, State>,
+         (fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, opened): (
+            i32,
+            i32,
+            i32,
+            i32,
+            i32,
+            i64,
+            i64,
+            i32,
+            i32,
+        )| {
+            Box::new(async move {
+                let name = match p1_precheck(&mut caller, fd, dirflags, path, path_len).await {
+                    Ok(name) => name,
+                    Err(errno) => return Ok(errno),
+                };
+                let fired = AtomicBool::new(false);
+                let open = async {
+                    let r: wasmtime::Result<i32> = call_p1!(
+                        caller,
+                        path_open(
+                            fd, dirflags, path, path_len, oflags, base, inheriting, fdflags, opened
+                        )
+                    );
+                    r
+                };
+                let r = special::watched(&name, &fired, open).await?;
+                if r != 0 {
+                    // EINTR from the watchdog's signal is the refusal.
+                    let ours = r == ERRNO_INTR && special::fired(&fired);
+                    return Ok(if ours { ERRNO_PERM } else { r });
+                }
+                Ok(p1_postcheck(&mut caller, opened).await)
+            })
+        },
+    )?;
     Ok(linker)
+}
+
+/// Before a preview-1 `path_open`: the path as a string (for the watchdog),
+/// or the errno to return (`ERRNO_PERM` for a special file). A path that
+/// cannot be stat'ed goes on to the open, which reports its own error.
+async fn p1_precheck(
+    caller: &mut Caller<'_, State>,
+    fd: i32,
+    dirflags: i32,
+    path: i32,
+    path_len: i32,
+) -> Result<String, i32> {
+    use wasmtime_wasi::p1::types;
+    use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
+    let fuel = wasmtime::AsContextMut::as_context_mut(&mut *caller).hostcall_fuel();
+    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
+        return Err(ERRNO_FAULT);
+    };
+    let (mem, state) = m.data_and_store_mut(&mut *caller);
+    let name = mem
+        .get(path as u32 as usize..)
+        .and_then(|b| b.get(..path_len as u32 as usize))
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .ok_or(ERRNO_FAULT)?;
+    let ctx = &mut state.wasi;
+    P1::set_hostcall_fuel(ctx, fuel);
+    let Ok(flags) = types::Lookupflags::try_from(dirflags) else {
+        return Ok(name);
+    };
+    let follow = flags.contains(types::Lookupflags::SYMLINK_FOLLOW);
+    let dirfd = types::Fd::from(fd as u32);
+    // A preopened dir (what wasi-libc opens relative to) is stat'ed here;
+    // any other dir through wasmtime-wasi, on the blocking pool.
+    if let Some(dir) = p1_preopen_name(ctx, dirfd)
+        .and_then(|g| state.preopens.iter().find(|(p, _)| *p == g))
+        .map(|(_, d)| d)
+    {
+        return match special::host_allowed(dir, &name, follow) {
+            Some(false) => Err(ERRNO_PERM),
+            _ => Ok(name),
+        };
+    }
+    let mut mem = wiggle::GuestMemory::Unshared(mem);
+    let ptr = wiggle::GuestPtr::<str>::new((path as u32, path_len as u32));
+    match P1::path_filestat_get(ctx, &mut mem, dirfd, flags, ptr).await {
+        Ok(st) if !special::p1_allowed(st.filetype) => Err(ERRNO_PERM),
+        _ => Ok(name),
+    }
+}
+
+/// The guest path `fd` was preopened at, if it is a preopened dir (read from
+/// the guest's descriptor table, into a buffer of the host's).
+fn p1_preopen_name(ctx: &mut WasiP1Ctx, fd: wasmtime_wasi::p1::types::Fd) -> Option<String> {
+    use wasmtime_wasi::p1::types;
+    use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
+    let mut none = [0u8; 0];
+    let types::Prestat::Dir(d) =
+        P1::fd_prestat_get(ctx, &mut wiggle::GuestMemory::Unshared(&mut none), fd).ok()?;
+    let len = d.pr_name_len;
+    let mut buf = vec![0u8; len as usize];
+    let mut mem = wiggle::GuestMemory::Unshared(&mut buf);
+    P1::fd_prestat_dir_name(ctx, &mut mem, fd, wiggle::GuestPtr::new(0), len).ok()?;
+    String::from_utf8(buf).ok()
+}
+
+/// After a successful preview-1 `path_open`: 0, or `ERRNO_PERM` when what it
+/// opened (its fd is at `opened` in guest memory) is a special file, which is
+/// closed.
+async fn p1_postcheck(caller: &mut Caller<'_, State>, opened: i32) -> i32 {
+    use wasmtime_wasi::p1::types;
+    use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
+    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
+        return ERRNO_FAULT;
+    };
+    let (mem, state) = m.data_and_store_mut(&mut *caller);
+    let p = opened as u32 as usize;
+    let Some(new) = mem
+        .get(p..p.saturating_add(4))
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_le_bytes)
+    else {
+        return ERRNO_FAULT;
+    };
+    let ctx = &mut state.wasi;
+    let mut mem = wiggle::GuestMemory::Unshared(mem);
+    let new = types::Fd::from(new);
+    match P1::fd_filestat_get(ctx, &mut mem, new).await {
+        Ok(st) if special::p1_allowed(st.filetype) => 0,
+        _ => {
+            let _ = P1::fd_close(ctx, &mut mem, new).await;
+            ERRNO_PERM
+        }
+    }
 }
 
 /// Length of the first non-empty iovec of an array in guest memory (what a
@@ -786,6 +935,7 @@ impl WasmBackend {
                 let state = State {
                     wasi,
                     common: self.common(limits),
+                    preopens: host_preopens(plan),
                 };
                 let pre = pre.clone();
                 self.execute(limits, state, move |store| {
@@ -1114,6 +1264,24 @@ impl WasmBackend {
             Err(_) => Executed::TimedOut,
         }
     }
+}
+
+/// Host handles of the dirs `build_wasi` preopens, by guest path (a dir that
+/// cannot be duplicated is left out: its opens are checked the slower way).
+fn host_preopens(plan: &ExecPlan) -> Vec<(String, std::fs::File)> {
+    let mut out = Vec::with_capacity(plan.mounts.len() + 1);
+    for m in &plan.mounts {
+        let dir = plan.mount_dirs.iter().find(|(p, _)| p == &m.path);
+        if let (Some(guest), Some((_, d))) = (m.path.to_str(), dir)
+            && let Ok(d) = d.try_clone()
+        {
+            out.push((guest.to_string(), d.into_std_file()));
+        }
+    }
+    if let Ok(d) = plan.cwd_dir.try_clone() {
+        out.push((".".to_string(), d.into_std_file()));
+    }
+    out
 }
 
 /// The WASI context of a call: argv (argv[0] the tool's name), env, stdin,

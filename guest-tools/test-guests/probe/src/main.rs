@@ -97,6 +97,27 @@ fn main() {
             }
             println!("created {}", num(2));
         }
+        "opens" => {
+            // opens PATH N: opens PATH for reading N times (each closed at
+            // once); reports how many opens worked, how many of those gave
+            // something other than a file or a directory, and how many
+            // failed, by error.
+            let mut ok = 0u64;
+            let mut special = 0u64;
+            let mut errs: std::collections::BTreeMap<String, u64> = Default::default();
+            for _ in 0..num(3) {
+                match std::fs::File::open(arg(2)) {
+                    Ok(f) => {
+                        ok += 1;
+                        if !f.metadata().is_ok_and(|m| m.is_file() || m.is_dir()) {
+                            special += 1;
+                        }
+                    }
+                    Err(e) => *errs.entry(e.to_string()).or_default() += 1,
+                }
+            }
+            println!("ok {ok} special {special} errors {errs:?}");
+        }
         "ls" => match std::fs::read_dir(arg(2)) {
             Ok(rd) => {
                 let mut names: Vec<String> = rd

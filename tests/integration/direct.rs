@@ -526,45 +526,6 @@ fn spawning_thread_exit_does_not_kill_the_call() {
 }
 
 #[test]
-fn toolhost_killed_mid_call_takes_the_tree_with_it() {
-    let t = Tmp::new();
-    let mut child = std::process::Command::new(toolhost_bin())
-        .args([
-            "run",
-            "--timeout",
-            "60",
-            "--",
-            "sh",
-            "-c",
-            // The sleeper's command line is `sleep 9531`; toolhost's own
-            // (and its supervisor's) only has `${m}31`.
-            "m=95; sleep ${m}31 & echo $! > pids; echo $$ >> pids; wait",
-        ])
-        .current_dir(t.ws())
-        .stdin(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let pids = loop {
-        let p = processes_with("sleep 9531");
-        if !p.is_empty() || Instant::now() > deadline {
-            break p;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(pids.len(), 1, "positive control: the tree runs");
-    child.kill().unwrap(); // SIGKILL: no cleanup code of toolhost runs
-    child.wait().unwrap();
-    assert_eq!(
-        still_alive(&pids, Duration::from_secs(3)),
-        Vec::<i32>::new()
-    );
-    // The tool's shell too (toolhost, whose command line also has the
-    // script, is gone: waited for above).
-    assert_eq!(survivors("m=95; sleep"), Vec::<i32>::new());
-}
-
-#[test]
 fn plan_is_pure_and_complete() {
     let t = Tmp::new();
     std::fs::create_dir(t.ws().join("sub")).unwrap();

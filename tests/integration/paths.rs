@@ -1,14 +1,12 @@
-//! The path layer (ATTACKS.md F cases 1-7, 9, 10): every denied case next to its
+//! The path layer (ATTACKS.md F cases 1-4, 6, 7, 9, 10; case 5, the swap race,
+//! is in the contract suite): every denied case next to its
 //! allowed twin, and accesses made through the capability handle.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cap_std::fs::OpenOptions;
 use toolhost::{PathError, Sandbox, SandboxConfig};
 
 use crate::util::*;
@@ -129,78 +127,6 @@ async fn attack_04_symlink_made_by_one_call_followed_by_the_next() {
         .run(toolhost::RunRequest::new(["cat", "g.txt"]).cwd("ok"))
         .await;
     assert_eq!(r.stdout, "inside-g", "{r:?}");
-}
-
-#[test]
-fn attack_05_symlink_swap_race_never_reads_or_writes_outside() {
-    let t = Tmp::new();
-    let ws = t.ws();
-    std::fs::write(t.outside().join("f"), CANARY).unwrap();
-    let before = sha256_file(&t.outside().join("f"));
-    let sb = t.sandbox(SandboxConfig::default());
-    let real = ws.join("real");
-    std::fs::create_dir(&real).unwrap();
-    std::fs::write(real.join("f"), "inside").unwrap();
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let swapper = {
-        let stop = stop.clone();
-        let ws = ws.clone();
-        let outside = t.outside();
-        std::thread::spawn(move || {
-            let d = ws.join("d");
-            let tmp_link = ws.join("d.link");
-            let mut swaps = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                // d -> real dir (by rename of a dir symlink pointing inside) or d -> outside.
-                let _ = std::fs::remove_file(&tmp_link);
-                let target: PathBuf = if swaps.is_multiple_of(2) {
-                    outside.clone()
-                } else {
-                    "real".into()
-                };
-                let _ = std::os::unix::fs::symlink(&target, &tmp_link);
-                let _ = std::fs::rename(&tmp_link, &d);
-                swaps += 1;
-            }
-            swaps
-        })
-    };
-
-    let (mut reads_ok, mut writes_ok) = (0, 0);
-    let deadline = std::time::Instant::now() + Duration::from_secs(3);
-    let mut rounds = 0;
-    while std::time::Instant::now() < deadline || rounds < 2000 {
-        rounds += 1;
-        if let Ok(s) = read_via_handle(&sb, "d/f") {
-            assert!(!s.contains(CANARY), "read outside the sandbox");
-            reads_ok += 1;
-        }
-        if let Ok(r) = sb.resolve_path("d/f", None) {
-            let mut o = OpenOptions::new();
-            o.write(true);
-            if let Ok(mut f) = sb.dirs().dir_of(&r).open_with(r.relative(), &o) {
-                f.write_all(b"inside").unwrap();
-                writes_ok += 1;
-            }
-        }
-        if rounds > 200_000 {
-            break;
-        }
-    }
-    stop.store(true, Ordering::Relaxed);
-    let swaps = swapper.join().unwrap();
-    assert!(swaps > 100, "the race did not run ({swaps} swaps)");
-    // Positive control: accesses did succeed while the link pointed inside.
-    assert!(
-        reads_ok > 0 && writes_ok > 0,
-        "reads {reads_ok}, writes {writes_ok}"
-    );
-    assert_eq!(
-        sha256_file(&t.outside().join("f")),
-        before,
-        "outside file changed"
-    );
 }
 
 #[test]

@@ -183,6 +183,23 @@ pub async fn check(sandbox: &Sandbox) -> CheckReport {
             push(&mut checks, "wasm", "engine", Status::Error, e);
         }
     }
+    if crate::backend::wasm::fifo_watchdog_available() {
+        push(
+            &mut checks,
+            "wasm",
+            "special files",
+            Status::Ok,
+            "a guest holds only files and directories; an open that waits on a FIFO is ended (SIGURG watchdog, self-tested)",
+        );
+    } else {
+        push(
+            &mut checks,
+            "wasm",
+            "special files",
+            Status::Partial,
+            "paths are checked before they are opened; a FIFO swapped in after the check can hold a thread until a partner appears (the watchdog needs Linux and SIGURG at its default)",
+        );
+    }
     let cache_dir = if config.wasm.cache {
         config
             .wasm

@@ -1231,72 +1231,101 @@ fn mkfifo(path: &Path) {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "{path:?}");
 }
 
-/// Attack 10 (special files), preview 1 and preview 2: a FIFO with no writer
-/// (read, and created for writing), a symlink to it, a unix socket and, as
-/// root, a character device node are refused with EPERM before any open, so
-/// nothing blocks (the call exits with the probe's error code, far inside its
-/// timeout) and no thread of this process is left waiting on the FIFO.
-/// No open was left to the watchdog (it was not interrupted: the check came
-/// first). Control: a plain file, and a symlink to it, read as usual.
+/// A guest's call on the probe, preview 1 or preview 2.
+async fn probe_either(sb: &Sandbox, p2: bool, args: &[&str]) -> RunOutput {
+    if p2 {
+        probe2(sb, args).await
+    } else {
+        probe(sb, args).await
+    }
+}
+
+const EPERM: &str = "ERR Operation not permitted (os error 63)\n";
+
+/// Attack 10 (special files), preview 1 and preview 2. Opens that would wait
+/// for a FIFO partner forever (a read, a create for writing, a symlink to the
+/// FIFO, and setting the FIFO's times by path, which wasmtime-wasi does by
+/// opening it) are interrupted by the watchdog (the counter rises by at least
+/// one per open) and refused with EPERM, far inside the call's timeout; a FIFO
+/// that has a writer opens at once and is refused after the open; a socket
+/// fails to open; as root, a character device node (/dev/zero's numbers) is
+/// refused after the open. No thread of this process is left waiting on a
+/// FIFO. Control: a plain file, and a symlink to it, read and touched as usual.
 #[tokio::test]
-async fn attack_10_special_files_are_refused_before_any_open() {
+async fn attack_10_a_guest_never_holds_or_waits_on_a_special_file() {
     let _counter = FIFO_TESTS.lock().await;
-    let interrupted = toolhost::backend::wasm::fifo_opens_interrupted();
-    let (t, sb) = setup_p2(wasm_config());
+    let (t, sb) = setup_p2(SandboxConfig {
+        timeout: Duration::from_secs(20),
+        ..wasm_config()
+    });
     mkfifo(&t.ws().join("fifo"));
     std::os::unix::fs::symlink("fifo", t.ws().join("to-fifo")).unwrap();
+    mkfifo(&t.ws().join("fifo-w"));
+    let _writer = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(t.ws().join("fifo-w"))
+        .unwrap();
     let _sock = std::os::unix::net::UnixListener::bind(t.ws().join("sock")).unwrap();
-    let mut special = vec!["fifo", "to-fifo", "sock"];
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
         let c = std::ffi::CString::new(t.ws().join("zero").to_string_lossy().as_bytes()).unwrap();
         // SAFETY: mknod with a valid C string: /dev/zero's numbers (1, 5).
         let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o644, libc::makedev(1, 5)) };
         assert_eq!(rc, 0, "mknod as root");
-        special.push("zero");
     }
     t.write("plain.txt", "plain");
     std::os::unix::fs::symlink("plain.txt", t.ws().join("to-plain")).unwrap();
     for (kind, p2) in [("p1", false), ("p2", true)] {
-        let run = |args: Vec<&'static str>| {
-            let sb = &sb;
-            async move {
-                if p2 {
-                    probe2(sb, &args).await
-                } else {
-                    probe(sb, &args).await
-                }
-            }
-        };
-        for p in &special {
-            let r = run(vec!["read", p]).await;
-            assert_eq!(r.outcome.kind, OutcomeKind::Exited, "{kind} {p}: {r:?}");
+        let before = toolhost::backend::wasm::fifo_opens_interrupted();
+        let waits: [&[&str]; 4] = [
+            &["read", "fifo"],
+            &["read", "to-fifo"],
+            &["write", "fifo", "10"],
+            &["touch", "fifo"],
+        ];
+        for args in waits {
+            let r = probe_either(&sb, p2, args).await;
             assert_eq!(
-                r.stdout, "ERR Operation not permitted (os error 63)\n",
-                "{kind} {p}: {r:?}"
+                r.outcome.kind,
+                OutcomeKind::Exited,
+                "{kind} {args:?}: {r:?}"
             );
+            let want = if args[0] == "write" {
+                "ERR open Operation not permitted (os error 63)\n"
+            } else {
+                EPERM
+            };
+            assert_eq!(r.stdout, want, "{kind} {args:?}: {r:?}");
         }
-        let r = run(vec!["write", "fifo", "10"]).await;
-        assert_eq!(
-            r.stdout, "ERR open Operation not permitted (os error 63)\n",
-            "{kind}: {r:?}"
+        let interrupted = toolhost::backend::wasm::fifo_opens_interrupted() - before;
+        assert!(interrupted >= 4, "{kind}: {interrupted} opens interrupted");
+        let r = probe_either(&sb, p2, &["read", "fifo-w"]).await;
+        assert_eq!(r.stdout, EPERM, "{kind} fifo with a writer: {r:?}");
+        let r = probe_either(&sb, p2, &["opens", "fifo-w", "3"]).await;
+        assert!(r.stdout.starts_with("ok 0 special 0 "), "{kind}: {r:?}");
+        let r = probe_either(&sb, p2, &["read", "sock"]).await;
+        assert!(
+            r.stdout.starts_with("ERR ") && r.returncode == Some(if p2 { 1 } else { 3 }),
+            "{kind} sock: {r:?}"
         );
+        if root {
+            let r = probe_either(&sb, p2, &["read", "zero"]).await;
+            assert_eq!(r.stdout, EPERM, "{kind} char device: {r:?}");
+        }
         for p in ["plain.txt", "to-plain"] {
-            let r = run(vec!["read", p]).await;
+            let r = probe_either(&sb, p2, &["read", p]).await;
             assert_eq!(
                 (r.stdout.as_str(), r.success()),
                 ("plain", true),
                 "{kind} {p}: {r:?}"
             );
         }
+        let r = probe_either(&sb, p2, &["touch", "plain.txt"]).await;
+        assert_eq!(r.stdout, "touched\n", "{kind}: {r:?}");
     }
     assert_eq!(threads_waiting_on_a_fifo(), 0);
-    assert_eq!(
-        toolhost::backend::wasm::fifo_opens_interrupted(),
-        interrupted,
-        "an open reached the FIFO"
-    );
-    // The FIFO is still a FIFO, and nothing was written through it.
     use std::os::unix::fs::FileTypeExt;
     assert!(
         std::fs::symlink_metadata(t.ws().join("fifo"))
@@ -1306,16 +1335,116 @@ async fn attack_10_special_files_are_refused_before_any_open() {
     );
 }
 
-/// Attack 10, the race: another process swaps the path a guest opens between a
-/// regular file and a FIFO (and sometimes removes the FIFO while the guest may
-/// be blocked on it), so some opens pass the check on the file and then block
-/// on the FIFO. The watchdog interrupts each (the counter rises), every call
-/// ends by itself far inside its timeout, every failed open is EPERM, and no
-/// thread is left waiting on a FIFO. A third of the FIFOs have a writer, so
-/// their open does not block: the guest never holds one. Preview 1 and
-/// preview 2.
+/// Attack 10 with toolhost not root (uid 65534 when the tests run as root):
+/// toolhost makes itself non-dumpable by default (`protect_host_environ`), so
+/// `/proc/self/task/*/syscall` is closed to it; the watchdog still finds and
+/// ends a guest's wait on a FIFO (read, and setting its times). Control: a
+/// plain file, through the same CLI as the same user.
+#[test]
+fn attack_10_an_unprivileged_toolhost_ends_a_guest_waiting_on_a_fifo() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let t = Tmp::new();
+    // SAFETY: geteuid, getuid and getgid have no preconditions.
+    let (root, uid, gid) = unsafe { (libc::geteuid() == 0, libc::getuid(), libc::getgid()) };
+    let (uid, gid) = if root { (65534, 65534) } else { (uid, gid) };
+    std::fs::set_permissions(&t.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = t.root.join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
+    mkfifo(&t.ws().join("fifo"));
+    t.write("plain.txt", "plain");
+    for p in [
+        t.ws(),
+        home.clone(),
+        t.ws().join("fifo"),
+        t.ws().join("plain.txt"),
+    ] {
+        std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+    }
+    let run = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(toolhost_bin());
+        cmd.args([
+            "run",
+            "--backend",
+            "wasm",
+            "--timeout",
+            "10",
+            "--",
+            "./probe.wasm",
+        ])
+        .args(args)
+        .current_dir(t.ws())
+        .stdin(std::process::Stdio::null())
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("TOOLHOST_LOG")
+        .env("HOME", &home)
+        .env("XDG_CACHE_HOME", home.join(".cache"));
+        if root {
+            cmd.uid(uid).gid(gid);
+        }
+        let out = cmd.output().unwrap();
+        // The watchdog was available (not the fallback, which warns).
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("watchdog is unavailable"), "{stderr}");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    assert_eq!(run(&["read", "fifo"]), (Some(3), EPERM.to_string()));
+    assert_eq!(run(&["touch", "fifo"]), (Some(3), EPERM.to_string()));
+    assert_eq!(run(&["read", "plain.txt"]), (Some(0), "plain".to_string()));
+    assert_eq!(
+        run(&["touch", "plain.txt"]),
+        (Some(0), "touched\n".to_string())
+    );
+}
+
+/// Attack 10 where the watchdog is unavailable (other platforms, SIGURG
+/// taken), forced here: the path is stat'ed first and a special file is
+/// refused with EPERM before any open, so nothing waits and the watchdog
+/// interrupts nothing. Control: a plain file.
 #[tokio::test]
-async fn attack_10_a_fifo_swapped_in_after_the_check_is_interrupted() {
+async fn attack_10_without_the_watchdog_special_files_are_refused_before_opening() {
+    let _counter = FIFO_TESTS.lock().await;
+    struct Forced;
+    impl Drop for Forced {
+        fn drop(&mut self) {
+            toolhost::backend::wasm::force_special_file_precheck(false);
+        }
+    }
+    toolhost::backend::wasm::force_special_file_precheck(true);
+    let _forced = Forced;
+    let (t, sb) = setup_p2(wasm_config());
+    mkfifo(&t.ws().join("fifo"));
+    std::os::unix::fs::symlink("fifo", t.ws().join("to-fifo")).unwrap();
+    t.write("plain.txt", "plain");
+    let before = toolhost::backend::wasm::fifo_opens_interrupted();
+    for (kind, p2) in [("p1", false), ("p2", true)] {
+        for args in [
+            &["read", "fifo"][..],
+            &["read", "to-fifo"],
+            &["touch", "fifo"],
+        ] {
+            let r = probe_either(&sb, p2, args).await;
+            assert_eq!(r.stdout, EPERM, "{kind} {args:?}: {r:?}");
+        }
+        let r = probe_either(&sb, p2, &["read", "plain.txt"]).await;
+        assert_eq!(r.stdout, "plain", "{kind}: {r:?}");
+    }
+    assert_eq!(toolhost::backend::wasm::fifo_opens_interrupted(), before);
+    assert_eq!(threads_waiting_on_a_fifo(), 0);
+}
+
+/// Attack 10 under a race: another thread swaps the path a guest opens in a
+/// loop between a regular file and a FIFO (a third with a writer, a third
+/// removed again at once, so that no path leads to it), while the guest opens
+/// it hundreds of times. Every call ends by itself, the guest never holds a
+/// special file, every failed open is EPERM (or the path missing for a
+/// moment), and no thread is left waiting. Preview 1 and preview 2.
+#[tokio::test]
+async fn attack_10_a_fifo_swapped_in_under_the_guest_never_holds_a_thread() {
     let _counter = FIFO_TESTS.lock().await;
     let (t, sb) = setup_p2(SandboxConfig {
         timeout: Duration::from_secs(60),
@@ -1330,8 +1459,6 @@ async fn attack_10_a_fifo_swapped_in_after_the_check_is_interrupted() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 i += 1;
                 mkfifo(&ws.join("f.new"));
-                // A third of the FIFOs have a writer, so an open of them
-                // does not block: what it returns must be refused.
                 let _writer = (i % 3 == 1).then(|| {
                     std::fs::OpenOptions::new()
                         .read(true)
@@ -1340,28 +1467,20 @@ async fn attack_10_a_fifo_swapped_in_after_the_check_is_interrupted() {
                         .unwrap()
                 });
                 std::fs::rename(ws.join("f.new"), ws.join("target")).unwrap();
+                std::thread::sleep(Duration::from_micros(200));
                 if i.is_multiple_of(3) {
-                    // The FIFO gone from every path: only a signal can end
-                    // an open blocked on it.
                     std::fs::remove_file(ws.join("target")).unwrap();
                 }
                 std::fs::write(ws.join("r.new"), "file").unwrap();
                 std::fs::rename(ws.join("r.new"), ws.join("target")).unwrap();
+                std::thread::sleep(Duration::from_micros(200));
             }
         })
     };
     for (kind, p2) in [("p1", false), ("p2", true)] {
-        let before = toolhost::backend::wasm::fifo_opens_interrupted();
-        let mut calls = 0;
-        while toolhost::backend::wasm::fifo_opens_interrupted() == before {
-            calls += 1;
-            assert!(calls <= 30, "{kind}: no open was ever caught on the FIFO");
-            let args = ["opens", "target", "200"];
-            let r = if p2 {
-                probe2(&sb, &args).await
-            } else {
-                probe(&sb, &args).await
-            };
+        let (mut ok, mut refused) = (0, 0);
+        for _ in 0..3 {
+            let r = probe_either(&sb, p2, &["opens", "target", "100"]).await;
             assert!(r.success(), "{kind}: {r:?}");
             assert!(r.stdout.contains(" special 0 "), "{kind}: {r:?}");
             let errors = r.stdout.split_once("errors ").map(|(_, e)| e).unwrap_or("");
@@ -1376,8 +1495,14 @@ async fn attack_10_a_fifo_swapped_in_after_the_check_is_interrupted() {
                         || e.starts_with("\"No such file or directory"),
                     "{kind}: {e} in {r:?}"
                 );
+                refused += usize::from(e.contains("not permitted"));
             }
+            ok += usize::from(!r.stdout.starts_with("ok 0 "));
         }
+        assert!(
+            ok > 0 && refused > 0,
+            "{kind}: the race did not run both ways"
+        );
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     swapper.join().unwrap();

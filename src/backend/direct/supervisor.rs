@@ -263,6 +263,11 @@ pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
         // before we wait for it stays pending (see `supervise`).
         let set = supervisor_signals();
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        // The wasm backend's no-op SIGURG handler (wasm/special.rs) would
+        // make a stray SIGURG interrupt our waits: back to the default (ignored).
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGURG, &dfl, std::ptr::null_mut());
 
         if libc::setsid() < 0 {
             return Err(io::Error::last_os_error());

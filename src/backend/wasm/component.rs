@@ -14,7 +14,8 @@ use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime::{Engine, StoreContextMut};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::types::{
-    DescriptorFlags, ErrorCode, Host as FsTypesHost, HostDescriptor, OpenFlags, PathFlags,
+    DescriptorFlags, DescriptorType, ErrorCode, Host as FsTypesHost, HostDescriptor, NewTimestamp,
+    OpenFlags, PathFlags,
 };
 use wasmtime_wasi::p2::{DynOutputStream, OutputStream, Pollable, StreamError, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -140,49 +141,82 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
             DescriptorFlags,
         )| {
             Box::new(async move {
-                // 1. Refuse a special file before opening it (`special`).
-                let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
-                if let Ok(Descriptor::Dir(d)) = store.data().table.get(&fd)
-                    && special::host_allowed(&d.dir, &path, follow) == Some(false)
-                {
-                    return Ok((Err(ErrorCode::NotPermitted),));
-                }
                 let mut view = store.data_mut().filesystem();
-                // 2. Open, interrupting an open blocked on a FIFO swapped in.
-                let fired = AtomicBool::new(false);
-                let name = path.clone();
-                let open = HostDescriptor::open_at(&mut view, fd, path_flags, path, oflags, flags);
-                let new = match special::watched(&name, &fired, open).await {
-                    Ok(new) => new,
-                    Err(e) => {
-                        // EINTR from the watchdog's signal is the refusal.
-                        let code = match view.convert_error_code(e)? {
-                            ErrorCode::Interrupted if special::fired(&fired) => {
-                                ErrorCode::NotPermitted
-                            }
-                            code => code,
-                        };
-                        return Ok((Err(code),));
-                    }
-                };
-                // 3. Check what was opened.
-                let allowed = match view.table.get(&new) {
-                    Ok(Descriptor::Dir(_)) => true,
-                    Ok(Descriptor::File(f)) => f.file.metadata().is_ok_and(|m| {
-                        let t = m.file_type();
-                        t.is_file() || t.is_dir() || t.is_symlink()
-                    }),
-                    Err(_) => false,
-                };
-                if !allowed {
-                    HostDescriptor::drop(&mut view, new)?;
+                if !precheck(&mut view, &fd, path_flags, &path).await {
                     return Ok((Err(ErrorCode::NotPermitted),));
                 }
-                Ok((Ok(new),))
+                let fired = AtomicBool::new(false);
+                let open = HostDescriptor::open_at(&mut view, fd, path_flags, path, oflags, flags);
+                let new = match special::watched(&fired, open).await {
+                    Ok(new) => new,
+                    Err(e) => return Ok((Err(refusal(view.convert_error_code(e)?, &fired)),)),
+                };
+                // What was opened must be a file or a directory (`special`).
+                let opened = Resource::<Descriptor>::new_borrow(new.rep());
+                match HostDescriptor::get_type(&mut view, opened).await {
+                    Ok(t) if special::p2_allowed(t) => Ok((Ok(new),)),
+                    _ => {
+                        HostDescriptor::drop(&mut view, new)?;
+                        Ok((Err(ErrorCode::NotPermitted),))
+                    }
+                }
+            })
+        },
+    )?;
+    // wasmtime-wasi sets a path's times through a blocking open of it.
+    fs.func_wrap_async(
+        "[method]descriptor.set-times-at",
+        |mut store: StoreContextMut<'_, CState>,
+         (fd, path_flags, path, atim, mtim): (
+            Resource<Descriptor>,
+            PathFlags,
+            String,
+            NewTimestamp,
+            NewTimestamp,
+        )| {
+            Box::new(async move {
+                let mut view = store.data_mut().filesystem();
+                if !precheck(&mut view, &fd, path_flags, &path).await {
+                    return Ok((Err(ErrorCode::NotPermitted),));
+                }
+                let fired = AtomicBool::new(false);
+                let set = HostDescriptor::set_times_at(&mut view, fd, path_flags, path, atim, mtim);
+                match special::watched(&fired, set).await {
+                    Ok(()) => Ok((Ok(()),)),
+                    Err(e) => Ok((Err(refusal(view.convert_error_code(e)?, &fired)),)),
+                }
             })
         },
     )?;
     Ok(linker)
+}
+
+/// Where the watchdog cannot end a blocked open (`special`): false if `path`
+/// under `dir` is a special file. A path that cannot be stat'ed goes on to the
+/// call, which reports its own error.
+async fn precheck(
+    view: &mut wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_>,
+    dir: &Resource<Descriptor>,
+    path_flags: PathFlags,
+    path: &str,
+) -> bool {
+    if !special::precheck_needed() {
+        return true;
+    }
+    let dir = Resource::<Descriptor>::new_borrow(dir.rep());
+    match HostDescriptor::stat_at(view, dir, path_flags, path.to_string()).await {
+        Ok(st) => special::p2_allowed(st.type_) || st.type_ == DescriptorType::SymbolicLink,
+        Err(_) => true,
+    }
+}
+
+/// An error code after a watched call: EINTR from the watchdog's signal is the
+/// refusal of a special file.
+fn refusal(code: ErrorCode, fired: &AtomicBool) -> ErrorCode {
+    match code {
+        ErrorCode::Interrupted if special::fired(fired) => ErrorCode::NotPermitted,
+        code => code,
+    }
 }
 
 type StreamReturn = (Result<Resource<DynOutputStream>, ErrorCode>,);

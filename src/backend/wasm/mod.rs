@@ -62,11 +62,26 @@ pub fn fuel_used_by_last_call() -> Option<u64> {
     (v != u64::MAX).then_some(v)
 }
 
-/// How many guest opens of a FIFO, swapped in after toolhost's check, this
-/// process has interrupted (Linux; see `special`): a diagnostic, and what the
-/// tests of that race look at.
+/// How many threads blocked opening a FIFO for a guest this process has
+/// interrupted (Linux; see `special`): a diagnostic, and what the tests look
+/// at.
 pub fn fifo_opens_interrupted() -> u64 {
     special::INTERRUPTED.load(Relaxed)
+}
+
+/// Whether a wasm guest's open that waits on a FIFO is ended here (Linux,
+/// with `SIGURG` free for toolhost's watchdog, which it self-tests once);
+/// elsewhere paths are checked before they are opened, and a FIFO swapped in
+/// after that check can hold a blocking-pool thread until a partner appears.
+pub fn fifo_watchdog_available() -> bool {
+    special::watchdog_available()
+}
+
+/// Tests only: check a path before a guest opens it even where the FIFO-open
+/// watchdog works (the fallback of `special`, tested on Linux).
+#[doc(hidden)]
+pub fn force_special_file_precheck(on: bool) {
+    special::FORCE_PRECHECK.store(on, Relaxed);
 }
 
 /// Core instances one component may hold in the pool (a Rust wasip2 component
@@ -102,10 +117,6 @@ pub type WasmTarget = ToolFile;
 struct State {
     wasi: WasiP1Ctx,
     common: Common,
-    /// The preopened dirs by guest path, as host handles: how the check
-    /// before an open (`special`) stats a path without a round trip to the
-    /// blocking pool.
-    preopens: Vec<(String, std::fs::File)>,
 }
 
 /// Per-call state every kind of guest has: limits and what hit them.
@@ -679,10 +690,9 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
             i32,
         )| {
             Box::new(async move {
-                let name = match p1_precheck(&mut caller, fd, dirflags, path, path_len).await {
-                    Ok(name) => name,
-                    Err(errno) => return Ok(errno),
-                };
+                if let Err(errno) = p1_precheck(&mut caller, fd, dirflags, path, path_len).await {
+                    return Ok(errno);
+                }
                 let fired = AtomicBool::new(false);
                 let open = async {
                     let r: wasmtime::Result<i32> = call_p1!(
@@ -693,80 +703,95 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
                     );
                     r
                 };
-                let r = special::watched(&name, &fired, open).await?;
+                let r = special::watched(&fired, open).await?;
                 if r != 0 {
-                    // EINTR from the watchdog's signal is the refusal.
-                    let ours = r == ERRNO_INTR && special::fired(&fired);
-                    return Ok(if ours { ERRNO_PERM } else { r });
+                    return Ok(refusal(r, &fired));
                 }
                 Ok(p1_postcheck(&mut caller, opened).await)
+            })
+        },
+    )?;
+    // wasmtime-wasi sets a path's times through a blocking open of it.
+    linker.func_wrap_async(
+        M,
+        "path_filestat_set_times",
+        |mut caller: Caller<'_, State>,
+         (fd, flags, path, path_len, atim, mtim, fst_flags): (
+            i32,
+            i32,
+            i32,
+            i32,
+            i64,
+            i64,
+            i32,
+        )| {
+            Box::new(async move {
+                if let Err(errno) = p1_precheck(&mut caller, fd, flags, path, path_len).await {
+                    return Ok(errno);
+                }
+                let fired = AtomicBool::new(false);
+                let set = async {
+                    let r: wasmtime::Result<i32> = call_p1!(
+                        caller,
+                        path_filestat_set_times(fd, flags, path, path_len, atim, mtim, fst_flags)
+                    );
+                    r
+                };
+                let r = special::watched(&fired, set).await?;
+                Ok(refusal(r, &fired))
             })
         },
     )?;
     Ok(linker)
 }
 
-/// Before a preview-1 `path_open`: the path as a string (for the watchdog),
-/// or the errno to return (`ERRNO_PERM` for a special file). A path that
-/// cannot be stat'ed goes on to the open, which reports its own error.
+/// A preview-1 errno after a watched call: EINTR from the watchdog's signal
+/// is the refusal of a special file.
+fn refusal(errno: i32, fired: &AtomicBool) -> i32 {
+    if errno == ERRNO_INTR && special::fired(fired) {
+        ERRNO_PERM
+    } else {
+        errno
+    }
+}
+
+/// Before a preview-1 call that opens a path, where the watchdog cannot end a
+/// blocked open (`special`): the errno to return (`ERRNO_PERM`) if the path is
+/// a special file. A path that cannot be stat'ed goes on to the call, which
+/// reports its own error.
 async fn p1_precheck(
     caller: &mut Caller<'_, State>,
     fd: i32,
     dirflags: i32,
     path: i32,
     path_len: i32,
-) -> Result<String, i32> {
+) -> Result<(), i32> {
     use wasmtime_wasi::p1::types;
     use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
+    if !special::precheck_needed() {
+        return Ok(());
+    }
     let fuel = wasmtime::AsContextMut::as_context_mut(&mut *caller).hostcall_fuel();
     let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
-        return Err(ERRNO_FAULT);
+        return Ok(());
     };
     let (mem, state) = m.data_and_store_mut(&mut *caller);
-    let name = mem
-        .get(path as u32 as usize..)
-        .and_then(|b| b.get(..path_len as u32 as usize))
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-        .ok_or(ERRNO_FAULT)?;
     let ctx = &mut state.wasi;
     P1::set_hostcall_fuel(ctx, fuel);
     let Ok(flags) = types::Lookupflags::try_from(dirflags) else {
-        return Ok(name);
+        return Ok(());
     };
-    let follow = flags.contains(types::Lookupflags::SYMLINK_FOLLOW);
-    let dirfd = types::Fd::from(fd as u32);
-    // A preopened dir (what wasi-libc opens relative to) is stat'ed here;
-    // any other dir through wasmtime-wasi, on the blocking pool.
-    if let Some(dir) = p1_preopen_name(ctx, dirfd)
-        .and_then(|g| state.preopens.iter().find(|(p, _)| *p == g))
-        .map(|(_, d)| d)
-    {
-        return match special::host_allowed(dir, &name, follow) {
-            Some(false) => Err(ERRNO_PERM),
-            _ => Ok(name),
-        };
-    }
     let mut mem = wiggle::GuestMemory::Unshared(mem);
     let ptr = wiggle::GuestPtr::<str>::new((path as u32, path_len as u32));
-    match P1::path_filestat_get(ctx, &mut mem, dirfd, flags, ptr).await {
-        Ok(st) if !special::p1_allowed(st.filetype) => Err(ERRNO_PERM),
-        _ => Ok(name),
+    match P1::path_filestat_get(ctx, &mut mem, types::Fd::from(fd as u32), flags, ptr).await {
+        Ok(st)
+            if !special::p1_allowed(st.filetype)
+                && st.filetype != types::Filetype::SymbolicLink =>
+        {
+            Err(ERRNO_PERM)
+        }
+        _ => Ok(()),
     }
-}
-
-/// The guest path `fd` was preopened at, if it is a preopened dir (read from
-/// the guest's descriptor table, into a buffer of the host's).
-fn p1_preopen_name(ctx: &mut WasiP1Ctx, fd: wasmtime_wasi::p1::types::Fd) -> Option<String> {
-    use wasmtime_wasi::p1::types;
-    use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
-    let mut none = [0u8; 0];
-    let types::Prestat::Dir(d) =
-        P1::fd_prestat_get(ctx, &mut wiggle::GuestMemory::Unshared(&mut none), fd).ok()?;
-    let len = d.pr_name_len;
-    let mut buf = vec![0u8; len as usize];
-    let mut mem = wiggle::GuestMemory::Unshared(&mut buf);
-    P1::fd_prestat_dir_name(ctx, &mut mem, fd, wiggle::GuestPtr::new(0), len).ok()?;
-    String::from_utf8(buf).ok()
 }
 
 /// After a successful preview-1 `path_open`: 0, or `ERRNO_PERM` when what it
@@ -935,7 +960,6 @@ impl WasmBackend {
                 let state = State {
                     wasi,
                     common: self.common(limits),
-                    preopens: host_preopens(plan),
                 };
                 let pre = pre.clone();
                 self.execute(limits, state, move |store| {
@@ -1264,24 +1288,6 @@ impl WasmBackend {
             Err(_) => Executed::TimedOut,
         }
     }
-}
-
-/// Host handles of the dirs `build_wasi` preopens, by guest path (a dir that
-/// cannot be duplicated is left out: its opens are checked the slower way).
-fn host_preopens(plan: &ExecPlan) -> Vec<(String, std::fs::File)> {
-    let mut out = Vec::with_capacity(plan.mounts.len() + 1);
-    for m in &plan.mounts {
-        let dir = plan.mount_dirs.iter().find(|(p, _)| p == &m.path);
-        if let (Some(guest), Some((_, d))) = (m.path.to_str(), dir)
-            && let Ok(d) = d.try_clone()
-        {
-            out.push((guest.to_string(), d.into_std_file()));
-        }
-    }
-    if let Ok(d) = plan.cwd_dir.try_clone() {
-        out.push((".".to_string(), d.into_std_file()));
-    }
-    out
 }
 
 /// The WASI context of a call: argv (argv[0] the tool's name), env, stdin,

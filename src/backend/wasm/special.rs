@@ -1,77 +1,92 @@
 //! Special files (FIFOs, sockets, devices) a guest tries to open.
 //!
 //! wasmtime-wasi opens a guest's file with a blocking open(2) on a thread of
-//! tokio's blocking pool. On a FIFO with no writer that open waits for a
-//! partner, and neither the call's timeout nor dropping the call ends it: the
-//! thread stays until a writer appears, and enough of them stall every file
-//! operation of the process (the contract suite's case 10 found this). So the
-//! opens a guest asks for (`path_open` in preview 1, `open-at` in preview 2)
-//! are shadowed, and only files, directories and symlinks are opened:
+//! tokio's blocking pool, both for `path_open`/`open-at` and inside
+//! `path_filestat_set_times`/`set-times-at`. On a FIFO with no partner that
+//! open waits, and neither the call's timeout nor dropping the call ends it:
+//! the thread stays until a partner appears, and enough of them stall every
+//! file operation of the process (the contract suite's case 10 found this).
+//! wasmtime-wasi has no hook to add `O_NONBLOCK`, so those four functions are
+//! shadowed, and a guest never holds anything but a file or a directory:
 //!
-//! 1. The path is stat'ed first, following symlinks as the open will, and
-//!    anything else is refused with EPERM before any open.
-//! 2. If another process swaps the path for a FIFO between that check and the
-//!    open, the open blocks. While it runs, a watchdog (Linux) looks for a
-//!    thread of this process blocked in a FIFO open of that path and
-//!    interrupts it with `SIGURG`, for which a no-op handler without
-//!    `SA_RESTART` is installed the first time it is needed (only if the
-//!    signal still has its default disposition, which is to be ignored). The
-//!    open then fails with EINTR, and the guest gets EPERM.
-//! 3. What the open returned is checked again; a special file (a FIFO that got
-//!    a writer meanwhile) is closed and refused.
+//! 1. While the real call runs, a watchdog (Linux) looks, once it has run for
+//!    20 ms, for threads of this process waiting for a FIFO partner in an
+//!    open (`/proc/self/task/*/wchan`, and the syscall number where
+//!    `/proc/self/task/*/syscall` is readable) and interrupts them with
+//!    `SIGURG`, whose no-op handler has no `SA_RESTART`: the open fails with
+//!    EINTR, and the guest gets EPERM. The wait is found by the kernel's
+//!    state, not by path, so removing or renaming the FIFO meanwhile does not
+//!    hide it. The handler is installed only over `SIGURG`'s default
+//!    disposition (ignored), and the mechanism is used only after a self-test
+//!    (a thread of ours blocked on a private FIFO is seen and interrupted).
+//! 2. Where that watchdog is unavailable (other platforms, `SIGURG` taken, the
+//!    self-test failed), the path is stat'ed first, following symlinks as the
+//!    open will, and a special file is refused with EPERM before any open. A
+//!    FIFO swapped in between that check and the open still blocks there.
+//! 3. What `path_open`/`open-at` returned is checked: a special file (a FIFO
+//!    with a writer does not block; a socket or a device node opens at once)
+//!    is closed and refused with EPERM.
+//!
+//! Every check runs on the blocking pool like the call itself: a hung mount
+//! holds a blocking-pool thread, never an executor thread.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use wasmtime_wasi::p1::types::Filetype;
+use wasmtime_wasi::p2::bindings::filesystem::types::DescriptorType;
 
 /// Opens the watchdog has interrupted in this process.
 pub(crate) static INTERRUPTED: AtomicU64 = AtomicU64::new(0);
 
-/// Whether a preview-1 file type may be opened (a FIFO is `Unknown` there).
+/// Set by tests: check paths before opening them even where the watchdog
+/// works (how the fallback is tested on Linux).
+pub(crate) static FORCE_PRECHECK: AtomicBool = AtomicBool::new(false);
+
+/// Whether a preview-1 file type may be held by a guest (a FIFO is
+/// `Unknown` there).
 pub(crate) fn p1_allowed(t: Filetype) -> bool {
-    matches!(
-        t,
-        Filetype::RegularFile | Filetype::Directory | Filetype::SymbolicLink
-    )
+    matches!(t, Filetype::RegularFile | Filetype::Directory)
 }
 
-/// Whether `path` under the directory `dir` may be opened, without opening
-/// it (following a final symlink if `follow`, as the open will): `None` when
-/// it cannot be stat'ed (the open then reports its own error).
-pub(crate) fn host_allowed(dir: &std::fs::File, path: &str, follow: bool) -> Option<bool> {
-    let follow = if follow {
-        cap_primitives::fs::FollowSymlinks::Yes
-    } else {
-        cap_primitives::fs::FollowSymlinks::No
-    };
-    let t = cap_primitives::fs::stat(dir, std::path::Path::new(path), follow)
-        .ok()?
-        .file_type();
-    Some(t.is_file() || t.is_dir() || t.is_symlink())
+/// Whether a preview-2 descriptor type may be held by a guest.
+pub(crate) fn p2_allowed(t: DescriptorType) -> bool {
+    matches!(t, DescriptorType::RegularFile | DescriptorType::Directory)
 }
 
-/// First check of the watchdog, and the longest wait between two: an open of
-/// a file or a directory takes microseconds; only one that is still running
-/// after this long is looked at.
+/// Whether paths must be stat'ed before they are opened (step 2): where the
+/// watchdog cannot end a blocked open.
+pub(crate) fn precheck_needed() -> bool {
+    FORCE_PRECHECK.load(Ordering::Relaxed) || !watchdog::available()
+}
+
+/// Whether the watchdog can end a guest's open blocked on a FIFO here (for
+/// `toolhost check`; runs the self-test once).
+pub(crate) fn watchdog_available() -> bool {
+    watchdog::available()
+}
+
+/// First look of the watchdog, and the longest wait between two: an open of
+/// a file takes microseconds; only a call still running after this long is
+/// looked at.
 const FIRST_LOOK: Duration = Duration::from_millis(20);
 const MAX_WAIT: Duration = Duration::from_millis(200);
 
-/// Runs `open` (the real open of `path`) and, while it has not returned,
-/// interrupts any thread of this process blocked in a FIFO open of `path`.
+/// Runs `call` (a real open, or a set-times that opens) and, while it has not
+/// returned, interrupts the threads of this process blocked in a FIFO open.
 /// Sets `fired` when it interrupted one.
-pub(crate) async fn watched<F: Future>(path: &str, fired: &AtomicBool, open: F) -> F::Output {
-    let open = std::pin::pin!(open);
+pub(crate) async fn watched<F: Future>(fired: &AtomicBool, call: F) -> F::Output {
+    let call = std::pin::pin!(call);
     #[cfg(target_os = "linux")]
     {
-        let mut open = open;
+        let mut call = call;
         let mut wait = FIRST_LOOK;
         loop {
             tokio::select! {
-                r = &mut open => return r,
+                r = &mut call => return r,
                 _ = tokio::time::sleep(wait) => {
-                    if stuck::interrupt(path) {
+                    if watchdog::available() && watchdog::interrupt() {
                         fired.store(true, Ordering::Relaxed);
                     }
                     wait = (wait * 2).min(MAX_WAIT);
@@ -81,120 +96,220 @@ pub(crate) async fn watched<F: Future>(path: &str, fired: &AtomicBool, open: F) 
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (path, fired, FIRST_LOOK, MAX_WAIT);
-        open.await
+        let _ = (fired, FIRST_LOOK, MAX_WAIT);
+        call.await
     }
 }
 
-/// Whether the watchdog interrupted the open.
+/// Whether the watchdog interrupted the call.
 pub(crate) fn fired(flag: &AtomicBool) -> bool {
     flag.load(Ordering::Relaxed)
 }
 
+#[cfg(not(target_os = "linux"))]
+mod watchdog {
+    pub(super) fn available() -> bool {
+        false
+    }
+}
+
 #[cfg(target_os = "linux")]
-mod stuck {
-    use std::os::unix::fs::FileExt;
+mod watchdog {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
     use std::sync::OnceLock;
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
 
     const SIGNAL: libc::c_int = libc::SIGURG;
 
     extern "C" fn on_signal(_: libc::c_int) {}
 
-    /// Installs the no-op handler once; false if the signal is taken.
-    fn handler() -> bool {
-        static INSTALLED: OnceLock<bool> = OnceLock::new();
-        *INSTALLED.get_or_init(|| {
-            // SAFETY: sigaction with valid, zero-initialised structs; the
-            // handler does nothing, so it is async-signal-safe.
-            unsafe {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(SIGNAL, std::ptr::null(), &mut old) != 0 {
-                    return false;
-                }
-                let ours = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-                if old.sa_sigaction == ours {
-                    return true;
-                }
-                if old.sa_sigaction != libc::SIG_DFL {
-                    tracing::warn!(
-                        "SIGURG has a handler already: a wasm guest's open of a FIFO swapped in \
-                         after toolhost's check cannot be interrupted"
-                    );
-                    return false;
-                }
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = ours;
-                // No SA_RESTART: the interrupted open returns EINTR.
-                sa.sa_flags = 0;
-                libc::sigemptyset(&mut sa.sa_mask);
-                libc::sigaction(SIGNAL, &sa, std::ptr::null_mut()) == 0
-            }
-        })
+    fn ours() -> libc::sighandler_t {
+        on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t
     }
 
-    /// Signals every thread of this process that is blocked in a FIFO open
-    /// (openat2, or openat relative to a directory fd) of `path` or of its
-    /// last component. Returns whether it signalled one.
-    pub(super) fn interrupt(path: &str) -> bool {
+    /// Whether our handler is in place, installing it over the default
+    /// disposition. Checked before every signal: if something replaced it
+    /// since, nothing is sent (an unhandled SIGURG would just be ignored, and
+    /// an `SA_RESTART` handler would restart the open).
+    fn handler() -> bool {
+        // SAFETY: sigaction with valid, zero-initialised structs; the handler
+        // does nothing, so it is async-signal-safe.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(SIGNAL, std::ptr::null(), &mut old) != 0 {
+                return false;
+            }
+            if old.sa_sigaction == ours() {
+                return old.sa_flags & libc::SA_RESTART == 0;
+            }
+            if old.sa_sigaction != libc::SIG_DFL {
+                return false;
+            }
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = ours();
+            // No SA_RESTART: the interrupted open returns EINTR.
+            sa.sa_flags = 0;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(SIGNAL, &sa, std::ptr::null_mut()) == 0
+        }
+    }
+
+    /// The watchdog can end a blocked open here: the self-test passed once,
+    /// and the handler is still ours.
+    pub(super) fn available() -> bool {
+        static SELF_TEST: OnceLock<bool> = OnceLock::new();
+        let passed = *SELF_TEST.get_or_init(|| {
+            let ok = self_test();
+            if !ok {
+                tracing::warn!(
+                    "wasm: the FIFO-open watchdog is unavailable here (SIGURG has a handler, or \
+                     /proc does not show a thread waiting on a FIFO); guest opens are checked \
+                     first instead, and a FIFO swapped in after that check can hold a thread"
+                );
+            }
+            ok
+        });
+        passed && handler()
+    }
+
+    /// What the kernel shows for a thread waiting for a FIFO partner.
+    fn waiting_on_fifo(wchan: &str) -> bool {
+        matches!(wchan.trim(), "wait_for_partner" | "fifo_open")
+    }
+
+    /// Signals every thread of this process that waits for a FIFO partner in
+    /// an open (where its syscall is readable; a non-dumpable process that is
+    /// not root cannot read it, and then the wait alone decides). Returns
+    /// whether it signalled one.
+    pub(super) fn interrupt() -> bool {
         let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
             return false;
         };
-        let Ok(mem) = std::fs::File::open("/proc/self/mem") else {
-            return false;
-        };
-        let last = path.rsplit('/').find(|c| !c.is_empty()).unwrap_or(path);
         let mut hit = false;
         for t in tasks.flatten() {
             let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
                 continue;
             };
-            let Ok(sc) = std::fs::read_to_string(t.path().join("syscall")) else {
+            let Ok(w) = std::fs::read_to_string(t.path().join("wchan")) else {
                 continue;
             };
-            let f: Vec<&str> = sc.split_whitespace().collect();
-            let hex = |i: usize| {
-                f.get(i)
-                    .and_then(|s| s.strip_prefix("0x"))
-                    .and_then(|s| u64::from_str_radix(s, 16).ok())
-            };
-            let Some(nr) = f.first().and_then(|s| s.parse::<i64>().ok()) else {
-                continue;
-            };
-            let (Some(dirfd), Some(ptr)) = (hex(1), hex(2)) else {
-                continue;
-            };
-            let at_cwd = dirfd as u32 as i32 == libc::AT_FDCWD;
-            if !(nr == libc::SYS_openat2 || (nr == libc::SYS_openat && !at_cwd)) {
+            if !waiting_on_fifo(&w) {
                 continue;
             }
-            // Where the kernel shows it, the thread must be waiting for a
-            // FIFO partner (no other open is interrupted).
-            if let Ok(w) = std::fs::read_to_string(t.path().join("wchan")) {
-                let w = w.trim();
-                if !w.is_empty() && w != "0" && w != "wait_for_partner" {
-                    continue;
-                }
-            }
-            let mut buf = vec![0u8; path.len() + 1];
-            let Ok(n) = mem.read_at(&mut buf, ptr) else {
-                continue;
-            };
-            let named =
-                |p: &str| n > p.len() && &buf[..p.len()] == p.as_bytes() && buf[p.len()] == 0;
-            if !(named(path) || named(last)) {
+            if let Ok(sc) = std::fs::read_to_string(t.path().join("syscall"))
+                && let Some(nr) = sc
+                    .split_whitespace()
+                    .next()
+                    .and_then(|s| s.parse::<i64>().ok())
+                && !is_open(nr)
+            {
                 continue;
             }
-            if !handler() {
-                return false;
-            }
-            // SAFETY: tgkill to a thread of this process with a signal whose
-            // handler is installed above.
-            let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, SIGNAL) };
-            if rc == 0 {
+            if send(tid) {
                 hit = true;
-                super::INTERRUPTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                super::INTERRUPTED.fetch_add(1, Ordering::Relaxed);
             }
         }
         hit
+    }
+
+    fn is_open(nr: i64) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if nr == libc::SYS_open {
+            return true;
+        }
+        nr == libc::SYS_openat || nr == libc::SYS_openat2
+    }
+
+    fn send(tid: i32) -> bool {
+        // SAFETY: tgkill to a thread of this process, with a signal whose
+        // handler was installed (by `available`) and does nothing.
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, SIGNAL) == 0 }
+    }
+
+    /// A thread of ours opens a FIFO in a private directory, with no writer:
+    /// the test passes if the kernel shows it waiting and our signal ends its
+    /// open with EINTR. The FIFO is released by opening its other end if
+    /// anything fails.
+    fn self_test() -> bool {
+        if !handler() {
+            return false;
+        }
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "toolhost-fifo-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        if std::fs::create_dir(&dir).is_err() {
+            return false;
+        }
+        let fifo = dir.join("fifo");
+        let ok = match CString::new(fifo.as_os_str().as_bytes()) {
+            // SAFETY: mkfifo with a valid C string.
+            Ok(c) if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } == 0 => run_test(&c),
+            _ => false,
+        };
+        let _ = std::fs::remove_file(&fifo);
+        let _ = std::fs::remove_dir(&dir);
+        ok
+    }
+
+    fn run_test(fifo: &CString) -> bool {
+        let (tx, rx) = std::sync::mpsc::channel::<(i32, i32)>();
+        let path = fifo.clone();
+        let opener = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            let _ = tx.send((tid, 0));
+            // SAFETY: open with a valid C string; a plain open(2), which
+            // returns EINTR (std's File::open would retry).
+            let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            if fd >= 0 {
+                // SAFETY: closing the fd just opened.
+                unsafe { libc::close(fd) };
+            }
+            let _ = tx.send((fd, errno));
+        });
+        let release = || {
+            // SAFETY: open with a valid C string; O_RDWR on a FIFO never
+            // blocks on Linux and wakes the waiting reader.
+            let fd = unsafe {
+                libc::open(
+                    fifo.as_ptr(),
+                    libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                )
+            };
+            if fd >= 0 {
+                // SAFETY: closing the fd just opened.
+                unsafe { libc::close(fd) };
+            }
+        };
+        let Ok((tid, _)) = rx.recv_timeout(Duration::from_secs(2)) else {
+            return false;
+        };
+        let wchan = format!("/proc/self/task/{tid}/wchan");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut seen = false;
+        while Instant::now() < deadline {
+            if std::fs::read_to_string(&wchan).is_ok_and(|w| waiting_on_fifo(&w)) {
+                seen = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let result = if seen && send(tid) {
+            rx.recv_timeout(Duration::from_secs(2)).ok()
+        } else {
+            None
+        };
+        if result.is_none() {
+            release();
+        }
+        let _ = opener.join();
+        matches!(result, Some((fd, errno)) if fd < 0 && errno == libc::EINTR)
     }
 }

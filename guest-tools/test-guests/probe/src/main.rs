@@ -97,6 +97,23 @@ fn main() {
             }
             println!("created {}", num(2));
         }
+        "touch" => {
+            // touch PATH: sets its times to now, by path (wasi-libc's
+            // utimensat: path_filestat_set_times / set-times-at).
+            unsafe extern "C" {
+                fn utimensat(dirfd: i32, path: *const u8, times: *const u8, flags: i32) -> i32;
+            }
+            const AT_FDCWD: i32 = -2; // wasi-libc's
+            let path = std::ffi::CString::new(arg(2)).unwrap();
+            // SAFETY: a valid C string; NULL times means now.
+            let rc = unsafe { utimensat(AT_FDCWD, path.as_ptr().cast(), std::ptr::null(), 0) };
+            if rc == 0 {
+                println!("touched");
+            } else {
+                println!("ERR {}", std::io::Error::last_os_error());
+                std::process::exit(3);
+            }
+        }
         "opens" => {
             // opens PATH N: opens PATH for reading N times (each closed at
             // once); reports how many opens worked, how many of those gave

@@ -189,7 +189,7 @@ pub async fn check(sandbox: &Sandbox) -> CheckReport {
             "wasm",
             "special files",
             Status::Ok,
-            "a guest holds only files and directories; an open that waits on a FIFO is ended (SIGURG watchdog, self-tested)",
+            "a guest holds only files and directories (paths checked before and after opening); an open that waits on a FIFO swapped in is ended (SIGURG watchdog, self-tested)",
         );
     } else {
         push(
@@ -197,7 +197,7 @@ pub async fn check(sandbox: &Sandbox) -> CheckReport {
             "wasm",
             "special files",
             Status::Partial,
-            "paths are checked before they are opened; a FIFO swapped in after the check can hold a thread until a partner appears (the watchdog needs Linux and SIGURG at its default)",
+            "paths are checked before they are opened; a FIFO swapped in after the check can hold a thread until a partner appears (the watchdog needs Linux, SIGURG at its default, a writable temp dir for its self-test and /proc showing a thread waiting on a FIFO)",
         );
     }
     let cache_dir = if config.wasm.cache {

@@ -16,6 +16,23 @@ use crate::config::WasmConfig;
 /// Custom section in which a tool describes itself in one line.
 pub const DESCRIPTION_SECTION: &str = "toolhost-description";
 
+/// The bytes of `name` under `dir` if it is a regular file. Opened without
+/// blocking: a FIFO named `*.wasm` must not hold the caller in open(2).
+fn read_regular(dir: &cap_std::fs::Dir, name: &str) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut opts = cap_std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    cap_std::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NONBLOCK);
+    let mut f = dir.open_with(name, &opts).ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
 /// A tool file found in a tool dir (or a `.wasm` file inside the sandbox).
 #[derive(Debug, Clone)]
 pub struct ToolFile {
@@ -126,7 +143,9 @@ impl Registry {
                 if !valid_name(name) || out.iter().any(|t| t.name == name) {
                     continue;
                 }
-                let bytes = dir.read(&fname).unwrap_or_default();
+                let Some(bytes) = read_regular(dir, &fname) else {
+                    continue;
+                };
                 out.push(ToolInfo {
                     name: name.to_string(),
                     description: describe(&bytes).unwrap_or_default(),

@@ -157,19 +157,22 @@ pub fn sha256_file(p: &Path) -> String {
     format!("{:x}", Sha256::digest(data))
 }
 
+/// Threads of this process blocked opening a FIFO (waiting for a partner).
+pub fn threads_waiting_now() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("wchan"))
+                .is_ok_and(|w| matches!(w.trim(), "wait_for_partner" | "fifo_open"))
+        })
+        .count()
+}
+
 /// Threads of this process blocked opening a FIFO (waiting for a partner),
 /// after giving any watchdog a moment to end them.
 pub fn threads_waiting_on_a_fifo() -> usize {
-    let count = || {
-        std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .flatten()
-            .filter(|t| {
-                std::fs::read_to_string(t.path().join("wchan"))
-                    .is_ok_and(|w| matches!(w.trim(), "wait_for_partner" | "fifo_open"))
-            })
-            .count()
-    };
+    let count = threads_waiting_now;
     for _ in 0..60 {
         if count() == 0 {
             return 0;

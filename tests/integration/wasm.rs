@@ -1223,6 +1223,28 @@ fn a_guest_opening_a_fifo_through_the_cli_is_refused_and_the_cli_exits() {
         )
     );
     assert_eq!(run("plain.txt"), (Some(0), "plain".to_string()));
+    // A tool file that is a FIFO is refused at once (its open used to block
+    // the CLI's only executor thread).
+    mkfifo(&t.ws().join("fifo.wasm"));
+    let out = toolhost(
+        &t.ws(),
+        &[
+            "run",
+            "--backend",
+            "wasm",
+            "--timeout",
+            "10",
+            "--",
+            "./fifo.wasm",
+        ],
+        &[],
+    );
+    assert_ne!(out.status.code(), Some(124), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("not a regular file")
+            || String::from_utf8_lossy(&out.stderr).contains("not a regular file"),
+        "{out:?}"
+    );
 }
 
 fn mkfifo(path: &Path) {
@@ -1242,15 +1264,34 @@ async fn probe_either(sb: &Sandbox, p2: bool, args: &[&str]) -> RunOutput {
 
 const EPERM: &str = "ERR Operation not permitted (os error 63)\n";
 
-/// Attack 10 (special files), preview 1 and preview 2. Opens that would wait
-/// for a FIFO partner forever (a read, a create for writing, a symlink to the
-/// FIFO, and setting the FIFO's times by path, which wasmtime-wasi does by
-/// opening it) are interrupted by the watchdog (the counter rises by at least
-/// one per open) and refused with EPERM, far inside the call's timeout; a FIFO
-/// that has a writer opens at once and is refused after the open; a socket
-/// fails to open; as root, a character device node (/dev/zero's numbers) is
-/// refused after the open. No thread of this process is left waiting on a
-/// FIFO. Control: a plain file, and a symlink to it, read and touched as usual.
+/// Skips the check before opening while alive (tests of the watchdog and of
+/// the check after opening); hold `FIFO_TESTS` meanwhile.
+struct SkipPrecheck;
+
+impl SkipPrecheck {
+    fn new() -> Self {
+        toolhost::backend::wasm::skip_special_file_precheck(true);
+        SkipPrecheck
+    }
+}
+
+impl Drop for SkipPrecheck {
+    fn drop(&mut self) {
+        toolhost::backend::wasm::skip_special_file_precheck(false);
+    }
+}
+
+/// Attack 10 (special files), preview 1 and preview 2. A FIFO with no writer
+/// (read, created for writing, through a symlink, its times set by path,
+/// which wasmtime-wasi does by opening it), a FIFO with a writer, a unix
+/// socket and, as root, a character device node (/dev/zero's numbers) are
+/// refused with EPERM by the check before opening: nothing waits and the
+/// watchdog interrupts nothing. With that check skipped, each open reaches the
+/// kernel: the FIFO waits are ended by the watchdog (its counter rises by one
+/// per wait at least) and refused, far inside the call's timeout, and what
+/// opens at once (the FIFO with a writer, the device) is refused after the
+/// open; the guest never holds one. No thread of this process is left
+/// waiting. Control: a plain file, and a symlink to it, read and touched.
 #[tokio::test]
 async fn attack_10_a_guest_never_holds_or_waits_on_a_special_file() {
     let _counter = FIFO_TESTS.lock().await;
@@ -1277,53 +1318,70 @@ async fn attack_10_a_guest_never_holds_or_waits_on_a_special_file() {
     }
     t.write("plain.txt", "plain");
     std::os::unix::fs::symlink("plain.txt", t.ws().join("to-plain")).unwrap();
-    for (kind, p2) in [("p1", false), ("p2", true)] {
-        let before = toolhost::backend::wasm::fifo_opens_interrupted();
-        let waits: [&[&str]; 4] = [
-            &["read", "fifo"],
-            &["read", "to-fifo"],
-            &["write", "fifo", "10"],
-            &["touch", "fifo"],
-        ];
-        for args in waits {
-            let r = probe_either(&sb, p2, args).await;
-            assert_eq!(
-                r.outcome.kind,
-                OutcomeKind::Exited,
-                "{kind} {args:?}: {r:?}"
-            );
-            let want = if args[0] == "write" {
-                "ERR open Operation not permitted (os error 63)\n"
+    let waits: [&[&str]; 4] = [
+        &["read", "fifo"],
+        &["read", "to-fifo"],
+        &["write", "fifo", "10"],
+        &["touch", "fifo"],
+    ];
+    let refused = |args: &[&str]| {
+        if args[0] == "write" {
+            "ERR open Operation not permitted (os error 63)\n"
+        } else {
+            EPERM
+        }
+    };
+    for skip in [false, true] {
+        let _skip = skip.then(SkipPrecheck::new);
+        for (kind, p2) in [("p1", false), ("p2", true)] {
+            let before = toolhost::backend::wasm::fifo_opens_interrupted();
+            for args in waits {
+                let r = probe_either(&sb, p2, args).await;
+                assert_eq!(
+                    r.outcome.kind,
+                    OutcomeKind::Exited,
+                    "{kind} {skip} {args:?}: {r:?}"
+                );
+                assert_eq!(r.stdout, refused(args), "{kind} {skip} {args:?}: {r:?}");
+            }
+            let interrupted = toolhost::backend::wasm::fifo_opens_interrupted() - before;
+            if skip {
+                assert!(interrupted >= 4, "{kind}: {interrupted} waits interrupted");
             } else {
-                EPERM
-            };
-            assert_eq!(r.stdout, want, "{kind} {args:?}: {r:?}");
-        }
-        let interrupted = toolhost::backend::wasm::fifo_opens_interrupted() - before;
-        assert!(interrupted >= 4, "{kind}: {interrupted} opens interrupted");
-        let r = probe_either(&sb, p2, &["read", "fifo-w"]).await;
-        assert_eq!(r.stdout, EPERM, "{kind} fifo with a writer: {r:?}");
-        let r = probe_either(&sb, p2, &["opens", "fifo-w", "3"]).await;
-        assert!(r.stdout.starts_with("ok 0 special 0 "), "{kind}: {r:?}");
-        let r = probe_either(&sb, p2, &["read", "sock"]).await;
-        assert!(
-            r.stdout.starts_with("ERR ") && r.returncode == Some(if p2 { 1 } else { 3 }),
-            "{kind} sock: {r:?}"
-        );
-        if root {
-            let r = probe_either(&sb, p2, &["read", "zero"]).await;
-            assert_eq!(r.stdout, EPERM, "{kind} char device: {r:?}");
-        }
-        for p in ["plain.txt", "to-plain"] {
-            let r = probe_either(&sb, p2, &["read", p]).await;
-            assert_eq!(
-                (r.stdout.as_str(), r.success()),
-                ("plain", true),
-                "{kind} {p}: {r:?}"
+                assert_eq!(interrupted, 0, "{kind}: an open reached a FIFO");
+            }
+            let r = probe_either(&sb, p2, &["read", "fifo-w"]).await;
+            assert_eq!(r.stdout, EPERM, "{kind} {skip} fifo with a writer: {r:?}");
+            let r = probe_either(&sb, p2, &["opens", "fifo-w", "3"]).await;
+            assert!(
+                r.stdout.starts_with("ok 0 special 0 "),
+                "{kind} {skip}: {r:?}"
             );
+            let r = probe_either(&sb, p2, &["read", "sock"]).await;
+            if skip {
+                // It fails to open by itself (ENXIO).
+                assert!(
+                    r.stdout.starts_with("ERR ") && !r.success(),
+                    "{kind} sock: {r:?}"
+                );
+            } else {
+                assert_eq!(r.stdout, EPERM, "{kind} sock: {r:?}");
+            }
+            if root {
+                let r = probe_either(&sb, p2, &["read", "zero"]).await;
+                assert_eq!(r.stdout, EPERM, "{kind} {skip} char device: {r:?}");
+            }
+            for p in ["plain.txt", "to-plain"] {
+                let r = probe_either(&sb, p2, &["read", p]).await;
+                assert_eq!(
+                    (r.stdout.as_str(), r.success()),
+                    ("plain", true),
+                    "{kind} {p}: {r:?}"
+                );
+            }
+            let r = probe_either(&sb, p2, &["touch", "plain.txt"]).await;
+            assert_eq!(r.stdout, "touched\n", "{kind}: {r:?}");
         }
-        let r = probe_either(&sb, p2, &["touch", "plain.txt"]).await;
-        assert_eq!(r.stdout, "touched\n", "{kind}: {r:?}");
     }
     assert_eq!(threads_waiting_on_a_fifo(), 0);
     use std::os::unix::fs::FileTypeExt;
@@ -1335,11 +1393,43 @@ async fn attack_10_a_guest_never_holds_or_waits_on_a_special_file() {
     );
 }
 
+/// Attack 10, a call dropped (cancelled) while its open of a FIFO waits,
+/// before the watchdog's first look at 20 ms: the watchdog goes on after the
+/// call, and no thread is left waiting. Preview 1 and preview 2.
+#[tokio::test]
+async fn attack_10_a_call_dropped_during_a_fifo_open_leaves_no_thread_waiting() {
+    let _counter = FIFO_TESTS.lock().await;
+    let _skip = SkipPrecheck::new();
+    let (t, sb) = setup_p2(wasm_config());
+    mkfifo(&t.ws().join("fifo"));
+    let sb = std::sync::Arc::new(sb);
+    for (kind, p2) in [("p1", false), ("p2", true)] {
+        let before = toolhost::backend::wasm::fifo_opens_interrupted();
+        let call = {
+            let sb = sb.clone();
+            tokio::spawn(async move { probe_either(&sb, p2, &["read", "fifo"]).await })
+        };
+        // Dropped as soon as its open waits.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while threads_waiting_now() == 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        call.abort();
+        let _ = call.await;
+        assert_eq!(threads_waiting_on_a_fifo(), 0, "{kind}");
+        assert!(
+            toolhost::backend::wasm::fifo_opens_interrupted() > before,
+            "{kind}: the open never waited"
+        );
+    }
+}
+
 /// Attack 10 with toolhost not root (uid 65534 when the tests run as root):
 /// toolhost makes itself non-dumpable by default (`protect_host_environ`), so
-/// `/proc/self/task/*/syscall` is closed to it; the watchdog still finds and
-/// ends a guest's wait on a FIFO (read, and setting its times). Control: a
-/// plain file, through the same CLI as the same user.
+/// `/proc/self/task/*/syscall` is closed to it; the watchdog's self-test still
+/// passes (`toolhost check`), and a guest's read of a FIFO and setting its
+/// times are refused. Control: a plain file, through the same CLI as the same
+/// user.
 #[test]
 fn attack_10_an_unprivileged_toolhost_ends_a_guest_waiting_on_a_fifo() {
     use std::os::unix::fs::PermissionsExt;
@@ -1362,6 +1452,32 @@ fn attack_10_an_unprivileged_toolhost_ends_a_guest_waiting_on_a_fifo() {
     ] {
         std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
     }
+    let cli = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(toolhost_bin());
+        cmd.args(args)
+            .current_dir(t.ws())
+            .stdin(std::process::Stdio::null())
+            .env_remove("TOOLHOST_CONFIG")
+            .env_remove("TOOLHOST_LOG")
+            .env("HOME", &home)
+            .env("XDG_CACHE_HOME", home.join(".cache"));
+        if root {
+            cmd.uid(uid).gid(gid);
+        }
+        cmd.output().unwrap()
+    };
+    // The watchdog works for this user in a non-dumpable process: `toolhost
+    // check` waits for its self-test (a thread blocked on a private FIFO, seen
+    // through /proc and interrupted).
+    let out = cli(&["check", "--json", "--backend", "wasm"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "special files")
+        .cloned();
+    assert_eq!(row.map(|r| r["status"].clone()), Some("ok".into()), "{v}");
     let run = |args: &[&str]| {
         let mut cmd = std::process::Command::new(toolhost_bin());
         cmd.args([
@@ -1399,42 +1515,6 @@ fn attack_10_an_unprivileged_toolhost_ends_a_guest_waiting_on_a_fifo() {
         run(&["touch", "plain.txt"]),
         (Some(0), "touched\n".to_string())
     );
-}
-
-/// Attack 10 where the watchdog is unavailable (other platforms, SIGURG
-/// taken), forced here: the path is stat'ed first and a special file is
-/// refused with EPERM before any open, so nothing waits and the watchdog
-/// interrupts nothing. Control: a plain file.
-#[tokio::test]
-async fn attack_10_without_the_watchdog_special_files_are_refused_before_opening() {
-    let _counter = FIFO_TESTS.lock().await;
-    struct Forced;
-    impl Drop for Forced {
-        fn drop(&mut self) {
-            toolhost::backend::wasm::force_special_file_precheck(false);
-        }
-    }
-    toolhost::backend::wasm::force_special_file_precheck(true);
-    let _forced = Forced;
-    let (t, sb) = setup_p2(wasm_config());
-    mkfifo(&t.ws().join("fifo"));
-    std::os::unix::fs::symlink("fifo", t.ws().join("to-fifo")).unwrap();
-    t.write("plain.txt", "plain");
-    let before = toolhost::backend::wasm::fifo_opens_interrupted();
-    for (kind, p2) in [("p1", false), ("p2", true)] {
-        for args in [
-            &["read", "fifo"][..],
-            &["read", "to-fifo"],
-            &["touch", "fifo"],
-        ] {
-            let r = probe_either(&sb, p2, args).await;
-            assert_eq!(r.stdout, EPERM, "{kind} {args:?}: {r:?}");
-        }
-        let r = probe_either(&sb, p2, &["read", "plain.txt"]).await;
-        assert_eq!(r.stdout, "plain", "{kind}: {r:?}");
-    }
-    assert_eq!(toolhost::backend::wasm::fifo_opens_interrupted(), before);
-    assert_eq!(threads_waiting_on_a_fifo(), 0);
 }
 
 /// Attack 10 under a race: another thread swaps the path a guest opens in a

@@ -8,7 +8,6 @@
 //! and `append-via-stream` hand out are wrapped in a stream that counts bytes.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime::{Engine, StoreContextMut};
@@ -145,11 +144,14 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
                 if !precheck(&mut view, &fd, path_flags, &path).await {
                     return Ok((Err(ErrorCode::NotPermitted),));
                 }
-                let fired = AtomicBool::new(false);
                 let open = HostDescriptor::open_at(&mut view, fd, path_flags, path, oflags, flags);
-                let new = match special::watched(&fired, open).await {
+                let watched = special::watched(open).await;
+                let new = match watched.result {
                     Ok(new) => new,
-                    Err(e) => return Ok((Err(refusal(view.convert_error_code(e)?, &fired)),)),
+                    Err(e) => {
+                        let code = view.convert_error_code(e)?;
+                        return Ok((Err(refusal(code, watched.interrupted)),));
+                    }
                 };
                 // What was opened must be a file or a directory (`special`).
                 let opened = Resource::<Descriptor>::new_borrow(new.rep());
@@ -179,11 +181,14 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
                 if !precheck(&mut view, &fd, path_flags, &path).await {
                     return Ok((Err(ErrorCode::NotPermitted),));
                 }
-                let fired = AtomicBool::new(false);
                 let set = HostDescriptor::set_times_at(&mut view, fd, path_flags, path, atim, mtim);
-                match special::watched(&fired, set).await {
+                let watched = special::watched(set).await;
+                match watched.result {
                     Ok(()) => Ok((Ok(()),)),
-                    Err(e) => Ok((Err(refusal(view.convert_error_code(e)?, &fired)),)),
+                    Err(e) => {
+                        let code = view.convert_error_code(e)?;
+                        Ok((Err(refusal(code, watched.interrupted)),))
+                    }
                 }
             })
         },
@@ -191,8 +196,8 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
     Ok(linker)
 }
 
-/// Where the watchdog cannot end a blocked open (`special`): false if `path`
-/// under `dir` is a special file. A path that cannot be stat'ed goes on to the
+/// Before a call that opens a path (`special`): false if `path` under `dir`
+/// is a special file. A path that cannot be stat'ed goes on to the
 /// call, which reports its own error.
 async fn precheck(
     view: &mut wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_>,
@@ -200,7 +205,7 @@ async fn precheck(
     path_flags: PathFlags,
     path: &str,
 ) -> bool {
-    if !special::precheck_needed() {
+    if !special::precheck() {
         return true;
     }
     let dir = Resource::<Descriptor>::new_borrow(dir.rep());
@@ -210,11 +215,11 @@ async fn precheck(
     }
 }
 
-/// An error code after a watched call: EINTR from the watchdog's signal is the
-/// refusal of a special file.
-fn refusal(code: ErrorCode, fired: &AtomicBool) -> ErrorCode {
+/// An error code after a watched call: EINTR while the watchdog interrupted a
+/// thread is the refusal of a special file.
+fn refusal(code: ErrorCode, interrupted: bool) -> ErrorCode {
     match code {
-        ErrorCode::Interrupted if special::fired(fired) => ErrorCode::NotPermitted,
+        ErrorCode::Interrupted if interrupted => ErrorCode::NotPermitted,
         code => code,
     }
 }

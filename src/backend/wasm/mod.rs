@@ -70,18 +70,19 @@ pub fn fifo_opens_interrupted() -> u64 {
 }
 
 /// Whether a wasm guest's open that waits on a FIFO is ended here (Linux,
-/// with `SIGURG` free for toolhost's watchdog, which it self-tests once);
-/// elsewhere paths are checked before they are opened, and a FIFO swapped in
-/// after that check can hold a blocking-pool thread until a partner appears.
+/// with `SIGURG` free for toolhost's watchdog, which it self-tests once; this
+/// waits for that test). Paths are checked before they are opened everywhere;
+/// without the watchdog, a FIFO swapped in after that check can hold a
+/// blocking-pool thread until a partner appears.
 pub fn fifo_watchdog_available() -> bool {
     special::watchdog_available()
 }
 
-/// Tests only: check a path before a guest opens it even where the FIFO-open
-/// watchdog works (the fallback of `special`, tested on Linux).
+/// Tests only: skip the check of a path before a guest opens it, so that an
+/// open of a FIFO reaches the real open and the watchdog (`special`).
 #[doc(hidden)]
-pub fn force_special_file_precheck(on: bool) {
-    special::FORCE_PRECHECK.store(on, Relaxed);
+pub fn skip_special_file_precheck(on: bool) {
+    special::SKIP_PRECHECK.store(on, Relaxed);
 }
 
 /// Core instances one component may hold in the pool (a Rust wasip2 component
@@ -382,7 +383,13 @@ impl WasmEngine {
 
     fn load(&self, tool: &ToolFile) -> Result<Arc<Loaded>, Outcome> {
         let fail = |kind, msg: String| Outcome::new(kind, msg);
-        let mut file = tool.dir.open(&tool.rel).map_err(|e| {
+        // Non-blocking: a tool file that is a FIFO must not hold this
+        // (executor) thread in open(2); it is refused below as not a file.
+        let mut opts = cap_std::fs::OpenOptions::new();
+        opts.read(true);
+        #[cfg(unix)]
+        cap_std::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NONBLOCK);
+        let mut file = tool.dir.open_with(&tool.rel, &opts).map_err(|e| {
             fail(
                 OutcomeKind::NotFound,
                 format!("{}: cannot open: {}", tool.name, os_reason(&e)),
@@ -693,7 +700,6 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
                 if let Err(errno) = p1_precheck(&mut caller, fd, dirflags, path, path_len).await {
                     return Ok(errno);
                 }
-                let fired = AtomicBool::new(false);
                 let open = async {
                     let r: wasmtime::Result<i32> = call_p1!(
                         caller,
@@ -703,9 +709,10 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
                     );
                     r
                 };
-                let r = special::watched(&fired, open).await?;
+                let watched = special::watched(open).await;
+                let r = watched.result?;
                 if r != 0 {
-                    return Ok(refusal(r, &fired));
+                    return Ok(refusal(r, watched.interrupted));
                 }
                 Ok(p1_postcheck(&mut caller, opened).await)
             })
@@ -729,7 +736,6 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
                 if let Err(errno) = p1_precheck(&mut caller, fd, flags, path, path_len).await {
                     return Ok(errno);
                 }
-                let fired = AtomicBool::new(false);
                 let set = async {
                     let r: wasmtime::Result<i32> = call_p1!(
                         caller,
@@ -737,28 +743,27 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
                     );
                     r
                 };
-                let r = special::watched(&fired, set).await?;
-                Ok(refusal(r, &fired))
+                let watched = special::watched(set).await;
+                Ok(refusal(watched.result?, watched.interrupted))
             })
         },
     )?;
     Ok(linker)
 }
 
-/// A preview-1 errno after a watched call: EINTR from the watchdog's signal
-/// is the refusal of a special file.
-fn refusal(errno: i32, fired: &AtomicBool) -> i32 {
-    if errno == ERRNO_INTR && special::fired(fired) {
+/// A preview-1 errno after a watched call: EINTR while the watchdog
+/// interrupted a thread is the refusal of a special file.
+fn refusal(errno: i32, interrupted: bool) -> i32 {
+    if errno == ERRNO_INTR && interrupted {
         ERRNO_PERM
     } else {
         errno
     }
 }
 
-/// Before a preview-1 call that opens a path, where the watchdog cannot end a
-/// blocked open (`special`): the errno to return (`ERRNO_PERM`) if the path is
-/// a special file. A path that cannot be stat'ed goes on to the call, which
-/// reports its own error.
+/// Before a preview-1 call that opens a path (`special`): the errno to return
+/// (`ERRNO_PERM`) if the path is a special file. A path that cannot be
+/// stat'ed goes on to the call, which reports its own error.
 async fn p1_precheck(
     caller: &mut Caller<'_, State>,
     fd: i32,
@@ -768,7 +773,7 @@ async fn p1_precheck(
 ) -> Result<(), i32> {
     use wasmtime_wasi::p1::types;
     use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
-    if !special::precheck_needed() {
+    if !special::precheck() {
         return Ok(());
     }
     let fuel = wasmtime::AsContextMut::as_context_mut(&mut *caller).hostcall_fuel();

@@ -9,26 +9,23 @@
 //! wasmtime-wasi has no hook to add `O_NONBLOCK`, so those four functions are
 //! shadowed, and a guest never holds anything but a file or a directory:
 //!
-//! 1. While the real call runs, a watchdog (Linux) looks, once it has run for
-//!    20 ms, for threads of this process waiting for a FIFO partner in an
-//!    open (`/proc/self/task/*/wchan`, and the syscall number where
+//! 1. The path is stat'ed first (on the blocking pool), following symlinks as
+//!    the open will, and a FIFO, socket or device is refused with EPERM
+//!    before any open.
+//! 2. Another process can swap the path for a FIFO between that check and the
+//!    open. While the real call runs, and for a while after it is dropped
+//!    unfinished (its timeout, a cancel), a watchdog (Linux) looks for
+//!    threads of this process waiting for a FIFO partner in an open
+//!    (`/proc/self/task/*/wchan`, and the syscall number where
 //!    `/proc/self/task/*/syscall` is readable) and interrupts them with
 //!    `SIGURG`, whose no-op handler has no `SA_RESTART`: the open fails with
-//!    EINTR, and the guest gets EPERM. The wait is found by the kernel's
-//!    state, not by path, so removing or renaming the FIFO meanwhile does not
-//!    hide it. The handler is installed only over `SIGURG`'s default
-//!    disposition (ignored), and the mechanism is used only after a self-test
-//!    (a thread of ours blocked on a private FIFO is seen and interrupted).
-//! 2. Where that watchdog is unavailable (other platforms, `SIGURG` taken, the
-//!    self-test failed), the path is stat'ed first, following symlinks as the
-//!    open will, and a special file is refused with EPERM before any open. A
-//!    FIFO swapped in between that check and the open still blocks there.
+//!    EINTR, which the guest gets as EPERM. The wait is found by the kernel's
+//!    state, not by path, so renaming or removing the FIFO does not hide it.
+//!    The handler is installed only over `SIGURG`'s default disposition
+//!    (ignored), and the watchdog acts only after a self-test passed (a thread
+//!    of ours blocked on a private FIFO is seen and interrupted).
 //! 3. What `path_open`/`open-at` returned is checked: a special file (a FIFO
-//!    with a writer does not block; a socket or a device node opens at once)
-//!    is closed and refused with EPERM.
-//!
-//! Every check runs on the blocking pool like the call itself: a hung mount
-//! holds a blocking-pool thread, never an executor thread.
+//!    that got a writer meanwhile does not block) is closed and refused.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,12 +34,13 @@ use std::time::Duration;
 use wasmtime_wasi::p1::types::Filetype;
 use wasmtime_wasi::p2::bindings::filesystem::types::DescriptorType;
 
-/// Opens the watchdog has interrupted in this process.
+/// Threads the watchdog has interrupted in this process.
 pub(crate) static INTERRUPTED: AtomicU64 = AtomicU64::new(0);
 
-/// Set by tests: check paths before opening them even where the watchdog
-/// works (how the fallback is tested on Linux).
-pub(crate) static FORCE_PRECHECK: AtomicBool = AtomicBool::new(false);
+/// Set by tests: skip the check before opening, so that a guest's open of a
+/// FIFO reaches the real open and the watchdog (how it is tested without a
+/// race).
+pub(crate) static SKIP_PRECHECK: AtomicBool = AtomicBool::new(false);
 
 /// Whether a preview-1 file type may be held by a guest (a FIFO is
 /// `Unknown` there).
@@ -55,15 +53,15 @@ pub(crate) fn p2_allowed(t: DescriptorType) -> bool {
     matches!(t, DescriptorType::RegularFile | DescriptorType::Directory)
 }
 
-/// Whether paths must be stat'ed before they are opened (step 2): where the
-/// watchdog cannot end a blocked open.
-pub(crate) fn precheck_needed() -> bool {
-    FORCE_PRECHECK.load(Ordering::Relaxed) || !watchdog::available()
+/// Whether the path is stat'ed before the call (step 1).
+pub(crate) fn precheck() -> bool {
+    !SKIP_PRECHECK.load(Ordering::Relaxed)
 }
 
 /// Whether the watchdog can end a guest's open blocked on a FIFO here (for
-/// `toolhost check`; runs the self-test once).
+/// `toolhost check`: waits for the self-test).
 pub(crate) fn watchdog_available() -> bool {
+    watchdog::wait_for_self_test();
     watchdog::available()
 }
 
@@ -72,23 +70,51 @@ pub(crate) fn watchdog_available() -> bool {
 /// looked at.
 const FIRST_LOOK: Duration = Duration::from_millis(20);
 const MAX_WAIT: Duration = Duration::from_millis(200);
+/// How long the watchdog goes on looking after a call was dropped unfinished:
+/// a blocking task that had not started is cancelled with the call, one that
+/// had is in its open within microseconds.
+const AFTER_DROP: Duration = Duration::from_secs(2);
+
+/// The result of a watched call, and whether the watchdog interrupted a
+/// thread meanwhile (then an EINTR is the refusal of a special file).
+pub(crate) struct Watched<T> {
+    pub(crate) result: T,
+    pub(crate) interrupted: bool,
+}
 
 /// Runs `call` (a real open, or a set-times that opens) and, while it has not
-/// returned, interrupts the threads of this process blocked in a FIFO open.
-/// Sets `fired` when it interrupted one.
-pub(crate) async fn watched<F: Future>(fired: &AtomicBool, call: F) -> F::Output {
+/// returned, interrupts the threads of this process blocked in a FIFO open;
+/// if it is dropped unfinished, a thread goes on doing so for a while.
+pub(crate) async fn watched<F: Future>(call: F) -> Watched<F::Output> {
+    let before = INTERRUPTED.load(Ordering::SeqCst);
+    let done = |result| Watched {
+        result,
+        interrupted: INTERRUPTED.load(Ordering::SeqCst) != before,
+    };
     let call = std::pin::pin!(call);
     #[cfg(target_os = "linux")]
     {
+        watchdog::start_self_test();
+        /// Sweeps after the call if it is dropped before it returned.
+        struct Unfinished(bool);
+        impl Drop for Unfinished {
+            fn drop(&mut self) {
+                if self.0 {
+                    watchdog::sweep_for(AFTER_DROP);
+                }
+            }
+        }
+        let mut guard = Unfinished(true);
         let mut call = call;
         let mut wait = FIRST_LOOK;
         loop {
             tokio::select! {
-                r = &mut call => return r,
+                r = &mut call => {
+                    guard.0 = false;
+                    return done(r);
+                }
                 _ = tokio::time::sleep(wait) => {
-                    if watchdog::available() && watchdog::interrupt() {
-                        fired.store(true, Ordering::Relaxed);
-                    }
+                    watchdog::interrupt();
                     wait = (wait * 2).min(MAX_WAIT);
                 }
             }
@@ -96,14 +122,9 @@ pub(crate) async fn watched<F: Future>(fired: &AtomicBool, call: F) -> F::Output
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (fired, FIRST_LOOK, MAX_WAIT);
-        call.await
+        let _ = (FIRST_LOOK, MAX_WAIT, AFTER_DROP);
+        done(call.await)
     }
-}
-
-/// Whether the watchdog interrupted the call.
-pub(crate) fn fired(flag: &AtomicBool) -> bool {
-    flag.load(Ordering::Relaxed)
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -111,14 +132,14 @@ mod watchdog {
     pub(super) fn available() -> bool {
         false
     }
+    pub(super) fn wait_for_self_test() {}
 }
 
 #[cfg(target_os = "linux")]
 mod watchdog {
     use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    use std::sync::OnceLock;
-    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+    use std::sync::{Mutex, Once};
     use std::time::{Duration, Instant};
 
     const SIGNAL: libc::c_int = libc::SIGURG;
@@ -131,8 +152,7 @@ mod watchdog {
 
     /// Whether our handler is in place, installing it over the default
     /// disposition. Checked before every signal: if something replaced it
-    /// since, nothing is sent (an unhandled SIGURG would just be ignored, and
-    /// an `SA_RESTART` handler would restart the open).
+    /// since, nothing is sent.
     fn handler() -> bool {
         // SAFETY: sigaction with valid, zero-initialised structs; the handler
         // does nothing, so it is async-signal-safe.
@@ -156,22 +176,47 @@ mod watchdog {
         }
     }
 
-    /// The watchdog can end a blocked open here: the self-test passed once,
-    /// and the handler is still ours.
-    pub(super) fn available() -> bool {
-        static SELF_TEST: OnceLock<bool> = OnceLock::new();
-        let passed = *SELF_TEST.get_or_init(|| {
-            let ok = self_test();
-            if !ok {
-                tracing::warn!(
-                    "wasm: the FIFO-open watchdog is unavailable here (SIGURG has a handler, or \
-                     /proc does not show a thread waiting on a FIFO); guest opens are checked \
-                     first instead, and a FIFO swapped in after that check can hold a thread"
-                );
+    const UNKNOWN: u8 = 0;
+    const PASSED: u8 = 1;
+    const FAILED: u8 = 2;
+    static SELF_TEST: AtomicU8 = AtomicU8::new(UNKNOWN);
+    static STARTED: Once = Once::new();
+
+    /// Starts the self-test once, on a thread of its own (it blocks a few
+    /// milliseconds); the watchdog acts once it has passed.
+    pub(super) fn start_self_test() {
+        STARTED.call_once(|| {
+            let spawned = std::thread::Builder::new()
+                .name("toolhost-fifo-selftest".into())
+                .spawn(|| {
+                    let ok = self_test();
+                    if !ok {
+                        tracing::warn!(
+                            "wasm: the FIFO-open watchdog is unavailable here (SIGURG is handled or \
+                             ignored by the program, no private FIFO could be made, or /proc does \
+                             not show a thread waiting on one); a FIFO swapped in after the check \
+                             of a guest's path can hold a thread until a partner appears"
+                        );
+                    }
+                    SELF_TEST.store(if ok { PASSED } else { FAILED }, Ordering::Release);
+                });
+            if spawned.is_err() {
+                SELF_TEST.store(FAILED, Ordering::Release);
             }
-            ok
         });
-        passed && handler()
+    }
+
+    pub(super) fn wait_for_self_test() {
+        start_self_test();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while SELF_TEST.load(Ordering::Acquire) == UNKNOWN && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The self-test passed and the handler is still ours.
+    pub(super) fn available() -> bool {
+        SELF_TEST.load(Ordering::Acquire) == PASSED && handler()
     }
 
     /// What the kernel shows for a thread waiting for a FIFO partner.
@@ -181,13 +226,15 @@ mod watchdog {
 
     /// Signals every thread of this process that waits for a FIFO partner in
     /// an open (where its syscall is readable; a non-dumpable process that is
-    /// not root cannot read it, and then the wait alone decides). Returns
-    /// whether it signalled one.
-    pub(super) fn interrupt() -> bool {
+    /// not root cannot read it, and then the wait alone decides), if the
+    /// watchdog is available.
+    pub(super) fn interrupt() {
+        if !available() {
+            return;
+        }
         let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-            return false;
+            return;
         };
-        let mut hit = false;
         for t in tasks.flatten() {
             let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
                 continue;
@@ -207,12 +254,13 @@ mod watchdog {
             {
                 continue;
             }
-            if send(tid) {
-                hit = true;
-                super::INTERRUPTED.fetch_add(1, Ordering::Relaxed);
+            // Counted before the signal: a call that sees its open fail with
+            // EINTR must also see the count changed (see `watched`).
+            super::INTERRUPTED.fetch_add(1, Ordering::SeqCst);
+            if !send(tid) {
+                super::INTERRUPTED.fetch_sub(1, Ordering::SeqCst);
             }
         }
-        hit
     }
 
     fn is_open(nr: i64) -> bool {
@@ -225,31 +273,75 @@ mod watchdog {
 
     fn send(tid: i32) -> bool {
         // SAFETY: tgkill to a thread of this process, with a signal whose
-        // handler was installed (by `available`) and does nothing.
+        // handler is installed (checked by `available`) and does nothing.
         unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, SIGNAL) == 0 }
+    }
+
+    /// Until when the sweeper looks, in ms since `EPOCH`, and whether it runs.
+    static SWEEP_UNTIL: AtomicU64 = AtomicU64::new(0);
+    static SWEEPING: AtomicBool = AtomicBool::new(false);
+    static EPOCH: Mutex<Option<Instant>> = Mutex::new(None);
+
+    fn now_ms() -> u64 {
+        let mut e = EPOCH.lock().unwrap_or_else(|p| p.into_inner());
+        let epoch = *e.get_or_insert_with(Instant::now);
+        epoch.elapsed().as_millis() as u64
+    }
+
+    /// Looks for blocked FIFO opens every 20 ms for `d` from now, on a thread
+    /// of its own (one for the process; a new request extends its time).
+    pub(super) fn sweep_for(d: Duration) {
+        SWEEP_UNTIL.fetch_max(now_ms() + d.as_millis() as u64, Ordering::AcqRel);
+        if SWEEPING.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("toolhost-fifo-sweep".into())
+            .spawn(|| {
+                loop {
+                    while now_ms() < SWEEP_UNTIL.load(Ordering::Acquire) {
+                        interrupt();
+                        std::thread::sleep(super::FIRST_LOOK);
+                    }
+                    SWEEPING.store(false, Ordering::Release);
+                    // A request that came while we stopped: go on if no one
+                    // else has taken over.
+                    if now_ms() >= SWEEP_UNTIL.load(Ordering::Acquire)
+                        || SWEEPING.swap(true, Ordering::AcqRel)
+                    {
+                        return;
+                    }
+                }
+            });
+        if spawned.is_err() {
+            SWEEPING.store(false, Ordering::Release);
+        }
     }
 
     /// A thread of ours opens a FIFO in a private directory, with no writer:
     /// the test passes if the kernel shows it waiting and our signal ends its
-    /// open with EINTR. The FIFO is released by opening its other end if
-    /// anything fails.
+    /// open with EINTR.
     fn self_test() -> bool {
         if !handler() {
             return false;
         }
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "toolhost-fifo-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        if std::fs::create_dir(&dir).is_err() {
+        let template = std::env::temp_dir().join("toolhost-fifo-XXXXXX");
+        let Ok(template) = CString::new(template.as_os_str().as_encoded_bytes()) else {
+            return false;
+        };
+        let mut buf = template.into_bytes_with_nul();
+        // SAFETY: mkdtemp fills in the XXXXXX of a NUL-terminated buffer.
+        if unsafe { libc::mkdtemp(buf.as_mut_ptr().cast()) }.is_null() {
             return false;
         }
+        buf.pop();
+        let dir = std::path::PathBuf::from(
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&buf),
+        );
         let fifo = dir.join("fifo");
-        let ok = match CString::new(fifo.as_os_str().as_bytes()) {
+        let ok = match CString::new(fifo.as_os_str().as_encoded_bytes()) {
             // SAFETY: mkfifo with a valid C string.
-            Ok(c) if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } == 0 => run_test(&c),
+            Ok(c) if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } == 0 => run_test(c),
             _ => false,
         };
         let _ = std::fs::remove_file(&fifo);
@@ -257,42 +349,33 @@ mod watchdog {
         ok
     }
 
-    fn run_test(fifo: &CString) -> bool {
+    fn run_test(fifo: CString) -> bool {
         let (tx, rx) = std::sync::mpsc::channel::<(i32, i32)>();
         let path = fifo.clone();
-        let opener = std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            let tid = unsafe { libc::gettid() };
-            let _ = tx.send((tid, 0));
-            // SAFETY: open with a valid C string; a plain open(2), which
-            // returns EINTR (std's File::open would retry).
-            let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            if fd >= 0 {
-                // SAFETY: closing the fd just opened.
-                unsafe { libc::close(fd) };
-            }
-            let _ = tx.send((fd, errno));
-        });
-        let release = || {
-            // SAFETY: open with a valid C string; O_RDWR on a FIFO never
-            // blocks on Linux and wakes the waiting reader.
-            let fd = unsafe {
-                libc::open(
-                    fifo.as_ptr(),
-                    libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-                )
-            };
-            if fd >= 0 {
-                // SAFETY: closing the fd just opened.
-                unsafe { libc::close(fd) };
-            }
-        };
-        let Ok((tid, _)) = rx.recv_timeout(Duration::from_secs(2)) else {
+        let opener = std::thread::Builder::new()
+            .name("toolhost-fifo-selftest-open".into())
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() };
+                let _ = tx.send((tid, 0));
+                // SAFETY: open with a valid C string; a plain open(2), which
+                // returns EINTR (std's File::open would retry).
+                let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+                let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                if fd >= 0 {
+                    // SAFETY: closing the fd just opened.
+                    unsafe { libc::close(fd) };
+                }
+                let _ = tx.send((fd, errno));
+            });
+        if opener.is_err() {
+            return false;
+        }
+        let Ok((tid, _)) = rx.recv_timeout(Duration::from_millis(500)) else {
             return false;
         };
         let wchan = format!("/proc/self/task/{tid}/wchan");
-        let deadline = Instant::now() + Duration::from_secs(2);
+        let deadline = Instant::now() + Duration::from_millis(500);
         let mut seen = false;
         while Instant::now() < deadline {
             if std::fs::read_to_string(&wchan).is_ok_and(|w| waiting_on_fifo(&w)) {
@@ -302,14 +385,28 @@ mod watchdog {
             std::thread::sleep(Duration::from_millis(1));
         }
         let result = if seen && send(tid) {
-            rx.recv_timeout(Duration::from_secs(2)).ok()
+            rx.recv_timeout(Duration::from_millis(500)).ok()
         } else {
             None
         };
         if result.is_none() {
-            release();
+            // Release the opener: with a reader and writer of our own open,
+            // its open returns (or does not block, if it had not started).
+            // The fd is closed once it has reported, else left open: a
+            // thread stuck for good is worse than one fd.
+            // SAFETY: open with a valid C string; O_RDWR on a FIFO never
+            // blocks on Linux.
+            let fd = unsafe {
+                libc::open(
+                    fifo.as_ptr(),
+                    libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                )
+            };
+            if fd >= 0 && rx.recv_timeout(Duration::from_millis(500)).is_ok() {
+                // SAFETY: closing the fd just opened.
+                unsafe { libc::close(fd) };
+            }
         }
-        let _ = opener.join();
         matches!(result, Some((fd, errno)) if fd < 0 && errno == libc::EINTR)
     }
 }

@@ -97,6 +97,14 @@ fn main() {
             }
             println!("created {}", num(2));
         }
+        "sleepread" => {
+            // sleepread MS PATH: sleeps MS milliseconds, then reads PATH.
+            std::thread::sleep(std::time::Duration::from_millis(num(2)));
+            match std::fs::read(arg(3)) {
+                Ok(d) => std::io::stdout().write_all(&d).unwrap(),
+                Err(e) => println!("ERR {e}"),
+            }
+        }
         "touch" => {
             // touch PATH: sets its times to now, by path (wasi-libc's
             // utimensat: path_filestat_set_times / set-times-at).

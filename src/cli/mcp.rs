@@ -78,6 +78,7 @@ pub fn main(args: McpArgs) -> anyhow::Result<i32> {
         r
     })?;
     // Reading stdin may still hold a runtime thread; nothing is left to do.
+    toolhost::backend::wasm::settle_background_checks();
     runtime.shutdown_background();
     Ok(0)
 }

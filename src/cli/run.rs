@@ -267,6 +267,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
     // Everything of the call's that must finish has (above). A wasm guest
     // blocked in a host open(2) on a FIFO leaves a blocking-pool thread that
     // dropping the runtime would wait for forever: do not wait.
+    toolhost::backend::wasm::settle_background_checks();
     runtime.shutdown_background();
     let Some(result) = result else {
         let (name, number) = signal.unwrap_or(("a signal", 15));

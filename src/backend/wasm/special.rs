@@ -65,6 +65,12 @@ pub(crate) fn watchdog_available() -> bool {
     watchdog::available()
 }
 
+/// Waits (a few ms) for a self-test that has started, so that a process
+/// about to exit does not leave its private FIFO dir behind.
+pub(crate) fn settle() {
+    watchdog::wait_if_started();
+}
+
 /// First look of the watchdog, and the longest wait between two: an open of
 /// a file takes microseconds; only a call still running after this long is
 /// looked at.
@@ -133,6 +139,7 @@ mod watchdog {
         false
     }
     pub(super) fn wait_for_self_test() {}
+    pub(super) fn wait_if_started() {}
 }
 
 #[cfg(target_os = "linux")]
@@ -204,6 +211,12 @@ mod watchdog {
                 SELF_TEST.store(FAILED, Ordering::Release);
             }
         });
+    }
+
+    pub(super) fn wait_if_started() {
+        if STARTED.is_completed() {
+            wait_for_self_test();
+        }
     }
 
     pub(super) fn wait_for_self_test() {

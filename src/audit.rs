@@ -4,8 +4,18 @@
 //! (64 zeros for the first), and its own `hash`: SHA-256 of the record's JSON
 //! without the `hash` field, keys sorted (serde_json's map order), so that
 //! changing, removing, inserting or reordering any line breaks the chain at
-//! that line ([`verify`]). Removing lines at the *end* leaves a shorter
-//! valid chain: keep the last hash elsewhere to detect that. Records never
+//! that line ([`verify`]). Each line is exactly the record's canonical JSON
+//! (sorted keys, no whitespace, serde_json's escapes), so an edit that keeps
+//! the parsed record but changes its bytes (a duplicated key, whitespace, an
+//! escape) is found too, as is a line that is not UTF-8. Removing lines at
+//! the *end* leaves a shorter valid chain: keep the last hash elsewhere to
+//! detect that.
+//!
+//! Many writers, one chain: every append takes an exclusive lock on the file
+//! (`flock`, or `LockFileEx` on Windows), chains from the file's real last
+//! record (read back from the file when another writer appended since), writes
+//! the whole line and unlocks. Threads share one handle; processes (several
+//! `toolhost mcp` sessions with one `audit_log`) each hold their own. Records never
 //! hold file contents, stdin or output, only their sizes and SHA-256, and
 //! arguments that look like secrets are redacted.
 
@@ -41,13 +51,31 @@ pub enum AuditError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Another writer left the log's last record broken; it is not extended.
+    #[error("{path}: the last record {reason}; not extended (see `toolhost audit verify`)")]
+    BrokenEnd {
+        /// The log file.
+        path: PathBuf,
+        /// What is wrong with the last record.
+        reason: String,
+    },
 }
 
 /// An open audit log, appended to by many calls at once.
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
-    state: Mutex<(File, String)>,
+    state: Mutex<Tail>,
+}
+
+/// The file, and what this handle last knew of its end.
+#[derive(Debug)]
+struct Tail {
+    file: File,
+    /// The file's length after our last read or write of its end.
+    len: u64,
+    /// The hash of the record that ends there.
+    last: String,
 }
 
 /// The hash of a record: SHA-256 of its JSON without `hash`, keys sorted.
@@ -79,16 +107,22 @@ impl AuditLog {
             GENESIS.to_string()
         };
         let mut opts = OpenOptions::new();
-        opts.append(true).create(true);
+        opts.read(true).append(true).create(true);
         #[cfg(unix)]
         {
             use std::os::unix::fs::OpenOptionsExt as _;
             opts.mode(0o600);
         }
         let file = opts.open(&path).map_err(io)?;
+        // Whatever was appended between the check and the open is read back
+        // (under the lock) by the first append.
         Ok(AuditLog {
             path,
-            state: Mutex::new((file, last)),
+            state: Mutex::new(Tail {
+                file,
+                len: u64::MAX,
+                last,
+            }),
         })
     }
 
@@ -100,26 +134,115 @@ impl AuditLog {
     /// Appends one record (a JSON object; `prev`, `hash` and `seq` are set
     /// here) and returns its hash. Records are written whole, in order.
     pub fn append(&self, mut record: Map<String, Value>) -> Result<String, AuditError> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (file, last) = &mut *state;
-        record.insert("prev".into(), Value::String(last.clone()));
-        record.remove("hash");
-        let hash = record_hash(&record);
-        record.insert("hash".into(), Value::String(hash.clone()));
-        let mut line = serde_json::to_vec(&Value::Object(record)).unwrap_or_default();
-        line.push(b'\n');
-        file.write_all(&line)
-            .and_then(|()| file.flush())
-            .map_err(|source| AuditError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
-        *last = hash.clone();
+        let mut tail = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let io = |source| AuditError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        tail.file.lock().map_err(io)?;
+        let r = (|| {
+            let len = tail.file.metadata().map_err(io)?.len();
+            if len != tail.len {
+                // Another writer appended (or this is our first append):
+                // chain from the record that really ends the file.
+                tail.last = last_record_hash(&mut tail.file, len).map_err(|e| match e {
+                    LastRecord::Io(source) => io(source),
+                    LastRecord::Broken(reason) => AuditError::BrokenEnd {
+                        path: self.path.clone(),
+                        reason,
+                    },
+                })?;
+            }
+            record.insert("prev".into(), Value::String(tail.last.clone()));
+            record.remove("hash");
+            let hash = record_hash(&record);
+            record.insert("hash".into(), Value::String(hash.clone()));
+            let mut line = serde_json::to_vec(&Value::Object(record)).unwrap_or_default();
+            line.push(b'\n');
+            tail.file.write_all(&line).map_err(io)?;
+            tail.file.flush().map_err(io)?;
+            tail.len = len + line.len() as u64;
+            tail.last = hash.clone();
+            Ok(hash)
+        })();
+        let unlocked = tail.file.unlock().map_err(io);
+        let hash = r?;
+        unlocked?;
         Ok(hash)
     }
 }
 
+/// Why the last record could not be read.
+enum LastRecord {
+    Io(std::io::Error),
+    Broken(String),
+}
+
+/// The hash of the record that ends a log of `len` bytes (the genesis hash
+/// for an empty one), checked against the record's content. Reads backwards
+/// from the end, a block at a time, until the line's start.
+fn last_record_hash(file: &mut File, len: u64) -> Result<String, LastRecord> {
+    use std::io::{Read, Seek, SeekFrom};
+    if len == 0 {
+        return Ok(GENESIS.to_string());
+    }
+    const BLOCK: u64 = 64 * 1024;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut start = len;
+    loop {
+        let from = start.saturating_sub(BLOCK);
+        let mut block = vec![0u8; (start - from) as usize];
+        file.seek(SeekFrom::Start(from)).map_err(LastRecord::Io)?;
+        file.read_exact(&mut block).map_err(LastRecord::Io)?;
+        block.extend_from_slice(&buf);
+        buf = block;
+        start = from;
+        if buf.last() != Some(&b'\n') {
+            return Err(LastRecord::Broken("is incomplete (no newline)".into()));
+        }
+        let body = &buf[..buf.len() - 1];
+        if let Some(nl) = body.iter().rposition(|&b| b == b'\n') {
+            return check_line(&body[nl + 1..])
+                .map(|(hash, _)| hash)
+                .map_err(LastRecord::Broken);
+        }
+        if start == 0 {
+            return check_line(body)
+                .map(|(hash, _)| hash)
+                .map_err(LastRecord::Broken);
+        }
+    }
+}
+
+/// The hash and `prev` of one log line's record, if the line is exactly a
+/// record as toolhost writes it and its hash matches its content.
+fn check_line(line: &[u8]) -> Result<(String, String), String> {
+    let Ok(text) = std::str::from_utf8(line) else {
+        return Err("is not UTF-8 (it was changed)".into());
+    };
+    let Ok(Value::Object(record)) = serde_json::from_str::<Value>(text) else {
+        return Err("is not a JSON object".into());
+    };
+    let canonical = serde_json::to_vec(&Value::Object(record.clone())).unwrap_or_default();
+    if canonical != line {
+        return Err(
+            "is not in the form toolhost writes (a duplicated key, reordered keys, whitespace or an escape was changed)"
+                .into(),
+        );
+    }
+    let claimed = record.get("hash").and_then(Value::as_str).unwrap_or("");
+    let actual = record_hash(&record);
+    if claimed != actual {
+        return Err("does not match its hash (it was changed)".into());
+    }
+    let prev = record.get("prev").and_then(Value::as_str).unwrap_or("");
+    Ok((actual, prev.to_owned()))
+}
+
 /// Checks a log's chain. Returns the number of records and the last hash.
+/// A line that is not UTF-8, not a JSON object, not in canonical form, that
+/// does not match its hash or does not chain to the line before is reported
+/// with its number (1-based); so is an incomplete last line.
 pub fn verify(path: &Path) -> Result<(usize, String), AuditError> {
     let file = File::open(path).map_err(|source| AuditError::Io {
         path: path.to_path_buf(),
@@ -132,31 +255,32 @@ pub fn verify(path: &Path) -> Result<(usize, String), AuditError> {
     };
     let mut prev = GENESIS.to_string();
     let mut n = 0;
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| AuditError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let no = i + 1;
-        let Ok(Value::Object(record)) = serde_json::from_str::<Value>(&line) else {
-            return Err(broken(no, "not a JSON object".into()));
-        };
-        let claimed_prev = record.get("prev").and_then(Value::as_str).unwrap_or("");
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let got = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|source| AuditError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if got == 0 {
+            break;
+        }
+        let no = n + 1;
+        if line.pop() != Some(b'\n') {
+            return Err(broken(no, "is incomplete (no newline)".into()));
+        }
+        let (hash, claimed_prev) =
+            check_line(&line).map_err(|r| broken(no, format!("the record {r}")))?;
         if claimed_prev != prev {
             return Err(broken(
                 no,
                 "its `prev` is not the previous record's hash (a line was removed, inserted or reordered)".into(),
             ));
         }
-        let claimed = record.get("hash").and_then(Value::as_str).unwrap_or("");
-        let actual = record_hash(&record);
-        if claimed != actual {
-            return Err(broken(
-                no,
-                "its content does not match its hash (it was changed)".into(),
-            ));
-        }
-        prev = actual;
+        prev = hash;
         n += 1;
     }
     Ok((n, prev))

@@ -197,18 +197,10 @@ pub async fn check(sandbox: &Sandbox) -> CheckReport {
             "wasm",
             "special files",
             Status::Partial,
-            "paths are checked before they are opened; a FIFO swapped in after the check can hold a thread until a partner appears (the watchdog needs Linux, SIGURG at its default, a writable temp dir for its self-test and /proc showing a thread waiting on a FIFO)",
+            "paths are checked before they are opened; a FIFO swapped in after the check can hold a thread until a partner appears (the watchdog needs Linux, SIGURG at its default, a private dir for its self-test and /proc showing a thread waiting on a FIFO)",
         );
     }
-    let cache_dir = if config.wasm.cache {
-        config
-            .wasm
-            .cache_dir
-            .clone()
-            .or_else(crate::backend::wasm::cache::default_dir)
-    } else {
-        None
-    };
+    let cache_dir = crate::state_dirs::wasm_cache(config);
     match cache_dir {
         None => push(
             &mut checks,

@@ -257,6 +257,12 @@ pub struct SandboxConfig {
     pub shell_allowed_binaries: Vec<String>,
     /// Whether the `shell` tool accepts command strings. Default false.
     pub shell_allow_strings: bool,
+    /// Whether the `shell` tool keeps `PATH` entries inside writable allowed
+    /// dirs (and relative ones), so that a bare name may run a program the
+    /// agent could have written there (`$WS/.venv/bin/pytest`). Default false:
+    /// they are taken off the shell tool's `PATH`, and a name found first in
+    /// one is refused (rule `shell.writable_path`).
+    pub shell_allow_writable_path: bool,
     /// File extensions file tools refuse to write (lowercase, with the dot).
     pub write_denied_extensions: Vec<String>,
     /// Backend that runs calls. Default `direct`.
@@ -316,6 +322,7 @@ impl Default for SandboxConfig {
                 .collect(),
             shell_allowed_binaries: Vec::new(),
             shell_allow_strings: false,
+            shell_allow_writable_path: false,
             write_denied_extensions: DEFAULT_WRITE_DENIED_EXTENSIONS
                 .iter()
                 .map(|s| s.to_string())
@@ -349,6 +356,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "env_allowlist",
     "shell_allowed_binaries",
     "shell_allow_strings",
+    "shell_allow_writable_path",
     "write_denied_extensions",
     "backend",
     "rate_limit_calls",
@@ -406,6 +414,7 @@ impl SandboxConfig {
             "env_allowlist" => self.env_allowlist = strings(key, value)?,
             "shell_allowed_binaries" => self.shell_allowed_binaries = strings(key, value)?,
             "shell_allow_strings" => self.shell_allow_strings = boolean(key, value)?,
+            "shell_allow_writable_path" => self.shell_allow_writable_path = boolean(key, value)?,
             "write_denied_extensions" => self.write_denied_extensions = strings(key, value)?,
             "backend" => {
                 let s = value

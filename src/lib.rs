@@ -52,6 +52,7 @@ pub mod paths;
 pub mod platform;
 pub mod policy;
 pub mod sandbox;
+pub mod state_dirs;
 pub mod tools;
 
 pub use backend::BackendKind;

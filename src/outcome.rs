@@ -153,6 +153,15 @@ impl RunOutput {
         }
     }
 
+    /// Marks a refusal whose outcome is `timed_out` (the call ran out of
+    /// time before its tool started, e.g. while compiling) as timed out.
+    pub fn timed_out_if_so(mut self) -> Self {
+        if self.outcome.kind == OutcomeKind::TimedOut {
+            self.timed_out = true;
+        }
+        self
+    }
+
     /// Whether the program ran and exited with code 0.
     pub fn success(&self) -> bool {
         self.outcome.kind == OutcomeKind::Exited && self.returncode == Some(0)

@@ -208,9 +208,10 @@ pub enum SandboxError {
     /// A configured wasm tool dir could not be opened.
     #[error("{0}")]
     ToolDirs(String),
-    /// A writable allowed dir contains code toolhost itself loads.
+    /// A writable allowed dir contains (or lies inside) state toolhost
+    /// itself loads, executes or trusts (see [`crate::state_dirs`]).
     #[error("{0}")]
-    CacheExposed(String),
+    StateExposed(String),
 }
 
 /// The sandbox: config, allowed dirs, environment and backends.
@@ -235,71 +236,6 @@ pub struct Sandbox {
     read_paths: Arc<[PathBuf]>,
 }
 
-/// The longest existing prefix of `p`, canonicalized, with the rest appended.
-fn canonical_prefix(p: &Path) -> PathBuf {
-    let mut existing = p.to_path_buf();
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(c) = std::fs::canonicalize(&existing) {
-            let mut c = c;
-            for r in rest.iter().rev() {
-                c.push(r);
-            }
-            return c;
-        }
-        match (
-            existing.file_name().map(|n| n.to_os_string()),
-            existing.parent(),
-        ) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                existing = parent.to_path_buf();
-            }
-            _ => return p.to_path_buf(),
-        }
-    }
-}
-
-/// On the docker and wasm backends a call can write only its writable allowed
-/// dirs, so none of them may contain what toolhost loads and runs itself: the
-/// compiled-module cache (native code, loaded into this process) and the
-/// docker warm-mode helper (PID 1 of warm containers). The direct backend
-/// already runs tools as this user, with this user's access (see issue 6's
-/// kernel isolation), so it is not checked.
-fn refuse_exposed_caches(dirs: &AllowedDirs, config: &SandboxConfig) -> Result<(), SandboxError> {
-    if !matches!(config.backend, BackendKind::Docker | BackendKind::Wasm) {
-        return Ok(());
-    }
-    let mut caches: Vec<PathBuf> = Vec::new();
-    if let Some(base) = crate::backend::wasm::cache::toolhost_cache_dir() {
-        caches.push(base);
-    }
-    if config.wasm.cache
-        && let Some(d) = config
-            .wasm
-            .cache_dir
-            .clone()
-            .or_else(crate::backend::wasm::cache::default_dir)
-    {
-        caches.push(d);
-    }
-    for cache in caches {
-        let cache = canonical_prefix(&cache);
-        if let Some(d) = dirs
-            .as_slice()
-            .iter()
-            .find(|d| !d.read_only() && cache.starts_with(d.path()))
-        {
-            return Err(SandboxError::CacheExposed(format!(
-                "the writable allowed dir {} contains toolhost's cache {} (compiled code toolhost runs, and the docker warm-mode helper): a call could plant code there. Allow a narrower dir, make this one read-only, or move the cache (XDG_CACHE_HOME, [wasm] cache_dir)",
-                d.path().display(),
-                cache.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
 impl Sandbox {
     /// Builds a sandbox over `allowed_dirs` (the first is the default workspace).
     ///
@@ -314,7 +250,8 @@ impl Sandbox {
     {
         config.validate()?;
         let dirs = AllowedDirs::open(allowed_dirs.into_iter().map(Into::into))?;
-        refuse_exposed_caches(&dirs, &config)?;
+        crate::state_dirs::refuse_exposed_state(&dirs, &config)
+            .map_err(SandboxError::StateExposed)?;
         if config.protect_host_environ {
             protect_host_environ();
         }

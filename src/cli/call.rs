@@ -5,7 +5,9 @@ use std::io::Write;
 use anyhow::{Context, bail};
 use clap::Args;
 
-use super::run::{SandboxArgs, build_sandbox, cwd, read_stdin};
+use super::run::{
+    SandboxArgs, build_sandbox, build_sandbox_with, cwd, read_stdin_within, stdin_timed_out,
+};
 
 /// Call a typed tool (a component of the toolhost:tool world, see wit/) with a
 /// JSON input, and print its JSON result.
@@ -38,18 +40,34 @@ pub struct CallArgs {
 }
 
 pub fn main(args: CallArgs) -> anyhow::Result<i32> {
+    let mut sandbox = build_sandbox(&args.sandbox, None)?;
     let text = match args.input.as_deref() {
         Some(t) if t != "-" => t.to_string(),
         _ => {
-            let bytes = read_stdin()?.unwrap_or_default();
-            String::from_utf8(bytes).context("the input on stdin is not UTF-8")?
+            // The timeout covers reading the input.
+            let timeout = sandbox.config().timeout;
+            let started = std::time::Instant::now();
+            let Some(bytes) = read_stdin_within(timeout)? else {
+                let run = stdin_timed_out(toolhost::BackendKind::Wasm, timeout);
+                eprintln!("toolhost: {}", run.outcome.message);
+                return Ok(run.cli_exit_code());
+            };
+            let spent = started.elapsed();
+            if spent > std::time::Duration::from_millis(5) {
+                let mut config = sandbox.config().clone();
+                config.timeout = timeout
+                    .saturating_sub(spent)
+                    .max(std::time::Duration::from_millis(1));
+                sandbox = build_sandbox_with(&args.sandbox, config)?;
+            }
+            String::from_utf8(bytes.unwrap_or_default())
+                .context("the input on stdin is not UTF-8")?
         }
     };
     let input: serde_json::Value = match serde_json::from_str(&text) {
         Ok(v) => v,
         Err(e) => bail!("the input is not valid JSON: {e}"),
     };
-    let sandbox = build_sandbox(&args.sandbox, None)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

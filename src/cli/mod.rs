@@ -52,11 +52,50 @@ fn init_logging(verbose: u8) {
             _ => "trace",
         }),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::prelude::*;
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false)
+        // Asked per event (a `filter_fn` would be asked once per callsite).
+        .with_filter(
+            tracing_subscriber::filter::DynFilterFn::new(|meta, _| engine_event_budget(meta))
+                .with_callsite_filter(|_| tracing::subscriber::Interest::sometimes()),
+        );
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
         .try_init();
+}
+
+/// Events logged from each place in the engine's own code (wasmtime,
+/// cranelift) before that place goes quiet: what a guest does drives them (a
+/// warning per call of an unimplemented host function), and nothing a tool
+/// does may make toolhost's log grow without bound. toolhost's own messages
+/// are logged once per cause where a tool could repeat them.
+const ENGINE_EVENTS_PER_SITE: u32 = 20;
+
+fn engine_event_budget(meta: &tracing::Metadata<'_>) -> bool {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    let target = meta.target();
+    if !meta.is_event() || !(target.starts_with("wasmtime") || target.starts_with("cranelift")) {
+        return true;
+    }
+    static SEEN: OnceLock<Mutex<HashMap<tracing::callsite::Identifier, u32>>> = OnceLock::new();
+    let mut seen = SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let n = seen.entry(meta.callsite()).or_insert(0);
+    *n = n.saturating_add(1);
+    if *n == ENGINE_EVENTS_PER_SITE + 1 {
+        eprintln!(
+            "toolhost: further messages from {target} ({}:{}) are not logged",
+            meta.file().unwrap_or("?"),
+            meta.line().unwrap_or(0)
+        );
+    }
+    *n <= ENGINE_EVENTS_PER_SITE
 }
 
 /// Parses the command line, runs the subcommand and returns the process exit code.

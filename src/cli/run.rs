@@ -3,12 +3,12 @@
 use std::ffi::OsString;
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
 
-use toolhost::{AllowedDirSpec, BackendKind, RunRequest, Sandbox, SandboxConfig};
+use toolhost::{AllowedDirSpec, BackendKind, RunOutput, RunRequest, Sandbox, SandboxConfig};
 
 /// Largest standard input `toolhost run` forwards to a tool.
 const MAX_FORWARDED_STDIN: u64 = 256 * 1024 * 1024;
@@ -242,12 +242,58 @@ pub(crate) fn read_stdin() -> anyhow::Result<Option<Vec<u8>>> {
     }
 }
 
+/// Standard input, read within `timeout`: `None` when it did not end in
+/// time (a pipe held open with no data). The reading thread is left behind;
+/// the process is about to end.
+pub(crate) fn read_stdin_within(timeout: Duration) -> anyhow::Result<Option<Option<Vec<u8>>>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("toolhost-stdin".into())
+        .spawn(move || {
+            let _ = tx.send(read_stdin());
+        })
+        .context("cannot start a thread to read standard input")?;
+    match rx.recv_timeout(timeout) {
+        Ok(r) => r.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+/// The result of a call whose standard input did not end within its timeout.
+pub(crate) fn stdin_timed_out(backend: BackendKind, timeout: Duration) -> RunOutput {
+    RunOutput::refused(
+        backend,
+        toolhost::Outcome::new(
+            toolhost::OutcomeKind::TimedOut,
+            format!(
+                "timed out after {:.1} s reading standard input (it stayed open with no end); the tool did not start",
+                timeout.as_secs_f64()
+            ),
+        ),
+        timeout,
+    )
+    .timed_out_if_so()
+}
+
 pub fn main(args: RunArgs) -> anyhow::Result<i32> {
-    let sandbox = build_sandbox(&args.sandbox, args.backend)?;
-    let mut request = RunRequest::new(args.argv);
+    let mut sandbox = build_sandbox(&args.sandbox, args.backend)?;
+    let mut request = RunRequest::new(args.argv.clone());
     request.cwd = cwd(&args.sandbox);
-    request.env = args.env;
-    request.stdin = read_stdin()?;
+    request.env = args.env.clone();
+    // The timeout covers reading stdin: what reading took comes off the call's.
+    let timeout = sandbox.config().timeout;
+    let started = Instant::now();
+    let Some(stdin) = read_stdin_within(timeout)? else {
+        let result = stdin_timed_out(sandbox.config().backend, timeout);
+        return print_result(args.json, &result);
+    };
+    request.stdin = stdin;
+    let spent = started.elapsed();
+    if spent > Duration::from_millis(5) {
+        let mut config = sandbox.config().clone();
+        config.timeout = timeout.saturating_sub(spent).max(Duration::from_millis(1));
+        sandbox = build_sandbox_with(&args.sandbox, config)?;
+    }
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -274,10 +320,14 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
         eprintln!("toolhost: stopped by {name}; the call was stopped and cleaned up");
         return Ok(128 + number);
     };
+    print_result(args.json, &result)
+}
 
-    if args.json {
+/// Prints a call's result as `run` does; its exit code.
+fn print_result(json: bool, result: &RunOutput) -> anyhow::Result<i32> {
+    if json {
         let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, &result)?;
+        serde_json::to_writer(&mut out, result)?;
         writeln!(out)?;
         out.flush()?;
     } else {

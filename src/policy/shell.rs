@@ -108,6 +108,9 @@ pub enum ShellDenial {
     Metacharacter(char),
     /// Unbalanced quotes in string mode.
     Unbalanced,
+    /// The bare name is found first in a `PATH` entry inside a writable
+    /// allowed dir (a program the agent could have written).
+    WritablePath(String, std::path::PathBuf),
 }
 
 impl ShellDenial {
@@ -123,6 +126,7 @@ impl ShellDenial {
             ShellDenial::StringsOff => "shell.strings_off",
             ShellDenial::Metacharacter(_) => "shell.metacharacter",
             ShellDenial::Unbalanced => "shell.unbalanced_quotes",
+            ShellDenial::WritablePath(..) => "shell.writable_path",
         }
     }
 }
@@ -159,8 +163,78 @@ impl fmt::Display for ShellDenial {
                 "shell metacharacter {c:?} refused: give `args` as a list, one argument each"
             ),
             ShellDenial::Unbalanced => write!(f, "unbalanced quotes in the command"),
+            ShellDenial::WritablePath(p, found) => write!(
+                f,
+                "{p:?} would run {}, inside a writable allowed dir (a program a tool could have written); PATH entries there are not searched (set shell_allow_writable_path to allow it)",
+                found.display()
+            ),
         }
     }
+}
+
+/// The `PATH` the shell tool gives `name`: `path` without its relative
+/// entries and those inside a `writable` dir (canonical paths), so that no
+/// program a tool could write runs by a bare name, even one written after this
+/// check. Refuses the name when a file of that name sits in such an entry
+/// before any other entry has it (`host_visible`: the other entries are this
+/// machine's, as on `direct`; on docker they are the image's and are not
+/// looked at), or when the program it resolves to is a symlink into one.
+/// Returns `None` when nothing was taken off.
+///
+/// # Ambient Authority
+/// Looks at the host paths of `PATH`'s entries (metadata only): the operator's
+/// `PATH`, not the agent's.
+pub fn shell_path(
+    name: &str,
+    path: &std::ffi::OsStr,
+    writable: &[&std::path::Path],
+    host_visible: bool,
+) -> Result<Option<std::ffi::OsString>, ShellDenial> {
+    let inside = |p: &std::path::Path| {
+        let c = crate::state_dirs::canonical_prefix(p);
+        writable.iter().any(|w| c.starts_with(w))
+    };
+    let is_program = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            }
+            #[cfg(not(unix))]
+            {
+                m.is_file()
+            }
+        })
+    };
+    let mut kept = Vec::new();
+    let mut dropped = false;
+    let mut resolved = false;
+    for entry in std::env::split_paths(path) {
+        if !entry.is_absolute() {
+            dropped = true;
+            continue;
+        }
+        let candidate = entry.join(name);
+        if inside(&entry) {
+            dropped = true;
+            if !resolved && std::fs::symlink_metadata(&candidate).is_ok() {
+                return Err(ShellDenial::WritablePath(name.into(), candidate));
+            }
+            continue;
+        }
+        if host_visible && !resolved && is_program(&candidate) {
+            resolved = true;
+            if inside(&candidate) {
+                return Err(ShellDenial::WritablePath(name.into(), candidate));
+            }
+        }
+        kept.push(entry);
+    }
+    if !dropped {
+        return Ok(None);
+    }
+    Ok(Some(std::env::join_paths(kept).unwrap_or_default()))
 }
 
 /// The shell policy of one sandbox.
@@ -370,6 +444,56 @@ mod tests {
             Err(ShellDenial::NotAllowed("rm".into()))
         );
         assert_eq!(p.check_string("   "), Err(ShellDenial::Empty));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn writable_path_entries_are_dropped_and_a_name_found_there_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(t.path()).expect("canonicalize");
+        let ws = root.join("ws");
+        let sys = root.join("sys");
+        for d in [ws.join(".venv/bin"), sys.clone()] {
+            std::fs::create_dir_all(&d).expect("mkdir");
+        }
+        let exe = |p: &std::path::Path| {
+            std::fs::write(p, "#!/bin/sh\n").expect("write");
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        };
+        exe(&ws.join(".venv/bin/pytest"));
+        exe(&sys.join("ls"));
+        exe(&sys.join("pytest"));
+        std::os::unix::fs::symlink(ws.join(".venv/bin/pytest"), sys.join("linked")).expect("ln");
+        let venv = ws.join(".venv/bin");
+        let path =
+            std::env::join_paths([venv.as_path(), sys.as_path(), std::path::Path::new("rel")])
+                .expect("join");
+        let w = [ws.as_path()];
+        // Planted first on PATH: refused, with its rule.
+        let e = shell_path("pytest", &path, &w, true).unwrap_err();
+        assert_eq!(e.rule(), "shell.writable_path");
+        assert!(e.to_string().contains(".venv/bin/pytest"), "{e}");
+        // A symlink from a system dir into the workspace: refused.
+        let e = shell_path("linked", &path, &w, true).unwrap_err();
+        assert_eq!(e.rule(), "shell.writable_path");
+        // Allowed twin: a name not planted runs, with the writable and the
+        // relative entries off its PATH.
+        let p = shell_path("ls", &path, &w, true)
+            .expect("ls")
+            .expect("changed");
+        assert_eq!(p, sys.as_os_str());
+        // Found first in a system dir: the workspace copy behind it is moot.
+        let path2 = std::env::join_paths([sys.as_path(), venv.as_path()]).expect("join");
+        assert_eq!(
+            shell_path("pytest", &path2, &w, true).expect("pytest"),
+            Some(sys.clone().into_os_string())
+        );
+        // Nothing writable on PATH: unchanged.
+        assert_eq!(
+            shell_path("ls", sys.as_os_str(), &w, true).expect("ls"),
+            None
+        );
     }
 
     #[test]

@@ -747,16 +747,50 @@ impl Toolbox {
                 )));
             }
         };
-        let mut req = RunRequest::new(argv);
+        let config = self.sandbox.config();
+        let backend = match config.backend {
+            // The shell runs native programs: never a WASI tool of the same name.
+            BackendKind::Auto => BackendKind::Direct,
+            b => b,
+        };
+        let mut req = RunRequest::new(argv.clone());
+        if config.backend == BackendKind::Auto {
+            req = req.backend(BackendKind::Direct);
+        }
+        // No program a tool could have written runs by a bare name.
+        if !config.shell_allow_writable_path && backend != BackendKind::Wasm {
+            let writable: Vec<&std::path::Path> = self
+                .sandbox
+                .allowed_dirs()
+                .iter()
+                .filter(|d| !d.read_only())
+                .map(|d| d.path())
+                .collect();
+            let env = self.sandbox.build_env(&[]);
+            let path = env
+                .iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let name = argv.first().map(String::as_str).unwrap_or("");
+            match crate::policy::shell::shell_path(
+                name,
+                &path,
+                &writable,
+                backend == BackendKind::Direct,
+            ) {
+                Ok(None) => {}
+                Ok(Some(p)) => req = req.env("PATH", p.to_string_lossy()),
+                Err(d) => {
+                    return Err(Box::new(ToolResult::denied(d.rule().into(), d.to_string())));
+                }
+            }
+        }
         if let Some(cwd) = a.str("cwd")? {
             req = req.cwd(cwd);
         }
         if let Some(stdin) = a.str("stdin")? {
             req = req.stdin(stdin.as_bytes().to_vec());
-        }
-        // The shell runs native programs: never a WASI tool of the same name.
-        if self.sandbox.config().backend == BackendKind::Auto {
-            req = req.backend(BackendKind::Direct);
         }
         Ok(run_result(self.sandbox.run(req).await))
     }

@@ -47,16 +47,23 @@ impl Target {
     }
 }
 
-/// What each target promises for cases 1 to 40 (ATTACKS.md numbering).
-///                                    1         2         3         4
-///                           1234567890123456789012345678901234567890
+/// What each target promises for cases 1 to 50 (ATTACKS.md numbering).
+///                                    1         2         3         4         5
+///                           12345678901234567890123456789012345678901234567890
+#[rustfmt::skip]
 const EXPECTATIONS: &[(Target, &str)] = &[
-    (Target::Direct, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----"),
-    (Target::Docker, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----"),
-    (Target::Wasm, "HHHHHH-HHHHHH--HHH-HHH-----HH-HHHHH-----"),
-    (Target::Files, "HHHHHHHHHH-----H------------------------"),
-    (Target::Shell, "-----------------------------------HHHHH"),
+    (Target::Direct, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HHHp----H-"),
+    (Target::Docker, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----H--p----H-"),
+    (Target::Wasm,   "HHHHHH-HHHHHH--HHH-HHH-----HH-HHHHH-----H--pHpH-H-"),
+    (Target::Files,  "HHHHHHHHHH-----H------------------------H-Hp------"),
+    (Target::Shell,  "-----------------------------------HHHHH----------"),
 ];
+
+/// The number of cases.
+const CASES: u32 = 50;
+
+/// Cases still pending somewhere (issue 15 is closing them one by one).
+const PENDING: &[u32] = &[44, 46];
 
 /// Where the `d` cases are checked (none left: every case runs in the driver).
 const DEDICATED: &[(u32, &str)] = &[];
@@ -1043,8 +1050,616 @@ except OSError:
         // Shell policy: paths and look-alikes, wrappers, metacharacters,
         // network clients with the network off.
         36..=39 => shell_case(case),
+        41 => planted_state_case(c).await,
+        42 => privileges_left_behind_case(c).await,
+        43 => planted_on_path_case(c).await,
+        45 => slow_compile_case(c).await,
+        47 => engine_log_case(c),
+        49 => open_stdin_case(c),
         _ => Err(format!("case {case} has no generic implementation")),
     }
+}
+
+/// Case 41: toolhost's own state (the compile cache, the audit log) is never
+/// writable by a call. A sandbox whose writable dir holds it, or lies inside
+/// it, is refused with a message naming the dir and what moves the state;
+/// with the cache beside the workspace (the allowed twin) the target writes
+/// its workspace but neither rewrites a planted entry nor adds one.
+async fn planted_state_case(c: &Ctx) -> CaseResult {
+    let ws = c.t.ws();
+    let ws_s = ws.display().to_string();
+    let refused = |f: &dyn Fn(&mut SandboxConfig), wants: &[&str]| -> CaseResult {
+        let mut cfg = c.config();
+        f(&mut cfg);
+        let dirs = [
+            toolhost::AllowedDirSpec::read_write(ws.clone()),
+            toolhost::AllowedDirSpec::read_only(c.t.root.join("ro")),
+        ];
+        match Sandbox::new(dirs, cfg) {
+            Ok(_) => Err(format!("built a sandbox that exposes state ({wants:?})")),
+            Err(e) => {
+                let e = e.to_string();
+                ensure(wants.iter().all(|w| e.contains(w)), || e.clone())
+            }
+        }
+    };
+    let in_ws = ws.join(".cache/toolhost/wasm");
+    refused(
+        &|cfg| cfg.wasm.cache_dir = Some(in_ws.clone()),
+        &[
+            &ws_s,
+            "contains toolhost's compile cache",
+            "[wasm] cache_dir",
+        ],
+    )?;
+    let root = c.t.root.clone();
+    refused(
+        &|cfg| cfg.wasm.cache_dir = Some(root.clone()),
+        &[&ws_s, "is inside toolhost's compile cache"],
+    )?;
+    let log = ws.join("audit.jsonl");
+    refused(
+        &|cfg| cfg.audit_log = Some(log.clone()),
+        &[&ws_s, "audit log", "audit_log"],
+    )?;
+    // Allowed twin: the cache beside the workspace, with an entry in it.
+    let cache = c.t.root.join("cache");
+    std::fs::create_dir_all(&cache).map_err(|e| e.to_string())?;
+    let entry = cache.join("planted.cwasm");
+    std::fs::write(&entry, "ENTRY").map_err(|e| e.to_string())?;
+    let sb = c.sandbox_with(|cfg| cfg.wasm.cache_dir = Some(cache.clone()));
+    for p in [entry.clone(), cache.join("new.cwasm")] {
+        let _ = c.write(&sb, &p.to_string_lossy()).await;
+    }
+    let now = std::fs::read_to_string(&entry).map_err(|e| e.to_string())?;
+    ensure(now == "ENTRY", || {
+        format!("the entry was rewritten: {now:?}")
+    })?;
+    ensure(!cache.join("new.cwasm").exists(), || {
+        "an entry was planted in the cache".into()
+    })?;
+    c.write(&sb, "ok.txt").await?;
+    let ok = std::fs::read_to_string(ws.join("ok.txt")).map_err(|e| e.to_string())?;
+    // The probe writes as many x's as asked.
+    let want = if c.target == Target::Wasm {
+        "xxxxx"
+    } else {
+        "PWNED"
+    };
+    ensure(ok == want, || format!("control: {ok:?}"))
+}
+
+/// The attack of case 42 (run as the tool): set-ID files by chmod and by a
+/// creating open or mknod, a file capability, the immutable and append-only
+/// flags, real-time scheduling and a raised priority; each next to its
+/// allowed twin (chmod 755, a plain create, a user xattr, the nodump flag,
+/// nice 10, an ordinary write).
+const PRIVILEGE_ATTACK: &str = r#"
+import errno, fcntl, json, os, shutil, struct
+res = {}
+def t(name, f):
+    try:
+        f()
+        res[name] = "ok"
+    except OSError as e:
+        res[name] = errno.errorcode.get(e.errno, str(e.errno))
+shutil.copy("/bin/sh", "r")
+t("chmod_4755", lambda: os.chmod("r", 0o4755))
+t("chmod_2755", lambda: os.chmod("r", 0o2755))
+fd = os.open("r", os.O_RDONLY)
+t("fchmod_6755", lambda: os.fchmod(fd, 0o6755))
+t("create_4755", lambda: os.close(os.open("c", os.O_CREAT | os.O_WRONLY, 0o4755)))
+t("mknod_2755", lambda: os.mknod("n", 0o2755 | 0o100000))
+cap = struct.pack("<IIIII", 0x02000001, 1 << 21, 0, 0, 0)
+t("setcap", lambda: os.setxattr("r", "security.capability", cap))
+t("user_xattr", lambda: os.setxattr("r", "user.toolhost", b"1"))
+t("chmod_755", lambda: os.chmod("r", 0o755))
+t("create_644", lambda: os.close(os.open("d", os.O_CREAT | os.O_WRONLY, 0o644)))
+def setflag(flag):
+    f = os.open("i", os.O_RDONLY)
+    old = struct.unpack("i", fcntl.ioctl(f, 0x80086601, struct.pack("i", 0)))[0]
+    try:
+        fcntl.ioctl(f, 0x40086602, struct.pack("i", old | flag))
+    finally:
+        os.close(f)
+open("i", "w").write("data")
+t("immutable", lambda: setflag(0x10))
+t("append_only", lambda: setflag(0x20))
+t("nodump", lambda: setflag(0x40))
+t("fifo_99", lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(99)))
+t("rr_1", lambda: os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1)))
+t("nice_-20", lambda: os.setpriority(os.PRIO_PROCESS, 0, -20))
+t("nice_10", lambda: os.setpriority(os.PRIO_PROCESS, 0, 10))
+res["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+t("write", lambda: open("i", "a").write("more"))
+print(json.dumps(res))
+"#;
+
+/// Case 42: what a root tool could leave behind or take (toolhost runs as
+/// root in CI; as another user the same calls are refused too). The results
+/// are checked in the tool's report and again on disk: modes, xattrs, flags.
+async fn privileges_left_behind_case(c: &Ctx) -> CaseResult {
+    use std::os::unix::fs::PermissionsExt;
+    c.t.write("attack.py", PRIVILEGE_ATTACK);
+    for level in [
+        toolhost::isolation::IsolationLevel::BestEffort,
+        toolhost::isolation::IsolationLevel::Strict,
+    ] {
+        for f in ["r", "c", "n", "d", "i"] {
+            let p = c.t.ws().join(f);
+            if p.exists() {
+                std::process::Command::new("chattr")
+                    .args(["-i", "-a"])
+                    .arg(&p)
+                    .output()
+                    .ok();
+                std::fs::remove_file(&p).map_err(|e| format!("{f}: {e}"))?;
+            }
+        }
+        let sb = c.sandbox_with(|cfg| cfg.isolation = level);
+        let r = c.run(&sb, "/usr/bin/python3 attack.py", &[]).await;
+        let v: serde_json::Value =
+            serde_json::from_str(r.stdout.trim()).map_err(|e| format!("{level:?}: {e}: {r:?}"))?;
+        let got = |k: &str| v[k].as_str().unwrap_or("?").to_string();
+        for k in [
+            "chmod_4755",
+            "chmod_2755",
+            "fchmod_6755",
+            "create_4755",
+            "mknod_2755",
+            "setcap",
+            "immutable",
+            "append_only",
+            "fifo_99",
+            "rr_1",
+            "nice_-20",
+        ] {
+            ensure(got(k) != "ok", || format!("{level:?}: {k} succeeded: {v}"))?;
+        }
+        for k in [
+            "user_xattr",
+            "chmod_755",
+            "create_644",
+            "nodump",
+            "nice_10",
+            "write",
+        ] {
+            ensure(got(k) == "ok", || format!("{level:?}: control {k}: {v}"))?;
+        }
+        ensure(v["nice"] == 10, || format!("{level:?}: niceness {v}"))?;
+        // On disk.
+        let mode = |f: &str| {
+            std::fs::metadata(c.t.ws().join(f))
+                .map(|m| m.permissions().mode() & 0o7777)
+                .ok()
+        };
+        ensure(mode("r") == Some(0o755), || format!("r: {:?}", mode("r")))?;
+        ensure(mode("d") == Some(0o644), || format!("d: {:?}", mode("d")))?;
+        ensure(mode("c").is_none() && mode("n").is_none(), || {
+            format!("c, n: {:?} {:?}", mode("c"), mode("n"))
+        })?;
+        let xattr = |f: &str, name: &str| {
+            let path =
+                std::ffi::CString::new(c.t.ws().join(f).into_os_string().into_encoded_bytes())
+                    .unwrap_or_default();
+            let name = std::ffi::CString::new(name).unwrap_or_default();
+            let mut buf = [0u8; 64];
+            // SAFETY: valid C strings and a buffer of the given size.
+            unsafe {
+                libc::getxattr(
+                    path.as_ptr(),
+                    name.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            }
+        };
+        ensure(xattr("r", "security.capability") < 0, || {
+            "r carries a file capability".into()
+        })?;
+        ensure(xattr("r", "user.toolhost") == 1, || {
+            "control: user xattr".into()
+        })?;
+        let flags = std::process::Command::new("lsattr")
+            .arg(c.t.ws().join("i"))
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let flags = flags.split_whitespace().next().unwrap_or("").to_string();
+        ensure(
+            flags.contains('d') && !flags.contains('i') && !flags.contains('a'),
+            || format!("{level:?}: i has flags {flags:?}"),
+        )?;
+        let i = std::fs::read_to_string(c.t.ws().join("i")).map_err(|e| e.to_string())?;
+        ensure(i == "datamore", || format!("control write: {i:?}"))?;
+    }
+    Ok(())
+}
+
+/// One `toolhost mcp` session: `calls` (tool name, arguments) sent after the
+/// handshake, stdin closed, and the results in order. `path` is the server's
+/// `PATH`.
+fn mcp_session(
+    c: &Ctx,
+    extra_config: &str,
+    path: &str,
+    calls: &[(&str, serde_json::Value)],
+) -> Result<Vec<serde_json::Value>, String> {
+    use serde_json::json;
+    let cfg = c.t.root.join("mcp.toml");
+    std::fs::write(
+        &cfg,
+        format!("timeout = 20\nshell_allowed_binaries = [\"pytest\", \"ls\"]\n{extra_config}"),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut input = String::new();
+    input.push_str(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "contract", "version": "1"}}}).to_string());
+    input.push_str("\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+    for (i, (tool, args)) in calls.iter().enumerate() {
+        input.push_str(&json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": tool, "arguments": args}}).to_string());
+        input.push('\n');
+    }
+    let stdin = c.t.root.join("mcp-input.jsonl");
+    std::fs::write(&stdin, input).map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(toolhost_bin())
+        .args(["mcp", "--config"])
+        .arg(&cfg)
+        .arg("--allow-dir")
+        .arg(c.t.ws())
+        .current_dir(c.t.ws())
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("TOOLHOST_LOG")
+        .env("PATH", path)
+        .stdin(std::fs::File::open(&stdin).map_err(|e| e.to_string())?)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let mut results = vec![serde_json::Value::Null; calls.len()];
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| format!("{e}: {line}"))?;
+        if let Some(id) = v["id"]
+            .as_u64()
+            .filter(|&i| i >= 1 && i as usize <= calls.len())
+        {
+            results[id as usize - 1] = v["result"].clone();
+        }
+    }
+    Ok(results)
+}
+
+/// Case 43: a program written into a writable dir that is on `PATH`
+/// (`$WS/.venv/bin`) under an allowlisted name, then called by that bare name
+/// through the shell tool: refused (rule `shell.writable_path`), and it never
+/// runs. Planted by a direct call (D) or by `file_write` over an executable
+/// file, which keeps its mode (F). Allowed twins: another allowlisted name
+/// runs; with `shell_allow_writable_path` the planted program does run (the
+/// attack is real).
+async fn planted_on_path_case(c: &Ctx) -> CaseResult {
+    use serde_json::json;
+    let bin = c.t.ws().join(".venv/bin");
+    std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
+    let planted = format!(
+        "#!/bin/sh\ntouch {}/planted-ran\necho PLANTED\n",
+        c.t.ws().display()
+    );
+    let mut calls = Vec::new();
+    if c.target == Target::Direct {
+        let sb = c.sandbox();
+        let r = c
+            .run(
+                &sb,
+                &format!(
+                    "printf '%s' '{planted}' > .venv/bin/pytest && chmod 755 .venv/bin/pytest"
+                ),
+                &[],
+            )
+            .await;
+        ensure(r.success(), || format!("plant: {r:?}"))?;
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        let p = bin.join("pytest");
+        std::fs::write(&p, "#!/bin/sh\necho real\n").map_err(|e| e.to_string())?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
+        calls.push((
+            "file_write",
+            json!({"path": ".venv/bin/pytest", "content": planted}),
+        ));
+    }
+    calls.push(("shell", json!({"args": ["pytest"]})));
+    calls.push(("shell", json!({"args": ["ls", ".venv"]})));
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display());
+    let r = mcp_session(c, "", &path, &calls)?;
+    let n = r.len();
+    if c.target == Target::Files {
+        ensure(r[0]["isError"] != true, || format!("file_write: {}", r[0]))?;
+    }
+    let pytest = &r[n - 2];
+    ensure(pytest["isError"] == true, || {
+        format!("pytest ran: {pytest}")
+    })?;
+    let rule = &pytest["_meta"]["toolhost/call"]["rule"];
+    ensure(rule == "shell.writable_path", || format!("rule: {pytest}"))?;
+    ensure(!c.t.ws().join("planted-ran").exists(), || {
+        "the planted program ran".into()
+    })?;
+    let ls = &r[n - 1];
+    ensure(
+        ls["isError"] != true && ls.to_string().contains("bin"),
+        || format!("control ls: {ls}"),
+    )?;
+    // With the config's explicit consent the same name runs the planted file.
+    let r = mcp_session(
+        c,
+        "shell_allow_writable_path = true\n",
+        &path,
+        &[("shell", json!({"args": ["pytest"]}))],
+    )?;
+    ensure(r[0].to_string().contains("PLANTED"), || {
+        format!("allowed: {}", r[0])
+    })?;
+    ensure(c.t.ws().join("planted-ran").exists(), || {
+        "allowed: the planted program did not run".into()
+    })
+}
+
+/// Case 47: a guest calls `sock_shutdown` 10^6 times (wasmtime-wasi logs a
+/// warning on each): toolhost's stderr stays small, and the socket calls
+/// still answer as before (ENOTSOCK on a descriptor, EBADF on a bad one).
+/// Through the CLI, whose log this is.
+fn engine_log_case(c: &Ctx) -> CaseResult {
+    let run = |n: &str| {
+        toolhost(
+            &c.t.ws(),
+            &[
+                "run",
+                "--backend",
+                "wasm",
+                "--timeout",
+                "120",
+                "--",
+                "./probe.wasm",
+                "sockcalls",
+                n,
+            ],
+            &[],
+        )
+    };
+    let want = "[57, 57, 57, 57, 8, 8, 8, 8]\n";
+    // Allowed twin: a few calls, the same answers.
+    let out = run("1");
+    ensure(String::from_utf8_lossy(&out.stdout) == want, || {
+        format!("control: {out:?}")
+    })?;
+    let out = run("1000000");
+    ensure(String::from_utf8_lossy(&out.stdout) == want, || {
+        format!("{:?}", String::from_utf8_lossy(&out.stdout))
+    })?;
+    ensure(out.stderr.len() < 16 * 1024, || {
+        format!(
+            "{} bytes on toolhost's stderr: {:?}",
+            out.stderr.len(),
+            String::from_utf8_lossy(&out.stderr[..out.stderr.len().min(300)])
+        )
+    })
+}
+
+/// Case 49: `toolhost run --timeout 1` whose stdin is a pipe held open with
+/// no data ends on time, `timed_out` (exit 124); the allowed twin with data
+/// on a closed pipe passes the data through.
+fn open_stdin_case(c: &Ctx) -> CaseResult {
+    use std::io::Write;
+    let cfg = c.t.root.join("stdin.toml");
+    let backend = match c.target {
+        Target::Docker => {
+            let image = c.image.clone().unwrap_or_default();
+            std::fs::write(&cfg, format!("[docker]\nimage = {image:?}\n"))
+                .map_err(|e| e.to_string())?;
+            "docker"
+        }
+        Target::Wasm => {
+            std::fs::write(&cfg, "").map_err(|e| e.to_string())?;
+            "wasm"
+        }
+        _ => {
+            std::fs::write(&cfg, "").map_err(|e| e.to_string())?;
+            "direct"
+        }
+    };
+    let program: &[&str] = if c.target == Target::Wasm {
+        &["./probe.wasm", "stdin"]
+    } else {
+        &["sh", "-c", "printf 'stdin %s bytes\\n' $(wc -c)"]
+    };
+    let cfg_s = cfg.to_string_lossy().into_owned();
+    let run = |data: Option<&[u8]>| -> Result<(std::process::Output, Duration), String> {
+        let mut args = vec![
+            "run",
+            "--config",
+            &cfg_s,
+            "--backend",
+            backend,
+            "--timeout",
+            "1",
+            "--",
+        ];
+        args.extend_from_slice(program);
+        let mut child = std::process::Command::new(toolhost_bin())
+            .args(&args)
+            .current_dir(c.t.ws())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .env_remove("TOOLHOST_CONFIG")
+            .env_remove("TOOLHOST_LOG")
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        let mut stdin = child.stdin.take();
+        if let Some(d) = data {
+            stdin.as_mut().map(|s| s.write_all(d));
+            drop(stdin.take());
+        }
+        // Without data the write end stays open (held here) until the end.
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        drop(stdin);
+        Ok((out, t0.elapsed()))
+    };
+    let (out, took) = run(None)?;
+    ensure(
+        out.status.code() == Some(124) && took < Duration::from_millis(2500),
+        || format!("held-open stdin: {took:?} {out:?}"),
+    )?;
+    ensure(
+        String::from_utf8_lossy(&out.stderr).contains("reading standard input"),
+        || format!("{out:?}"),
+    )?;
+    let (out, _) = run(Some(b"hello"))?;
+    ensure(
+        out.status.code() == Some(0)
+            && String::from_utf8_lossy(&out.stdout).contains("stdin 5 bytes"),
+        || format!("control: {out:?}"),
+    )
+}
+
+/// A module that is slow to compile: one function whose `n` i64 locals are
+/// all live across a loop (register allocation is superlinear in them).
+/// `salt` makes its bytes unique, so no cache holds it.
+pub fn slow_to_compile_module(n: u32, salt: i64) -> Vec<u8> {
+    fn uleb(mut v: u64, out: &mut Vec<u8>) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    fn sleb(mut v: i64, out: &mut Vec<u8>) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if (v == 0 && b & 0x40 == 0) || (v == -1 && b & 0x40 != 0) {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    fn section(id: u8, body: &[u8], out: &mut Vec<u8>) {
+        out.push(id);
+        uleb(body.len() as u64, out);
+        out.extend_from_slice(body);
+    }
+    let mut code = Vec::new();
+    for i in 0..n {
+        code.push(0x42); // i64.const
+        sleb(i as i64 ^ salt, &mut code);
+        code.push(0x21); // local.set
+        uleb(i.into(), &mut code);
+    }
+    code.extend([0x03, 0x40]); // loop
+    for i in 0..n {
+        code.push(0x20);
+        uleb(i.into(), &mut code);
+        code.extend([0x42, 0x01, 0x7c, 0x21]); // +1, local.set
+        uleb(i.into(), &mut code);
+    }
+    // Loop while local 0 is below its start plus 4.
+    code.extend([0x20, 0x00, 0x42]);
+    sleb(salt.wrapping_add(4), &mut code);
+    code.extend([0x53, 0x0d, 0x00, 0x0b]); // i64.lt_s, br_if 0, end
+    code.extend([0x20, 0x00]);
+    for i in 1..n {
+        code.push(0x20);
+        uleb(i.into(), &mut code);
+        code.push(0x7c);
+    }
+    code.extend([0x1a, 0x0b]); // drop, end
+    let mut body = vec![0x01];
+    uleb(n.into(), &mut body);
+    body.push(0x7e);
+    body.extend(code);
+    let mut m = b"\0asm\x01\0\0\0".to_vec();
+    section(1, &[0x01, 0x60, 0x00, 0x00], &mut m);
+    section(3, &[0x01, 0x00], &mut m);
+    section(5, &[0x01, 0x00, 0x01], &mut m);
+    let mut exports = vec![0x02, 6];
+    exports.extend(b"_start\x00\x00");
+    exports.push(6);
+    exports.extend(b"memory\x02\x00");
+    section(7, &exports, &mut m);
+    let mut codesec = vec![0x01];
+    uleb(body.len() as u64, &mut codesec);
+    codesec.extend(body);
+    section(10, &codesec, &mut m);
+    m
+}
+
+/// Case 45: two modules that take many seconds to compile, called at once
+/// with a 1 s timeout, come back `timed_out` on time, while a call of a
+/// compiled tool in the same sandbox is answered at once (compiling runs on
+/// the blocking pool, not on an executor thread, and inside the timeout).
+async fn slow_compile_case(c: &Ctx) -> CaseResult {
+    let salt = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(7);
+    for (i, n) in [(1, 20_000), (2, 19_000)] {
+        std::fs::write(
+            c.t.ws().join(format!("slow{i}.wasm")),
+            slow_to_compile_module(n, salt),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    c.t.write("inside.txt", "INSIDE");
+    let sb = std::sync::Arc::new(c.sandbox_with(|cfg| {
+        cfg.timeout = Duration::from_secs(1);
+        cfg.wasm.cache = false;
+    }));
+    // Control first: the probe compiles and answers (its compile is within
+    // the timeout too, so give it a sandbox of its own with a longer one).
+    let quick = c.sandbox_with(|cfg| cfg.wasm.cache = false);
+    let r = c.run(&quick, "", &["read", "inside.txt"]).await;
+    ensure(r.success() && r.stdout == "INSIDE", || {
+        format!("control: {r:?}")
+    })?;
+    let t0 = Instant::now();
+    let slow: Vec<_> = ["slow1.wasm", "slow2.wasm"]
+        .into_iter()
+        .map(|m| {
+            let sb = sb.clone();
+            let p = c.t.ws().join(m);
+            tokio::spawn(async move { sb.run(RunRequest::new([p])).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t1 = Instant::now();
+    let r = c.run(&quick, "", &["read", "inside.txt"]).await;
+    let answered = t1.elapsed();
+    ensure(r.success() && r.stdout == "INSIDE", || {
+        format!("during: {r:?}")
+    })?;
+    for h in slow {
+        let r = h.await.map_err(|e| e.to_string())?;
+        ensure(
+            r.timed_out && r.outcome.kind == OutcomeKind::TimedOut,
+            || format!("slow module: {r:?}"),
+        )?;
+        ensure(r.outcome.message.contains("compiling"), || {
+            format!("slow module: {r:?}")
+        })?;
+    }
+    let took = t0.elapsed();
+    println!("case 45: slow modules timed out after {took:?}; a call meanwhile took {answered:?}");
+    ensure(took < Duration::from_secs(3), || {
+        format!("the 1 s timeout took {took:?}")
+    })?;
+    ensure(answered < Duration::from_secs(1), || {
+        format!("a concurrent call took {answered:?}")
+    })
 }
 
 /// Case 40 through the agent's tools: N+1 calls inside the window get a
@@ -1178,9 +1793,13 @@ fn contract_suite_every_case_on_every_target() {
     let mut failures = Vec::new();
     let mut table: Vec<(Target, Vec<String>)> = Vec::new();
     for &(target, row) in EXPECTATIONS {
-        assert_eq!(row.len(), 40, "{target:?} row must have 40 marks");
+        assert_eq!(
+            row.len(),
+            CASES as usize,
+            "{target:?} row must have {CASES} marks"
+        );
         let mut cells = Vec::new();
-        for case in 1..=40u32 {
+        for case in 1..=CASES {
             let cell = match expectation(target, case) {
                 '-' => "n/a".to_string(),
                 'd' => {
@@ -1223,7 +1842,7 @@ fn contract_suite_every_case_on_every_target() {
         out.push_str(&format!(" | {}", t.name()));
     }
     out.push('\n');
-    for case in 1..=40usize {
+    for case in 1..=CASES as usize {
         out.push_str(&format!("{case:>4}"));
         for (_, cells) in &table {
             out.push_str(&format!(" | {}", cells[case - 1]));
@@ -1238,7 +1857,7 @@ fn contract_suite_every_case_on_every_target() {
 fn the_expectations_cover_attacks_md_and_every_listed_target() {
     // ATTACKS.md's own target letters, per case: every listed target is held
     // here (H or d), none is left n/a.
-    let listed: [(&str, &[Target]); 35] = [
+    let listed: [(&str, &[Target]); 43] = [
         ("1", &[Target::Files, Target::Wasm]),
         ("2", &[Target::Files, Target::Wasm]),
         (
@@ -1280,12 +1899,42 @@ fn the_expectations_cover_attacks_md_and_every_listed_target() {
         ("34", &[Target::Direct, Target::Docker, Target::Wasm]),
         ("35", &[Target::Direct, Target::Docker, Target::Wasm]),
         ("36", &[Target::Shell]),
+        (
+            "41",
+            &[Target::Direct, Target::Docker, Target::Wasm, Target::Files],
+        ),
+        ("42", &[Target::Direct]),
+        ("43", &[Target::Direct, Target::Files]),
+        (
+            "44",
+            &[Target::Direct, Target::Docker, Target::Wasm, Target::Files],
+        ),
+        ("45", &[Target::Wasm]),
+        ("46", &[Target::Wasm]),
+        ("47", &[Target::Wasm]),
+        ("49", &[Target::Direct, Target::Docker, Target::Wasm]),
     ];
     for (case, targets) in listed {
         let n: u32 = case.parse().unwrap();
         for t in targets {
             let m = expectation(*t, n);
-            assert!(m == 'H' || m == 'd', "case {n} on {}: {m}", t.name());
+            let ok = m == 'H' || m == 'd' || (m == 'p' && PENDING.contains(&n));
+            assert!(ok, "case {n} on {}: {m}", t.name());
+        }
+    }
+    // A pending mark only where ATTACKS.md lists the target.
+    for &(t, row) in EXPECTATIONS {
+        for (i, m) in row.chars().enumerate() {
+            let n = i as u32 + 1;
+            if m == 'p' {
+                assert!(
+                    listed
+                        .iter()
+                        .any(|(c, ts)| c.parse::<u32>() == Ok(n) && ts.contains(&t)),
+                    "case {n} pending on {}, which ATTACKS.md does not list",
+                    t.name()
+                );
+            }
         }
     }
     for n in 36..=40 {

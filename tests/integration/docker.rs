@@ -336,32 +336,45 @@ async fn attack_k_network_off_and_on() {
         });
     }
     let count = || accepted.load(std::sync::atomic::Ordering::SeqCst);
-    let gw = Command::new("docker")
-        .args([
-            "network",
-            "inspect",
-            "bridge",
-            "--format",
-            "{{(index .IPAM.Config 0).Gateway}}",
-        ])
-        .output()
-        .unwrap();
-    let gw = String::from_utf8_lossy(&gw.stdout).trim().to_string();
-    assert!(!gw.is_empty(), "no bridge gateway");
-    let script = format!("echo hi | nc -w 3 {gw} {port} && echo CONNECTED");
     let t = tmp();
-    let sb = t.sandbox(docker_config(&image));
-    let r = dsh(&sb, &script).await;
-    assert!(!r.stdout.contains("CONNECTED"), "{r:?}");
-    assert!(r.stderr.contains("unreachable"), "{r:?}");
-    assert_eq!(count(), 0, "a connection got through");
-    // Allowed twin: with the network on, the same connect reaches the host.
+    // The host's address as a container sees it: the default route's gateway
+    // of a container with the network on. An engine started for the first
+    // time reports no gateway in `docker network inspect bridge`, so the
+    // address is taken from the container's own routing table.
     let mut cfg = docker_config(&image);
     cfg.allow_network = true;
     let sb = t.sandbox(cfg);
-    let r = dsh(&sb, &script).await;
+    let r = dsh(
+        &sb,
+        &format!(
+            "gw=$(ip route | awk '/^default/ {{print $3}}'); echo GW=$gw; \
+             echo hi | nc -w 3 $gw {port} && echo CONNECTED"
+        ),
+    )
+    .await;
+    // Allowed twin: with the network on, the connect reaches the host.
     assert!(r.stdout.contains("CONNECTED"), "{r:?}");
     assert_eq!(count(), 1);
+    let gw = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("GW="))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        gw.parse::<std::net::Ipv4Addr>().is_ok(),
+        "no default route in the container: {r:?}"
+    );
+    // Network off: the same connect to the same address is unreachable.
+    let sb = t.sandbox(docker_config(&image));
+    let r = dsh(
+        &sb,
+        &format!("echo hi | nc -w 3 {gw} {port} && echo CONNECTED"),
+    )
+    .await;
+    assert!(!r.stdout.contains("CONNECTED"), "{r:?}");
+    assert!(r.stderr.contains("unreachable"), "{r:?}");
+    assert_eq!(count(), 1, "a connection got through with the network off");
 }
 
 #[tokio::test]
@@ -534,8 +547,8 @@ async fn engine_over_tls_with_client_certificates() {
 
 /// From a review: the helper lives in toolhost's cache dir; a writable
 /// allowed dir over that dir would let a call replace it (and the compiled
-/// wasm cache). Such a sandbox is refused on the docker and wasm backends, and
-/// a helper file changed on disk is rewritten before the next container.
+/// wasm cache). Such a sandbox is refused on every backend, and a helper file
+/// changed on disk is rewritten before the next container.
 #[tokio::test]
 async fn warm_mode_helper_cannot_be_replaced() {
     let Some(image) = image() else { return };
@@ -548,14 +561,23 @@ async fn warm_mode_helper_cannot_be_replaced() {
     std::fs::create_dir_all(base.join("toolhost")).unwrap();
     let mut cfg = docker_config(&image);
     cfg.docker.warm = true;
-    for backend in [BackendKind::Docker, BackendKind::Wasm] {
+    for backend in [
+        BackendKind::Docker,
+        BackendKind::Wasm,
+        BackendKind::Direct,
+        BackendKind::Auto,
+    ] {
         let c = SandboxConfig {
             backend,
             ..cfg.clone()
         };
         let e = Sandbox::new([toolhost::AllowedDirSpec::read_write(&base)], c.clone())
             .expect_err("a writable dir over the cache");
-        assert!(e.to_string().contains("toolhost's cache"), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("contains toolhost's") && e.contains("a tool could plant"),
+            "{e}"
+        );
         // Allowed twins: the same dir read-only, and a dir beside it.
         Sandbox::new([toolhost::AllowedDirSpec::read_only(&base)], c).expect("read-only");
     }

@@ -772,3 +772,60 @@ fn works_over_a_non_blocking_socket() {
     sock.shutdown(std::net::Shutdown::Write).unwrap();
     assert!(s.close().success());
 }
+
+/// Attack 50, processes: four `toolhost mcp` sessions share one audit log and
+/// make 500 calls each at once. The log is one valid chain of 2,000 records
+/// (before, each process chained from its own last hash and the chain broke
+/// at line 2, after which no session would start).
+#[test]
+fn four_sessions_sharing_an_audit_log_make_one_chain() {
+    let (t, cfg) = setup("rate_limit_calls = 0\n");
+    let log = t.root.join("audit.jsonl");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&cfg).unwrap();
+    writeln!(f, "audit_log = {:?}", log.to_str().unwrap()).unwrap();
+    drop(f);
+    let mut input = Vec::new();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}});
+    input.extend(serde_json::to_vec(&init).unwrap());
+    input.extend(b"\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+    for id in 0..500 {
+        let msg = json!({"jsonrpc": "2.0", "id": 10 + id, "method": "tools/call", "params": {"name": "file_stat", "arguments": {"path": "notes.txt"}}});
+        input.extend(serde_json::to_vec(&msg).unwrap());
+        input.push(b'\n');
+    }
+    let input_path = t.root.join("input.jsonl");
+    std::fs::write(&input_path, &input).unwrap();
+    let servers: Vec<_> = (0..4)
+        .map(|i| {
+            let out = std::fs::File::create(t.root.join(format!("out{i}.jsonl"))).unwrap();
+            Raw::command(&t, &cfg)
+                .stdin(std::fs::File::open(&input_path).unwrap())
+                .stdout(out)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut s in servers {
+        assert!(s.wait().unwrap().success());
+    }
+    for i in 0..4 {
+        let out = std::fs::read_to_string(t.root.join(format!("out{i}.jsonl"))).unwrap();
+        let answered = out.lines().filter(|l| l.contains("\"result\"")).count();
+        assert_eq!(answered, 501, "server {i}");
+    }
+    let out = toolhost(&t.ws(), &["audit", "verify", log.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(": 2000 records, chain intact"),
+        "{out:?}"
+    );
+    // And a fifth session starts and extends it.
+    let mut raw = Raw::start(&t, &cfg);
+    raw.still_works();
+    assert!(raw.close().success());
+    let out = toolhost(&t.ws(), &["audit", "verify", log.to_str().unwrap()], &[]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(": 2001 records"),
+        "{out:?}"
+    );
+}

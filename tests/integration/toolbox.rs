@@ -656,6 +656,70 @@ async fn audit_log_records_every_call_and_detects_tampering() {
         // A broken log is not extended.
         assert!(toolhost::audit::AuditLog::open(&p).is_err(), "{name}");
     }
+    // Attack 50: edits the parsed record would not show. A 0xff byte in line
+    // 5, and a duplicated key in line 4 (serde keeps the last value, so the
+    // record parses as the original): each found, with its line.
+    let mut bytes: Vec<Vec<u8>> = lines.iter().map(|l| l.as_bytes().to_vec()).collect();
+    let at = bytes[4].len() / 2;
+    bytes[4].insert(at, 0xff);
+    let p = t.root.join("non-utf8");
+    let mut data = bytes.join(&b'\n');
+    data.push(b'\n');
+    std::fs::write(&p, data).unwrap();
+    let mut dup = lines.clone();
+    assert!(dup[3].starts_with('{') && dup[3].contains(r#""tool":"file_stat""#));
+    dup[3] = dup[3].replacen('{', r#"{"tool":"forged","#, 1);
+    let dup_path = write("duplicate-key", &dup);
+    let mut spaced = lines.clone();
+    spaced[2] = spaced[2].replacen(',', ", ", 1);
+    let spaced_path = write("whitespace", &spaced);
+    for (name, p, line) in [
+        ("non-utf8", p, 5),
+        ("duplicate key", dup_path, 4),
+        ("whitespace", spaced_path, 3),
+    ] {
+        let out = verify(&p);
+        assert_eq!(out.status.code(), Some(1), "{name}: {out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(&format!("line {line}:")), "{name}: {out:?}");
+        assert!(toolhost::audit::AuditLog::open(&p).is_err(), "{name}");
+    }
+    // Allowed twin: the untouched log still verifies.
+    assert_eq!(verify(&log).status.code(), Some(0));
+}
+
+/// Attack 50, threads: eight threads on one handle and eight on a second
+/// handle of the same file (two sessions of one process) append 2,000
+/// records; they form one valid chain.
+#[test]
+fn audit_log_concurrent_handles_and_threads_make_one_chain() {
+    let t = tmp();
+    let log = t.root.join("audit.jsonl");
+    let a = Arc::new(toolhost::audit::AuditLog::open(&log).unwrap());
+    let b = Arc::new(toolhost::audit::AuditLog::open(&log).unwrap());
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let h = if i % 2 == 0 { a.clone() } else { b.clone() };
+            std::thread::spawn(move || {
+                for n in 0..125 {
+                    let mut m = serde_json::Map::new();
+                    m.insert("tool".into(), json!("t"));
+                    m.insert("n".into(), json!(i * 1000 + n));
+                    h.append(m).unwrap();
+                }
+            })
+        })
+        .collect();
+    for th in threads {
+        th.join().unwrap();
+    }
+    let (n, _) = toolhost::audit::verify(&log).unwrap();
+    assert_eq!(n, 2000);
+    // A third handle opened now continues the same chain.
+    let c = toolhost::audit::AuditLog::open(&log).unwrap();
+    c.append(serde_json::Map::new()).unwrap();
+    a.append(serde_json::Map::new()).unwrap();
+    assert_eq!(toolhost::audit::verify(&log).unwrap().0, 2002);
 }
 
 /// From a review of the file tools: nested read-only dirs, symlinks at the

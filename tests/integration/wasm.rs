@@ -649,23 +649,19 @@ fn compile_cache_is_reused_and_corruption_is_recompiled() {
     )
     .unwrap();
     let cfg = t.root.join("cfg.toml");
-    let run_wc = || {
-        toolhost(
-            &t.ws(),
-            &[
-                "run",
-                "--config",
-                cfg.to_str().unwrap(),
-                "--backend",
-                "wasm",
-                "--",
-                "wc",
-                "-l",
-                "a.txt",
-            ],
-            &[("TOOLHOST_LOG", "toolhost=debug")],
-        )
+    let run_tool = |tool: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "wasm",
+            "--",
+        ];
+        args.extend_from_slice(tool);
+        toolhost(&t.ws(), &args, &[("TOOLHOST_LOG", "toolhost=debug")])
     };
+    let run_wc = || run_tool(&["wc", "-l", "a.txt"]);
     let first = run_wc();
     assert_eq!(String::from_utf8_lossy(&first.stdout), "2 a.txt\n");
     assert!(
@@ -704,6 +700,32 @@ fn compile_cache_is_reused_and_corruption_is_recompiled() {
     // And the rewritten entry is valid again.
     let fifth = run_wc();
     assert!(String::from_utf8_lossy(&fifth.stderr).contains("from the disk cache"));
+    // Attack 41: another module's entry (cat's), valid in every byte, copied
+    // under wc's entry name. wc's call must run wc's code: the entry carries
+    // the hash of the wasm it came from, and is recompiled.
+    let run_cat = || run_tool(&["cat", "a.txt"]);
+    let cat = run_cat();
+    assert_eq!(String::from_utf8_lossy(&cat.stdout), "x\ny\n");
+    let cat_entry: Vec<PathBuf> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| *p != entries[0])
+        .collect();
+    assert_eq!(cat_entry.len(), 1, "{cat_entry:?}");
+    let cat_bytes = std::fs::read(&cat_entry[0]).unwrap();
+    std::fs::write(&entries[0], &cat_bytes).unwrap();
+    let sixth = run_wc();
+    assert_eq!(String::from_utf8_lossy(&sixth.stdout), "2 a.txt\n");
+    let err = String::from_utf8_lossy(&sixth.stderr);
+    assert!(
+        err.contains("is foreign") && err.contains("compiled"),
+        "{err}"
+    );
+    assert_ne!(std::fs::read(&entries[0]).unwrap(), cat_bytes);
+    // Allowed twin: cat's own entry, where it belongs, still loads.
+    let cat = run_cat();
+    assert_eq!(String::from_utf8_lossy(&cat.stdout), "x\ny\n");
+    assert!(String::from_utf8_lossy(&cat.stderr).contains("from the disk cache"));
 
     // Components (a typed tool) go through the same cache.
     let cache2 = t.root.join("cache2");

@@ -286,6 +286,14 @@ const OFFSET_NR: u32 = 0;
 const OFFSET_ARCH: u32 = 4;
 /// Low 32 bits of the first argument (little-endian).
 const OFFSET_ARG0: u32 = 16;
+/// Low 32 bits of argument `n`.
+const fn offset_arg(n: u8) -> u32 {
+    OFFSET_ARG0 + 8 * n as u32
+}
+/// The set-user-ID and set-group-ID mode bits.
+const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+/// Open flags that create a file, and so use the mode argument.
+const CREATE_FLAGS: u32 = (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u32;
 /// Low 32 bits of the instruction pointer.
 const OFFSET_IP: u32 = 8;
 
@@ -368,7 +376,7 @@ const DENIED_SYSCALLS: &[libc::c_long] = &[
 ];
 
 /// The names of [`DENIED_SYSCALLS`], for reports.
-pub(crate) const DENIED_SYSCALL_NAMES: &str = "connect and sockets other than unix while the network is off, ptrace, process_vm_readv/writev, keyctl, add_key, request_key, bpf, mount and the new mount API, umount2, pivot_root, chroot, unshare, setns, clone with namespace flags, clone3 (ENOSYS, so libc falls back to clone), io_uring_*, perf_event_open, kexec_*, *_module, swapon/off, reboot, acct, userfaultfd, open_by_handle_at, name_to_handle_at, quotactl, syslog, clock and time setting, sethostname, setdomainname, vhangup, lookup_dcookie, kcmp";
+pub(crate) const DENIED_SYSCALL_NAMES: &str = "connect and sockets other than unix while the network is off, chmod, fchmod, fchmodat, fchmodat2, mknod, mknodat, creat, open and openat with a set-user-ID or set-group-ID mode, openat2 (ENOSYS, so libc falls back to openat), ptrace, process_vm_readv/writev, keyctl, add_key, request_key, bpf, mount and the new mount API, umount2, pivot_root, chroot, unshare, setns, clone with namespace flags, clone3 (ENOSYS, so libc falls back to clone), io_uring_*, perf_event_open, kexec_*, *_module, swapon/off, reboot, acct, userfaultfd, open_by_handle_at, name_to_handle_at, quotactl, syslog, clock and time setting, sethostname, setdomainname, vhangup, lookup_dcookie, kcmp";
 
 fn stmt(code: u16, k: u32) -> libc::sock_filter {
     libc::sock_filter {
@@ -391,6 +399,13 @@ enum Action {
     CloneFlags,
     /// `socket`: EPERM unless the family is `AF_UNIX`.
     UnixOnly,
+    /// chmod, mknod and the creating opens: EPERM when the mode (argument
+    /// `mode`) carries a set-user-ID or set-group-ID bit; for opens
+    /// (`flags: Some(arg)`), only when the flags create a file.
+    NoSetId {
+        mode: u8,
+        flags: Option<u8>,
+    },
 }
 
 impl Action {
@@ -410,6 +425,21 @@ impl Action {
                 stmt(BPF_RET_K, eperm),
                 stmt(BPF_RET_K, RET_ALLOW),
             ],
+            Action::NoSetId { mode, flags } => {
+                let mut f = Vec::new();
+                if let Some(flags) = flags {
+                    // Not creating: the mode is unused; allow (3 ahead).
+                    f.push(stmt(BPF_LD_W_ABS, offset_arg(flags)));
+                    f.push(jump(BPF_JMP_JSET_K, CREATE_FLAGS, 0, 3));
+                }
+                f.extend([
+                    stmt(BPF_LD_W_ABS, offset_arg(mode)),
+                    jump(BPF_JMP_JSET_K, SETID_BITS, 0, 1),
+                    stmt(BPF_RET_K, eperm),
+                    stmt(BPF_RET_K, RET_ALLOW),
+                ]);
+                f
+            }
         }
     }
 }
@@ -474,6 +504,25 @@ fn build_filter(network_off: bool) -> Vec<libc::sock_filter> {
     // makes libc fall back to clone, whose flags are checked.
     entries.push((libc::SYS_clone3 as u32, Action::Errno(libc::ENOSYS)));
     entries.push((libc::SYS_clone as u32, Action::CloneFlags));
+    // No set-user-ID or set-group-ID file: not by chmod, nor created so.
+    // openat2 passes its mode in memory: ENOSYS makes libc and runtimes fall
+    // back to openat.
+    let no_setid = |mode, flags| Action::NoSetId { mode, flags };
+    entries.extend([
+        (libc::SYS_fchmod as u32, no_setid(1, None)),
+        (libc::SYS_fchmodat as u32, no_setid(2, None)),
+        (libc::SYS_fchmodat2 as u32, no_setid(2, None)),
+        (libc::SYS_mknodat as u32, no_setid(2, None)),
+        (libc::SYS_openat as u32, no_setid(3, Some(2))),
+        (libc::SYS_openat2 as u32, Action::Errno(libc::ENOSYS)),
+    ]);
+    #[cfg(target_arch = "x86_64")]
+    entries.extend([
+        (libc::SYS_chmod as u32, no_setid(1, None)),
+        (libc::SYS_mknod as u32, no_setid(1, None)),
+        (libc::SYS_creat as u32, no_setid(1, None)),
+        (libc::SYS_open as u32, no_setid(2, Some(1))),
+    ]);
     if network_off {
         entries.push((libc::SYS_socket as u32, Action::UnixOnly));
         // Only unix sockets exist then, and connecting one reaches a host
@@ -909,11 +958,18 @@ impl Drop for PrivateTmp {
 // ---------------------------------------------------------------- capabilities
 
 /// Capabilities dropped from a root tool's bounding set when isolation is on
-/// (they are gone after exec): network administration, modules, raw I/O,
-/// ptrace, sysadmin, boot, time, device nodes, audit control, MAC, syslog,
-/// perfmon, bpf, checkpoint/restore.
-const DROPPED_CAPS: [libc::c_ulong; 15] =
-    [12, 16, 17, 19, 21, 22, 25, 27, 30, 32, 33, 34, 38, 39, 40];
+/// (they are gone after exec): CAP_FSETID (4: set-ID bits kept on write and
+/// set for a group it is not in), CAP_LINUX_IMMUTABLE (9: immutable and
+/// append-only flags), CAP_NET_ADMIN (12), CAP_SYS_MODULE (16), CAP_SYS_RAWIO
+/// (17), CAP_SYS_PTRACE (19), CAP_SYS_ADMIN (21), CAP_SYS_BOOT (22),
+/// CAP_SYS_NICE (23: priority, real-time scheduling, other processes'
+/// priorities), CAP_SYS_RESOURCE (24: raising hard rlimits), CAP_SYS_TIME
+/// (25), CAP_MKNOD (27), CAP_AUDIT_CONTROL (30), CAP_SETFCAP (31: file
+/// capabilities), CAP_MAC_OVERRIDE (32), CAP_MAC_ADMIN (33), CAP_SYSLOG (34),
+/// CAP_PERFMON (38), CAP_BPF (39), CAP_CHECKPOINT_RESTORE (40).
+const DROPPED_CAPS: [libc::c_ulong; 20] = [
+    4, 9, 12, 16, 17, 19, 21, 22, 23, 24, 25, 27, 30, 31, 32, 33, 34, 38, 39, 40,
+];
 /// CAP_NET_RAW, dropped too while the network is off.
 const CAP_NET_RAW: libc::c_ulong = 13;
 /// What the `off` level drops (as before isolation levels existed): the
@@ -1241,6 +1297,10 @@ mod tests {
     /// Runs a classic BPF program the way the kernel would, on one
     /// seccomp_data; returns the action and the number of steps taken.
     fn eval(f: &[libc::sock_filter], arch: u32, nr: u32, arg0: u32) -> (u32, usize) {
+        eval_args(f, arch, nr, [arg0, 0, 0, 0])
+    }
+
+    fn eval_args(f: &[libc::sock_filter], arch: u32, nr: u32, args: [u32; 4]) -> (u32, usize) {
         let mut a = 0u32;
         let mut pc = 0usize;
         let mut steps = 0;
@@ -1252,8 +1312,10 @@ mod tests {
                     a = match i.k {
                         OFFSET_NR => nr,
                         OFFSET_ARCH => arch,
-                        OFFSET_ARG0 => arg0,
                         OFFSET_IP => 0x7fff_0000,
+                        k if (OFFSET_ARG0..OFFSET_ARG0 + 32).contains(&k) && k % 8 == 0 => {
+                            args[((k - OFFSET_ARG0) / 8) as usize]
+                        }
                         k => panic!("load of offset {k}"),
                     }
                 }
@@ -1287,7 +1349,7 @@ mod tests {
                 let denied = DENIED_SYSCALLS.iter().any(|&d| d as u32 == nr);
                 let want = if denied {
                     eperm
-                } else if nr == libc::SYS_clone3 as u32 {
+                } else if nr == libc::SYS_clone3 as u32 || nr == libc::SYS_openat2 as u32 {
                     ret_errno(libc::ENOSYS)
                 } else if (nr == libc::SYS_socket as u32 || nr == libc::SYS_connect as u32)
                     && network_off
@@ -1315,6 +1377,38 @@ mod tests {
             );
             let inet = eval(&f, AUDIT_ARCH, socket, libc::AF_INET as u32).0;
             assert_eq!(inet, if network_off { eperm } else { RET_ALLOW });
+            // Set-ID mode bits, by chmod and by creating opens; the plain
+            // modes (and any mode without O_CREAT) are allowed.
+            let at = |nr: libc::c_long, args| eval_args(&f, AUDIT_ARCH, nr as u32, args).0;
+            for mode in [0o4755, 0o2755, 0o6777, 0o104755] {
+                assert_eq!(at(libc::SYS_fchmod, [3, mode, 0, 0]), eperm, "{mode:o}");
+                assert_eq!(at(libc::SYS_fchmodat, [3, 0, mode, 0]), eperm);
+                assert_eq!(at(libc::SYS_fchmodat2, [3, 0, mode, 0]), eperm);
+                assert_eq!(at(libc::SYS_mknodat, [3, 0, mode, 0]), eperm);
+                let creat = libc::O_CREAT as u32 | libc::O_WRONLY as u32;
+                assert_eq!(at(libc::SYS_openat, [3, 0, creat, mode]), eperm);
+                let tmpfile = libc::O_TMPFILE as u32 | libc::O_RDWR as u32;
+                assert_eq!(at(libc::SYS_openat, [3, 0, tmpfile, mode]), eperm);
+                assert_eq!(at(libc::SYS_openat, [3, 0, 0, mode]), RET_ALLOW);
+                let dir = libc::O_DIRECTORY as u32;
+                assert_eq!(at(libc::SYS_openat, [3, 0, dir, mode]), RET_ALLOW);
+                #[cfg(target_arch = "x86_64")]
+                {
+                    assert_eq!(at(libc::SYS_chmod, [0, mode, 0, 0]), eperm);
+                    assert_eq!(at(libc::SYS_creat, [0, mode, 0, 0]), eperm);
+                    assert_eq!(at(libc::SYS_mknod, [0, mode, 0, 0]), eperm);
+                    assert_eq!(at(libc::SYS_open, [0, creat, mode, 0]), eperm);
+                    assert_eq!(at(libc::SYS_open, [0, 0, mode, 0]), RET_ALLOW);
+                }
+            }
+            for mode in [0o755, 0o1777, 0o644, 0o100644] {
+                assert_eq!(at(libc::SYS_fchmod, [3, mode, 0, 0]), RET_ALLOW);
+                assert_eq!(at(libc::SYS_fchmodat, [3, 0, mode, 0]), RET_ALLOW);
+                let creat = libc::O_CREAT as u32 | libc::O_WRONLY as u32;
+                assert_eq!(at(libc::SYS_openat, [3, 0, creat, mode]), RET_ALLOW);
+                #[cfg(target_arch = "x86_64")]
+                assert_eq!(at(libc::SYS_chmod, [0, mode, 0, 0]), RET_ALLOW);
+            }
             // Another ABI is killed; x32 numbers are refused.
             assert_eq!(eval(&f, 0x4000_0003, 1, 0).0, RET_KILL);
             if cfg!(target_arch = "x86_64") {

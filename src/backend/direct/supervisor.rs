@@ -536,6 +536,12 @@ unsafe fn prepare_tool(p: &Params) -> Result<(), Option<Layer>> {
         }
         // Core dumps would write tool memory into the workspace.
         set_limit(libc::RLIMIT_CORE as c_int, 0).map_err(|()| None)?;
+        // No real-time scheduling and no raised priority: without
+        // CAP_SYS_NICE (dropped from root tools when isolation is on) these
+        // are what the kernel allows, and at 0 a tool can only lower its
+        // priority (nice 10 works, nice -20 and SCHED_FIFO do not).
+        set_limit(libc::RLIMIT_RTPRIO as c_int, 0).map_err(|()| None)?;
+        set_limit(libc::RLIMIT_NICE as c_int, 0).map_err(|()| None)?;
         cloexec_from(3);
         // Nothing inherited or ambient survives exec, whoever we are.
         clear_inheritable_caps();

@@ -244,13 +244,9 @@ fn helper_file() -> Result<PathBuf, String> {
 
 /// The helper's directory, created if needed: never a shared temp dir.
 fn helper_dir() -> Result<PathBuf, String> {
-    let dir = crate::backend::wasm::cache::toolhost_cache_dir()
+    let dir = crate::state_dirs::cache_base()
         .map(|d| d.join("docker"))
-        .or_else(|| {
-            std::env::var_os("XDG_RUNTIME_DIR")
-                .filter(|v| !v.is_empty())
-                .map(|d| PathBuf::from(d).join("toolhost"))
-        })
+        .or_else(crate::state_dirs::runtime_dir)
         .ok_or(
             "warm mode needs a private directory for its helper: set HOME, XDG_CACHE_HOME or XDG_RUNTIME_DIR",
         )?;

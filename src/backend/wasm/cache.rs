@@ -1,11 +1,22 @@
 //! On-disk cache of compiled modules.
 //!
-//! Invariant: toolhost only deserializes native code it wrote itself. A cache
-//! entry is keyed by the SHA-256 of the wasm bytes and a hash of the engine's
-//! configuration, carries a SHA-256 of its own payload, lives in a directory
-//! owned by this user and closed to others, and is written by rename. A
-//! truncated, corrupted or foreign entry fails a check and is recompiled, never
-//! trusted.
+//! Invariant: toolhost only deserializes native code it wrote itself, for the
+//! exact wasm bytes and engine it is asked to run. An entry is named by the
+//! SHA-256 of the wasm bytes and a hash of the engine's configuration, and
+//! stores both (compared on load: an entry copied or renamed from another
+//! module or engine is recompiled), with a SHA-256 of the key and payload. It
+//! lives in a directory owned by this user and closed to others, and is
+//! written by rename. A truncated, corrupted or foreign entry fails a check
+//! and is recompiled, never trusted.
+//!
+//! What the checks cannot do is tell toolhost's writes from another writer's
+//! with this user's rights: whoever can write the cache dir is trusted like
+//! the toolhost binary. No tool can: the dir is kept out of every writable
+//! allowed dir (see `crate::state_dirs`).
+//!
+//! Entry layout: `MAGIC` (8 bytes), the wasm's SHA-256 (32), the engine key
+//! (16 ASCII hex digits), the SHA-256 of everything before it and the payload
+//! (32), then wasmtime's serialized code.
 
 use std::fs;
 use std::io::Write;
@@ -15,28 +26,15 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Engine, Module};
 
-const MAGIC: &[u8; 8] = b"THCWASM1";
+const MAGIC: &[u8; 8] = b"THCWASM2";
+/// Bytes before the payload.
+const HEADER: usize = 8 + 32 + 16 + 32;
 
 /// The disk cache; `None` directory means caching is off.
 #[derive(Debug)]
 pub(crate) struct DiskCache {
     dir: Option<PathBuf>,
     engine_key: String,
-}
-
-/// toolhost's cache directory: `$XDG_CACHE_HOME/toolhost` or
-/// `~/.cache/toolhost`.
-pub(crate) fn toolhost_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("toolhost"))
-}
-
-/// The default cache directory.
-pub(crate) fn default_dir() -> Option<PathBuf> {
-    Some(toolhost_cache_dir()?.join("wasm"))
 }
 
 fn engine_key(engine: &Engine) -> String {
@@ -46,26 +44,6 @@ fn engine_key(engine: &Engine) -> String {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
     format!("{:016x}", h.finish())
-}
-
-/// Creates `dir` if needed and checks that only this user can write to it.
-pub(crate) fn usable_dir(dir: &Path) -> Result<(), String> {
-    fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let meta = fs::metadata(dir).map_err(|e| e.to_string())?;
-        // SAFETY: geteuid cannot fail.
-        let me = unsafe { libc::geteuid() };
-        if meta.uid() != me {
-            return Err("not owned by this user".into());
-        }
-        if meta.mode() & 0o022 != 0 {
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-                .map_err(|e| format!("writable by others and cannot be fixed: {e}"))?;
-        }
-    }
-    Ok(())
 }
 
 /// What the cache stores: a compiled module or component.
@@ -105,7 +83,7 @@ impl Artifact for Component {
 
 impl DiskCache {
     pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>) -> Self {
-        let dir = dir.and_then(|d| match usable_dir(&d) {
+        let dir = dir.and_then(|d| match crate::state_dirs::private_dir(&d) {
             Ok(()) => Some(d),
             Err(e) => {
                 tracing::warn!("wasm compile cache disabled: {}: {e}", d.display());
@@ -118,10 +96,17 @@ impl DiskCache {
         }
     }
 
-    fn entry(&self, wasm: &[u8]) -> Option<PathBuf> {
+    /// The entry's path and the key it must carry.
+    fn entry(&self, wasm: &[u8]) -> Option<(PathBuf, [u8; 48])> {
         let dir = self.dir.as_ref()?;
         let hash = Sha256::digest(wasm);
-        Some(dir.join(format!("{:x}-{}.cwasm", hash, self.engine_key)))
+        let mut key = [0u8; 48];
+        key[..32].copy_from_slice(&hash);
+        key[32..].copy_from_slice(self.engine_key.as_bytes());
+        Some((
+            dir.join(format!("{:x}-{}.cwasm", hash, self.engine_key)),
+            key,
+        ))
     }
 
     /// Loads the compiled module (or component) for `wasm`, compiling (and
@@ -131,17 +116,17 @@ impl DiskCache {
         engine: &Engine,
         wasm: &[u8],
     ) -> wasmtime::Result<(A, bool)> {
-        let Some(path) = self.entry(wasm) else {
+        let Some((path, key)) = self.entry(wasm) else {
             return Ok((A::compile(engine, wasm)?, false));
         };
-        if let Some(module) = self.read(engine, &path) {
+        if let Some(module) = self.read(engine, &path, &key) {
             tracing::debug!("wasm code loaded from the disk cache: {}", path.display());
             return Ok((module, true));
         }
         let compiled = A::precompile(engine, wasm)?;
         // SAFETY: these bytes were produced just now by this engine.
         let module = unsafe { A::deserialize(engine, &compiled)? };
-        match self.write(&path, &compiled) {
+        match self.write(&path, &key, &compiled) {
             Ok(()) => tracing::debug!("wasm code compiled and cached: {}", path.display()),
             Err(e) => tracing::warn!(
                 "wasm code compiled; cache write {} failed: {e}",
@@ -151,40 +136,47 @@ impl DiskCache {
         Ok((module, false))
     }
 
-    fn read<A: Artifact>(&self, engine: &Engine, path: &Path) -> Option<A> {
+    fn read<A: Artifact>(&self, engine: &Engine, path: &Path, key: &[u8; 48]) -> Option<A> {
         let data = fs::read(path).ok()?;
-        let ok = data.len() > MAGIC.len() + 32
-            && &data[..MAGIC.len()] == MAGIC
-            && Sha256::digest(&data[MAGIC.len() + 32..])[..] == data[MAGIC.len()..MAGIC.len() + 32];
-        if !ok {
-            tracing::warn!(
-                "wasm cache entry {} is corrupt; recompiling",
-                path.display()
-            );
+        let refuse = |why: &str| {
+            tracing::warn!("wasm cache entry {} {why}; recompiling", path.display());
             let _ = fs::remove_file(path);
-            return None;
+            None
+        };
+        if data.len() <= HEADER || &data[..MAGIC.len()] != MAGIC {
+            return refuse("is corrupt (no header)");
         }
-        // SAFETY: the payload's checksum matches the one we stored with it, in a
-        // directory only this user can write, under a key that includes the
-        // engine configuration; wasmtime checks its own header and version too.
-        match unsafe { A::deserialize(engine, &data[MAGIC.len() + 32..]) } {
+        let sum = Sha256::new()
+            .chain_update(&data[..MAGIC.len() + 48])
+            .chain_update(&data[HEADER..])
+            .finalize();
+        if sum[..] != data[MAGIC.len() + 48..HEADER] {
+            return refuse("is corrupt (checksum)");
+        }
+        if data[MAGIC.len()..MAGIC.len() + 48] != key[..] {
+            return refuse("is foreign (compiled from other wasm bytes or another engine)");
+        }
+        // SAFETY: the entry carries this module's hash and this engine's key,
+        // and its checksum matches; it sits in a directory only this user can
+        // write and no tool can (see `crate::state_dirs`), so it is what this
+        // process's code wrote; wasmtime checks its own header and version too.
+        match unsafe { A::deserialize(engine, &data[HEADER..]) } {
             Ok(m) => Some(m),
-            Err(e) => {
-                tracing::warn!(
-                    "wasm cache entry {} refused ({e}); recompiling",
-                    path.display()
-                );
-                let _ = fs::remove_file(path);
-                None
-            }
+            Err(e) => refuse(&format!("is refused by wasmtime ({e})")),
         }
     }
 
-    fn write(&self, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
+    fn write(&self, path: &Path, key: &[u8; 48], compiled: &[u8]) -> std::io::Result<()> {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let mut f = fs::File::create(&tmp)?;
+        let sum = Sha256::new()
+            .chain_update(MAGIC)
+            .chain_update(key)
+            .chain_update(compiled)
+            .finalize();
         f.write_all(MAGIC)?;
-        f.write_all(&Sha256::digest(compiled))?;
+        f.write_all(key)?;
+        f.write_all(&sum)?;
         f.write_all(compiled)?;
         f.sync_all()?;
         drop(f);

@@ -279,9 +279,24 @@ pub(crate) struct WasmEngine {
     component_linker: wasmtime::component::Linker<CState>,
     cache: cache::DiskCache,
     loaded: Mutex<HashMap<FileKey, Arc<Loaded>>>,
+    /// Compiles under way, by file: a second call for the same file waits for
+    /// the same compile instead of starting another.
+    compiling: Mutex<HashMap<FileKey, SharedLoad>>,
+    /// At most [`COMPILE_SLOTS`] compiles at once, abandoned ones included.
+    compile_slots: Arc<tokio::sync::Semaphore>,
     /// One permit per pool slot: calls beyond the pool wait instead of failing.
     slots: Option<Arc<tokio::sync::Semaphore>>,
 }
+
+/// A compile on the blocking pool that any number of calls may wait for.
+type SharedLoad = futures_util::future::Shared<
+    futures_util::future::BoxFuture<'static, Result<Arc<Loaded>, Outcome>>,
+>;
+
+/// Compiles that may run at once. A compile cannot be stopped halfway, so one
+/// whose call timed out runs to its end (its result is cached); this bounds
+/// the CPU such abandoned compiles can take, whatever the calls ask.
+const COMPILE_SLOTS: usize = 2;
 
 impl std::fmt::Debug for WasmEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -289,6 +304,14 @@ impl std::fmt::Debug for WasmEngine {
             .field("meter", &self.meter)
             .finish()
     }
+}
+
+/// What [`WasmEngine::lookup`] found.
+enum Lookup {
+    /// Loaded before.
+    Loaded(Arc<Loaded>),
+    /// Not yet: the open file, its metadata and its key.
+    Open(cap_std::fs::File, Box<(cap_std::fs::Metadata, FileKey)>),
 }
 
 /// Engines by (CPU meter, cache dir, pool size).
@@ -335,7 +358,10 @@ impl WasmEngine {
     /// The process-wide engine for this configuration, created on first use.
     pub(crate) fn shared(config: &WasmConfig) -> wasmtime::Result<Arc<WasmEngine>> {
         let cache_dir = if config.cache {
-            config.cache_dir.clone().or_else(cache::default_dir)
+            config
+                .cache_dir
+                .clone()
+                .or_else(crate::state_dirs::default_wasm_cache)
         } else {
             None
         };
@@ -365,6 +391,8 @@ impl WasmEngine {
             meter: config.cpu_meter,
             linker,
             loaded: Mutex::new(HashMap::new()),
+            compiling: Mutex::new(HashMap::new()),
+            compile_slots: Arc::new(tokio::sync::Semaphore::new(COMPILE_SLOTS)),
             slots: (config.pool_size > 0)
                 .then(|| Arc::new(tokio::sync::Semaphore::new(config.pool_size as usize))),
         });
@@ -387,7 +415,82 @@ impl WasmEngine {
         self.cache.load(&self.engine, wasm).map(|(c, _)| c)
     }
 
-    fn load(&self, tool: &ToolFile) -> Result<Arc<Loaded>, Outcome> {
+    /// Loads `tool` by `deadline`: from memory when this file (same inode,
+    /// size and mtime) was loaded before, else read and compiled (through the
+    /// disk cache) on the blocking pool, never on the calling executor
+    /// thread. Past the deadline the call gets `timed_out`; the compile goes
+    /// on in the background and its result is kept for the next call.
+    async fn load_by(
+        self: &Arc<Self>,
+        tool: &ToolFile,
+        deadline: tokio::time::Instant,
+    ) -> Result<Arc<Loaded>, Outcome> {
+        use futures_util::FutureExt as _;
+        let (file, meta, key) = match self.lookup(tool)? {
+            Lookup::Loaded(l) => return Ok(l),
+            Lookup::Open(file, b) => (file, b.0, b.1),
+        };
+        let key_for_map = key.clone();
+        let shared = {
+            let mut compiling = self.compiling.lock().unwrap_or_else(|e| e.into_inner());
+            match compiling.get(&key_for_map) {
+                Some(f) => f.clone(),
+                None => {
+                    let engine = self.clone();
+                    let tool = tool.clone();
+                    let k = key.clone();
+                    // A task of its own: it runs to the end (and takes itself
+                    // out of `compiling`) even if every waiting call is gone.
+                    let task = tokio::spawn(async move {
+                        let permit = engine.compile_slots.clone().acquire_owned().await;
+                        let e = engine.clone();
+                        let r = tokio::task::spawn_blocking(move || {
+                            let _permit = permit;
+                            e.compile_file(&tool, file, &meta, k)
+                        })
+                        .await
+                        .unwrap_or_else(|e| {
+                            Err(Outcome::new(
+                                OutcomeKind::LaunchFailed,
+                                format!("compiling failed: {e}"),
+                            ))
+                        });
+                        engine
+                            .compiling
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(&key);
+                        r
+                    });
+                    let f = async move {
+                        task.await.unwrap_or_else(|e| {
+                            Err(Outcome::new(
+                                OutcomeKind::LaunchFailed,
+                                format!("compiling failed: {e}"),
+                            ))
+                        })
+                    }
+                    .boxed()
+                    .shared();
+                    compiling.insert(key_for_map, f.clone());
+                    f
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, shared).await {
+            Ok(r) => r,
+            Err(_) => Err(Outcome::new(
+                OutcomeKind::TimedOut,
+                format!(
+                    "timed out while compiling {} (it goes on in the background, at most {COMPILE_SLOTS} at once; the next call uses its result)",
+                    tool.name
+                ),
+            )),
+        }
+    }
+
+    /// The loaded tool if this file was loaded before, else the open file.
+    fn lookup(&self, tool: &ToolFile) -> Result<Lookup, Outcome> {
         let fail = |kind, msg: String| Outcome::new(kind, msg);
         // Non-blocking: a tool file that is a FIFO must not hold this
         // (executor) thread in open(2); it is refused below as not a file.
@@ -395,7 +498,7 @@ impl WasmEngine {
         opts.read(true);
         #[cfg(unix)]
         cap_std::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NONBLOCK);
-        let mut file = tool.dir.open_with(&tool.rel, &opts).map_err(|e| {
+        let file = tool.dir.open_with(&tool.rel, &opts).map_err(|e| {
             fail(
                 OutcomeKind::NotFound,
                 format!("{}: cannot open: {}", tool.name, os_reason(&e)),
@@ -415,8 +518,21 @@ impl WasmEngine {
         }
         let key = file_key(&meta, &tool.host_path);
         if let Some(l) = self.lock_loaded().get(&key) {
-            return Ok(l.clone());
+            return Ok(Lookup::Loaded(l.clone()));
         }
+        Ok(Lookup::Open(file, Box::new((meta, key))))
+    }
+
+    /// Reads and compiles an open tool file, and keeps the result under `key`.
+    /// Blocking: on the blocking pool only.
+    fn compile_file(
+        &self,
+        tool: &ToolFile,
+        mut file: cap_std::fs::File,
+        meta: &cap_std::fs::Metadata,
+        key: FileKey,
+    ) -> Result<Arc<Loaded>, Outcome> {
+        let fail = |kind, msg: String| Outcome::new(kind, msg);
         if meta.len() > MAX_TOOL_BYTES {
             return Err(fail(
                 OutcomeKind::PermissionDenied,
@@ -601,6 +717,24 @@ async fn admit_file_write(
     Ok(Some(start))
 }
 
+/// The errno of a preview-1 socket call on `fd`: EBADF when it is not a
+/// descriptor of the guest, else ENOTSOCK.
+async fn not_a_socket(caller: &mut Caller<'_, State>, fd: i32) -> i32 {
+    use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
+    const ERRNO_BADF: i32 = 8;
+    const ERRNO_NOTSOCK: i32 = 57;
+    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
+        return ERRNO_BADF;
+    };
+    let (mem, state) = m.data_and_store_mut(&mut *caller);
+    let mut mem = wiggle::GuestMemory::Unshared(mem);
+    let fd = wasmtime_wasi::p1::types::Fd::from(fd as u32);
+    match P1::fd_fdstat_get(&mut state.wasi, &mut mem, fd).await {
+        Ok(_) => ERRNO_NOTSOCK,
+        Err(_) => ERRNO_BADF,
+    }
+}
+
 /// The current size of the regular file `fd`, if it is one.
 async fn file_size(caller: &mut Caller<'_, State>, fd: i32) -> Option<u64> {
     use wasmtime_wasi::p1::types;
@@ -625,6 +759,38 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
     linker.allow_shadowing(true);
     const M: &str = "wasi_snapshot_preview1";
 
+    // The preview-1 socket calls: wasmtime-wasi answers them with a warning
+    // logged per call, which a guest looping on them turns into unbounded
+    // host logs. The same answers, silently: EBADF for a bad descriptor,
+    // ENOTSOCK for any other (no descriptor is a socket here).
+    linker.func_wrap_async(
+        M,
+        "sock_shutdown",
+        |mut caller: Caller<'_, State>, (fd, _how): (i32, i32)| {
+            Box::new(async move { Ok(not_a_socket(&mut caller, fd).await) })
+        },
+    )?;
+    linker.func_wrap_async(
+        M,
+        "sock_accept",
+        |mut caller: Caller<'_, State>, (fd, _flags, _out): (i32, i32, i32)| {
+            Box::new(async move { Ok(not_a_socket(&mut caller, fd).await) })
+        },
+    )?;
+    linker.func_wrap_async(
+        M,
+        "sock_recv",
+        |mut caller: Caller<'_, State>, (fd, ..): (i32, i32, i32, i32, i32, i32)| {
+            Box::new(async move { Ok(not_a_socket(&mut caller, fd).await) })
+        },
+    )?;
+    linker.func_wrap_async(
+        M,
+        "sock_send",
+        |mut caller: Caller<'_, State>, (fd, ..): (i32, i32, i32, i32, i32)| {
+            Box::new(async move { Ok(not_a_socket(&mut caller, fd).await) })
+        },
+    )?;
     linker.func_wrap_async(
         M,
         "fd_write",
@@ -950,9 +1116,10 @@ impl WasmBackend {
                 "no WASI tool in the plan",
             ));
         };
-        let loaded = match self.engine.load(target) {
+        let deadline = tokio::time::Instant::from_std(start) + plan.limits.timeout;
+        let loaded = match self.engine.load_by(target, deadline).await {
             Ok(l) => l,
-            Err(o) => return refuse(o),
+            Err(o) => return refuse(o).timed_out_if_so(),
         };
         let stdout = CappedPipe::new(plan.limits.stdout_cap);
         let stderr = CappedPipe::new(plan.limits.stderr_cap);
@@ -973,7 +1140,7 @@ impl WasmBackend {
                     common: self.common(limits),
                 };
                 let pre = pre.clone();
-                self.execute(limits, state, move |store| {
+                self.execute(limits, deadline, state, move |store| {
                     Box::pin(async move {
                         let instance = pre
                             .instantiate_async(&mut *store)
@@ -988,7 +1155,7 @@ impl WasmBackend {
             Loaded::Command(pre) => {
                 let state = self.component_state(builder, limits);
                 let pre = pre.clone();
-                self.execute(limits, state, move |store| {
+                self.execute(limits, deadline, state, move |store| {
                     Box::pin(async move {
                         let cmd = pre
                             .instantiate_async(&mut *store)
@@ -1022,7 +1189,9 @@ impl WasmBackend {
         tool: &ToolFile,
         limits: &Limits,
     ) -> Result<Option<TypedToolInfo>, Outcome> {
-        let loaded = self.engine.load(tool)?;
+        let start = Instant::now();
+        let deadline = tokio::time::Instant::from_std(start) + limits.timeout;
+        let loaded = self.engine.load_by(tool, deadline).await?;
         let Loaded::Typed(pre, info) = &*loaded else {
             return Ok(None);
         };
@@ -1040,7 +1209,7 @@ impl WasmBackend {
         let state = self.component_state(b, limits);
         let pre = pre.clone();
         let ended = self
-            .execute(limits, state, move |store| {
+            .execute(limits, deadline, state, move |store| {
                 Box::pin(async move {
                     let t = pre
                         .instantiate_async(&mut *store)
@@ -1052,7 +1221,7 @@ impl WasmBackend {
                 })
             })
             .await;
-        let (run, got) = self.finish(limits, Instant::now(), ended, &stdout, &stderr);
+        let (run, got) = self.finish(limits, start, ended, &stdout, &stderr);
         let Some(got) = got else {
             return Err(fail(format!("describe failed: {}", run.outcome.message)));
         };
@@ -1099,9 +1268,14 @@ impl WasmBackend {
                 "no WASI tool in the plan",
             ));
         };
-        let loaded = match self.engine.load(target) {
+        let deadline = tokio::time::Instant::from_std(start) + plan.limits.timeout;
+        let loaded = match self.engine.load_by(target, deadline).await {
             Ok(l) => l,
-            Err(o) => return refuse(o),
+            Err(o) => {
+                let mut r = refuse(o);
+                r.run = r.run.timed_out_if_so();
+                return r;
+            }
         };
         let Loaded::Typed(pre, _) = &*loaded else {
             return refuse(Outcome::new(
@@ -1122,7 +1296,7 @@ impl WasmBackend {
         let pre = pre.clone();
         let input = input.to_string();
         let ended = self
-            .execute(&plan.limits, state, move |store| {
+            .execute(&plan.limits, deadline, state, move |store| {
                 Box::pin(async move {
                     let t = pre
                         .instantiate_async(&mut *store)
@@ -1223,6 +1397,7 @@ impl WasmBackend {
     async fn execute<T, R>(
         &self,
         limits: &Limits,
+        deadline: tokio::time::Instant,
         state: T,
         body: impl for<'s> FnOnce(
             &'s mut Store<T>,
@@ -1294,7 +1469,7 @@ impl WasmBackend {
             };
             (result, hits)
         };
-        match tokio::time::timeout(limits.timeout, call).await {
+        match tokio::time::timeout_at(deadline, call).await {
             Ok((result, hits)) => Executed::Done(result, hits),
             Err(_) => Executed::TimedOut,
         }

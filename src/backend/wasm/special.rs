@@ -338,7 +338,12 @@ mod watchdog {
         if !handler() {
             return false;
         }
-        let template = std::env::temp_dir().join("toolhost-fifo-XXXXXX");
+        // In toolhost's own cache dir (out of every writable allowed dir, see
+        // `state_dirs`), or the temp dir when there is none.
+        let template = crate::state_dirs::cache_base()
+            .filter(|d| crate::state_dirs::private_dir(d).is_ok())
+            .unwrap_or_else(std::env::temp_dir)
+            .join("fifo-selftest-XXXXXX");
         let Ok(template) = CString::new(template.as_os_str().as_encoded_bytes()) else {
             return false;
         };

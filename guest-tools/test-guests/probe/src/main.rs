@@ -315,6 +315,50 @@ fn main() {
                 std::process::exit(2);
             }
         }
+        "sockcalls" => {
+            // sockcalls N: sock_shutdown N times on stdin, then each of the
+            // four preview-1 socket calls wasmtime-wasi leaves unimplemented
+            // on stdin (a valid fd, not a socket) and on a bad fd; prints
+            // their errnos.
+            #[cfg(target_env = "p1")]
+            {
+                #[link(wasm_import_module = "wasi_snapshot_preview1")]
+                unsafe extern "C" {
+                    fn sock_shutdown(fd: u32, how: u32) -> u16;
+                    fn sock_accept(fd: u32, flags: u32, out: *mut u32) -> u16;
+                    fn sock_recv(
+                        fd: u32,
+                        iovs: u32,
+                        n: u32,
+                        fl: u32,
+                        len: *mut u32,
+                        ofl: *mut u16,
+                    ) -> u16;
+                    fn sock_send(fd: u32, iovs: u32, n: u32, fl: u32, len: *mut u32) -> u16;
+                }
+                let (mut out, mut len, mut ofl) = (0u32, 0u32, 0u16);
+                for _ in 0..num(2) {
+                    // SAFETY: an import with plain integer arguments.
+                    unsafe { sock_shutdown(0, 3) };
+                }
+                let mut last = Vec::new();
+                for fd in [0u32, 999] {
+                    // SAFETY: the out-pointers are valid locals; zero iovecs.
+                    unsafe {
+                        last.push(sock_shutdown(fd, 3));
+                        last.push(sock_accept(fd, 0, &mut out));
+                        last.push(sock_recv(fd, 0, 0, 0, &mut len, &mut ofl));
+                        last.push(sock_send(fd, 0, 0, 0, &mut len));
+                    }
+                }
+                println!("{last:?}");
+            }
+            #[cfg(not(target_env = "p1"))]
+            {
+                eprintln!("sockcalls: preview 1 only");
+                std::process::exit(2);
+            }
+        }
         "sparse" => {
             // sparse PATH OFFSET: write one byte at OFFSET (seek, then write).
             use std::io::{Seek, SeekFrom};

@@ -66,14 +66,17 @@ pub enum AuditError {
 pub struct AuditLog {
     path: PathBuf,
     state: Mutex<Tail>,
+    /// Why the last append failed, while it does (see [`AuditLog::failure`]).
+    failed: Mutex<Option<String>>,
 }
 
 /// The file, and what this handle last knew of its end.
 #[derive(Debug)]
 struct Tail {
     file: File,
-    /// The file's length after our last read or write of its end.
-    len: u64,
+    /// The file's length and modification time after our last read or write
+    /// of its end: another writer changes one of them.
+    seen: Option<(u64, Option<std::time::SystemTime>)>,
     /// The hash of the record that ends there.
     last: String,
 }
@@ -120,9 +123,10 @@ impl AuditLog {
             path,
             state: Mutex::new(Tail {
                 file,
-                len: u64::MAX,
+                seen: None,
                 last,
             }),
+            failed: Mutex::new(None),
         })
     }
 
@@ -131,9 +135,55 @@ impl AuditLog {
         &self.path
     }
 
+    /// Why the log cannot take records, if the last append failed and the
+    /// log's end still does not check out (it is read again here, so a
+    /// repaired log is taken back). Callers refuse to run calls that would
+    /// go unrecorded while this is `Some`.
+    pub fn failure(&self) -> Option<String> {
+        let failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        failed.as_ref()?;
+        let mut tail = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let checked = (|| -> Result<(), String> {
+            tail.file.lock().map_err(|e| e.to_string())?;
+            let r = tail
+                .file
+                .metadata()
+                .map_err(|e| e.to_string())
+                .and_then(|m| {
+                    let last = last_record_hash(&mut tail.file, m.len()).map_err(|e| match e {
+                        LastRecord::Io(e) => e.to_string(),
+                        LastRecord::Broken(r) => format!("the last record {r}"),
+                    })?;
+                    tail.last = last;
+                    tail.seen = Some((m.len(), m.modified().ok()));
+                    Ok(())
+                });
+            let _ = tail.file.unlock();
+            r
+        })();
+        match checked {
+            Ok(()) => {
+                *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                None
+            }
+            Err(_) => failed,
+        }
+    }
+
     /// Appends one record (a JSON object; `prev`, `hash` and `seq` are set
     /// here) and returns its hash. Records are written whole, in order.
-    pub fn append(&self, mut record: Map<String, Value>) -> Result<String, AuditError> {
+    pub fn append(&self, record: Map<String, Value>) -> Result<String, AuditError> {
+        let r = self.append_locked(record);
+        *self.failed.lock().unwrap_or_else(|e| e.into_inner()) =
+            r.as_ref().err().map(ToString::to_string);
+        r
+    }
+
+    fn append_locked(&self, mut record: Map<String, Value>) -> Result<String, AuditError> {
         let mut tail = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let io = |source| AuditError::Io {
             path: self.path.clone(),
@@ -141,8 +191,9 @@ impl AuditLog {
         };
         tail.file.lock().map_err(io)?;
         let r = (|| {
-            let len = tail.file.metadata().map_err(io)?.len();
-            if len != tail.len {
+            let meta = tail.file.metadata().map_err(io)?;
+            let len = meta.len();
+            if tail.seen != Some((len, meta.modified().ok())) {
                 // Another writer appended (or this is our first append):
                 // chain from the record that really ends the file.
                 tail.last = last_record_hash(&mut tail.file, len).map_err(|e| match e {
@@ -161,7 +212,8 @@ impl AuditLog {
             line.push(b'\n');
             tail.file.write_all(&line).map_err(io)?;
             tail.file.flush().map_err(io)?;
-            tail.len = len + line.len() as u64;
+            let meta = tail.file.metadata().map_err(io)?;
+            tail.seen = Some((meta.len(), meta.modified().ok()));
             tail.last = hash.clone();
             Ok(hash)
         })();

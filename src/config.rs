@@ -209,6 +209,10 @@ pub struct WasmConfig {
     /// Cache directory; default `$XDG_CACHE_HOME/toolhost/wasm` or
     /// `~/.cache/toolhost/wasm`.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Most MiB the disk cache holds: past it, the entries used least recently
+    /// are removed after each new entry is written. 0 means no cap.
+    /// Default 512.
+    pub cache_max_mb: u64,
     /// Instances kept in wasmtime's pooling allocator: the most calls that run
     /// at once (further calls wait for a slot, within their timeout). 0 uses
     /// on-demand allocation instead. Default 64; at most 4096.
@@ -226,6 +230,7 @@ impl Default for WasmConfig {
             cpu_meter: CpuMeter::Epoch,
             cache: true,
             cache_dir: None,
+            cache_max_mb: 512,
             pool_size: 64,
         }
     }
@@ -588,6 +593,7 @@ impl WasmConfig {
                 }
                 self.cache_dir = Some(s.into());
             }
+            "cache_max_mb" => self.cache_max_mb = uint(full, v)?,
             "pool_size" => {
                 let n = uint(full, v)?;
                 self.pool_size = u32::try_from(n)
@@ -600,7 +606,7 @@ impl WasmConfig {
             _ => {
                 return Err(ConfigError::key(
                     full,
-                    "unknown key (known keys: tool_dirs, builtin_tools, cpu_meter, cache, cache_dir, pool_size)",
+                    "unknown key (known keys: tool_dirs, builtin_tools, cpu_meter, cache, cache_dir, cache_max_mb, pool_size)",
                 ));
             }
         }

@@ -52,6 +52,46 @@ pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// How much of an oversized line is kept to find its id.
 const SALVAGE_PREFIX: usize = 64 << 10;
 
+/// JSON values one incoming message may hold, per byte of the message cap:
+/// parsed, each value costs the SDK's types some 100 to 200 bytes (one
+/// 47 MiB line of 25 million numbers took 4.75 GB), so a message may hold
+/// one value per 128 bytes of the cap (about 800,000 under the default cap):
+/// its parse then takes at most about the cap again. A file's content is one
+/// value, however long.
+const CAP_BYTES_PER_VALUE: usize = 128;
+
+/// Whether `line` holds more than `limit` JSON values (counted as the commas,
+/// colons and opening brackets outside strings, plus one): one pass, no
+/// allocation.
+fn too_many_values(line: &[u8], limit: usize) -> bool {
+    let mut n = 1usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in line {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b',' | b':' | b'[' | b'{' => {
+                n += 1;
+                if n > limit {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
 /// JSON-RPC error codes.
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -611,6 +651,16 @@ impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
+        let limit = (self.max / CAP_BYTES_PER_VALUE).max(1 << 16);
+        if too_many_values(line, limit) {
+            let found = salvage(line);
+            let reason = format!(
+                "the message holds more than {limit} JSON values (the server's limit for one message, from its {} MiB message cap); send fewer",
+                self.max >> 20
+            );
+            self.reply(bad_input_reply(&found, INVALID_REQUEST, &reason));
+            return None;
+        }
         let err = match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
             Ok(JsonRpcMessage::Request(req)) => {
                 // A protocol method whose params did not fit becomes a
@@ -890,6 +940,18 @@ mod tests {
         // An id that is an object is found but not valid as a request id.
         let s = salvage(br#"{"id":{"x":1},"method":"m","#);
         assert_eq!(s.id, None);
+    }
+
+    #[test]
+    fn values_are_counted_outside_strings() {
+        assert!(!too_many_values(br#"{"a":[1,2,3]}"#, 6));
+        assert!(too_many_values(br#"{"a":[1,2,3,4]}"#, 6));
+        // Commas, colons and brackets in strings (escaped quotes too) are text.
+        assert!(!too_many_values(br#"{"a":"x,y:[{\",,,"}"#, 3));
+        assert!(too_many_values(
+            &[b"[".as_slice(), &b"0,".repeat(100)].concat(),
+            100
+        ));
     }
 
     #[test]

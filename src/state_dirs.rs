@@ -129,61 +129,170 @@ pub(crate) fn private_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The longest existing prefix of `p`, canonicalized, with the rest appended
-/// (`..` in the rest is kept as it is, and compared as a plain name).
-pub(crate) fn canonical_prefix(p: &Path) -> PathBuf {
-    let mut existing = p.to_path_buf();
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(mut c) = std::fs::canonicalize(&existing) {
-            for r in rest.iter().rev() {
-                c.push(r);
+/// Every place the resolution of the absolute path `p` passes through, in
+/// order: each component as it is reached (a symlink before it is followed),
+/// then what the symlinks lead to; the last is where `p` resolves. Missing
+/// components are taken as they are written, and `..` goes up from the place
+/// reached so far (as `create_dir_all` and the kernel do). At most 40
+/// symlinks are followed.
+///
+/// A path is out of a tool's reach only if no place on its trail is: a
+/// symlink inside a writable dir that leads elsewhere could be swapped by the
+/// tool after any check of where it leads.
+pub fn resolution_trail(p: &Path) -> Vec<PathBuf> {
+    use std::collections::VecDeque;
+    use std::path::Component;
+    let mut todo: VecDeque<std::ffi::OsString> = VecDeque::new();
+    let mut cur = PathBuf::new();
+    let mut trail = Vec::new();
+    let mut links = 0;
+    let push_path = |todo: &mut VecDeque<std::ffi::OsString>, cur: &mut PathBuf, path: &Path| {
+        let mut comps = Vec::new();
+        for c in path.components() {
+            match c {
+                Component::Prefix(_) | Component::RootDir => {
+                    *cur = PathBuf::new();
+                    comps.clear();
+                    cur.push(c.as_os_str());
+                }
+                other => comps.push(other.as_os_str().to_os_string()),
             }
-            return c;
         }
-        match (
-            existing.file_name().map(|n| n.to_os_string()),
-            existing.parent(),
-        ) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                existing = parent.to_path_buf();
+        for c in comps.into_iter().rev() {
+            todo.push_front(c);
+        }
+    };
+    push_path(&mut todo, &mut cur, p);
+    while let Some(c) = todo.pop_front() {
+        if c == "." {
+            continue;
+        }
+        if c == ".." {
+            cur.pop();
+            continue;
+        }
+        let next = cur.join(&c);
+        trail.push(next.clone());
+        match std::fs::symlink_metadata(&next) {
+            Ok(m) if m.file_type().is_symlink() && links < 40 => {
+                links += 1;
+                match std::fs::read_link(&next) {
+                    Ok(target) => push_path(&mut todo, &mut cur, &target),
+                    Err(_) => cur = next,
+                }
             }
-            _ => return p.to_path_buf(),
+            _ => cur = next,
         }
+    }
+    trail.push(cur);
+    trail
+}
+
+/// The writable allowed dirs of `dirs`, as paths and (on Unix) as device and
+/// inode, so that another path to the same dir (a bind mount) is seen too.
+pub(crate) struct Writable {
+    paths: Vec<PathBuf>,
+    #[cfg(unix)]
+    ids: Vec<(u64, u64)>,
+}
+
+impl Writable {
+    /// The writable dirs among `paths` (canonical paths).
+    pub(crate) fn new<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Self {
+        let paths: Vec<PathBuf> = paths.into_iter().map(Path::to_path_buf).collect();
+        #[cfg(unix)]
+        let ids = paths
+            .iter()
+            .filter_map(|p| {
+                use std::os::unix::fs::MetadataExt;
+                std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+            })
+            .collect();
+        Writable {
+            paths,
+            #[cfg(unix)]
+            ids,
+        }
+    }
+
+    /// The writable dirs of a sandbox.
+    pub(crate) fn of(dirs: &AllowedDirs) -> Self {
+        Self::new(
+            dirs.as_slice()
+                .iter()
+                .filter(|d| !d.read_only())
+                .map(|d| d.path()),
+        )
+    }
+
+    /// The writable dir `place` is in (or is), if any.
+    pub(crate) fn holding(&self, place: &Path) -> Option<&Path> {
+        if let Some(w) = self.paths.iter().find(|w| place.starts_with(w)) {
+            return Some(w);
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            if let Ok(m) = std::fs::symlink_metadata(place)
+                && let Some(i) = self.ids.iter().position(|&id| id == (m.dev(), m.ino()))
+            {
+                return Some(&self.paths[i]);
+            }
+        }
+        None
+    }
+
+    /// The first place on `p`'s resolution trail that a writable dir holds,
+    /// and that dir.
+    pub(crate) fn on_trail(&self, p: &Path) -> Option<(PathBuf, &Path)> {
+        resolution_trail(p)
+            .into_iter()
+            .find_map(|place| self.holding(&place).map(|w| (place.clone(), w)))
     }
 }
 
 /// Refuses allowed dirs that would let a call write toolhost's state: a
-/// writable allowed dir that contains a state path, or lies inside one. The
-/// message names the allowed dir, the state and what moves it. Read-only
-/// allowed dirs are fine (a call may read compiled code; it cannot change it).
+/// writable allowed dir that any place on a state path's resolution trail
+/// lies in (the state itself, or a symlink or dir on the way to it), or that
+/// lies inside the state. The message names the allowed dir, the state and
+/// what moves it. Read-only allowed dirs are fine (a call may read compiled
+/// code; it cannot change it). A state path must be absolute, without `..`.
 pub fn refuse_exposed_state(dirs: &AllowedDirs, config: &SandboxConfig) -> Result<(), String> {
+    let writable = Writable::of(dirs);
     for state in state_paths(config) {
-        if !state.path.is_absolute() {
+        if !state.path.is_absolute()
+            || state
+                .path
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+        {
             return Err(format!(
-                "toolhost's {} is at the relative path {}: make it absolute ({})",
+                "toolhost's {} is at {}: it must be an absolute path without `..` ({})",
                 state.what,
                 state.path.display(),
                 state.moved_by
             ));
         }
-        let path = canonical_prefix(&state.path);
-        for d in dirs.as_slice().iter().filter(|d| !d.read_only()) {
-            if path.starts_with(d.path()) || d.path().starts_with(&path) {
-                return Err(format!(
-                    "the writable allowed dir {} {} toolhost's {} {}: a tool could plant what toolhost later loads. Allow a narrower dir, make it read-only (DIR:ro), or move the state elsewhere ({})",
-                    d.path().display(),
-                    if path.starts_with(d.path()) {
-                        "contains"
-                    } else {
-                        "is inside"
-                    },
-                    state.what,
-                    path.display(),
-                    state.moved_by
-                ));
-            }
+        let trail = resolution_trail(&state.path);
+        let resolved = trail.last().cloned().unwrap_or_else(|| state.path.clone());
+        let hit = trail
+            .iter()
+            .find_map(|place| writable.holding(place).map(|w| (w, "contains")))
+            .or_else(|| {
+                dirs.as_slice()
+                    .iter()
+                    .filter(|d| !d.read_only())
+                    .find(|d| d.path().starts_with(&resolved))
+                    .map(|d| (d.path(), "is inside"))
+            });
+        if let Some((d, how)) = hit {
+            return Err(format!(
+                "the writable allowed dir {} {how} toolhost's {} {}: a tool could plant what toolhost later loads. Allow a narrower dir, make it read-only (DIR:ro), or move the state elsewhere ({})",
+                d.display(),
+                state.what,
+                state.path.display(),
+                state.moved_by
+            ));
         }
     }
     Ok(())
@@ -223,7 +332,7 @@ mod tests {
         c.wasm.cache_dir = Some(root.join("ws/.cache/toolhost/wasm"));
         refuse_exposed_state(&dirs(&root.join("ws"), true), &c).expect("read-only");
         c.wasm.cache_dir = Some(root.join("other/wasm"));
-        if cache_base().is_some_and(|b| canonical_prefix(&b).starts_with(&root)) {
+        if cache_base().is_some_and(|b| resolution_trail(&b).iter().any(|p| p.starts_with(&root))) {
             return;
         }
         refuse_exposed_state(&dirs(&root.join("ws"), false), &c).expect("sibling");
@@ -231,6 +340,56 @@ mod tests {
         c.audit_log = Some(root.join("ws/audit.jsonl"));
         let e = refuse_exposed_state(&dirs(&root.join("ws"), false), &c).unwrap_err();
         assert!(e.contains("audit log") && e.contains("audit_log"), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_inside_the_workspace_leading_out_is_refused_and_dotdot_too() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(t.path()).expect("canonicalize");
+        std::fs::create_dir_all(root.join("ws")).expect("mkdir");
+        std::fs::create_dir_all(root.join("out")).expect("mkdir");
+        // ws/cachelink -> out: resolves outside, but the tool can swap it.
+        std::os::unix::fs::symlink(root.join("out"), root.join("ws/cachelink")).expect("ln");
+        // other/l1 -> ws/l2 -> out: a link of the workspace in the middle.
+        std::fs::create_dir_all(root.join("other")).expect("mkdir");
+        std::os::unix::fs::symlink(root.join("out"), root.join("ws/l2")).expect("ln");
+        std::os::unix::fs::symlink(root.join("ws/l2"), root.join("other/l1")).expect("ln");
+        let mut c = SandboxConfig::default();
+        for p in [root.join("ws/cachelink/wasm"), root.join("other/l1/wasm")] {
+            c.wasm.cache_dir = Some(p.clone());
+            let e = refuse_exposed_state(&dirs(&root.join("ws"), false), &c).unwrap_err();
+            assert!(
+                e.contains("contains toolhost's compile cache"),
+                "{p:?}: {e}"
+            );
+        }
+        c.wasm.cache_dir = Some(root.join("nonexist/../ws/wasm"));
+        let e = refuse_exposed_state(&dirs(&root.join("ws"), false), &c).unwrap_err();
+        assert!(e.contains("without `..`"), "{e}");
+        // The trail itself handles `..` after a missing component as
+        // create_dir_all does.
+        let trail = resolution_trail(&root.join("nonexist/../ws/x"));
+        assert!(trail.contains(&root.join("ws")), "{trail:?}");
+        // Allowed twin: the link's target itself, reached directly.
+        c.wasm.cache_dir = Some(root.join("out/wasm"));
+        if cache_base().is_some_and(|b| resolution_trail(&b).iter().any(|p| p.starts_with(&root))) {
+            return;
+        }
+        refuse_exposed_state(&dirs(&root.join("ws"), false), &c).expect("out of reach");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn another_path_to_the_same_dir_is_seen_by_its_inode() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(t.path()).expect("canonicalize");
+        std::fs::create_dir_all(root.join("ws/cache")).expect("mkdir");
+        let w = Writable::new([root.join("ws").as_path()]);
+        // The same dir by itself, and a hard-to-spot alias is the same inode:
+        // here the dir itself stands in for a bind mount of it.
+        assert!(w.holding(&root.join("ws")).is_some());
+        assert!(w.holding(&root.join("elsewhere")).is_none());
     }
 
     #[test]

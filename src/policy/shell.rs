@@ -173,27 +173,27 @@ impl fmt::Display for ShellDenial {
 }
 
 /// The `PATH` the shell tool gives `name`: `path` without its relative
-/// entries and those inside a `writable` dir (canonical paths), so that no
-/// program a tool could write runs by a bare name, even one written after this
-/// check. Refuses the name when a file of that name sits in such an entry
-/// before any other entry has it (`host_visible`: the other entries are this
-/// machine's, as on `direct`; on docker they are the image's and are not
-/// looked at), or when the program it resolves to is a symlink into one.
-/// Returns `None` when nothing was taken off.
+/// entries and those whose resolution passes through a `writable` dir (the
+/// entry, or a symlink on its way, inside one), the others written as the
+/// places they resolve to. So no program a tool could write runs by a bare
+/// name, even one written or a symlink swapped after this check. Refuses the
+/// name when a file of that name sits in such an entry before any other entry
+/// has it (`host_visible`: the other entries are this machine's, as on
+/// `direct`; on docker they are the image's and are not looked at), or when
+/// the program it resolves to leads into a writable dir. Returns `None` when
+/// `path` stays as it is.
 ///
 /// # Ambient Authority
-/// Looks at the host paths of `PATH`'s entries (metadata only): the operator's
-/// `PATH`, not the agent's.
+/// Looks at the host paths of `PATH`'s entries (metadata and symlinks only):
+/// the operator's `PATH`, not the agent's.
 pub fn shell_path(
     name: &str,
     path: &std::ffi::OsStr,
     writable: &[&std::path::Path],
     host_visible: bool,
 ) -> Result<Option<std::ffi::OsString>, ShellDenial> {
-    let inside = |p: &std::path::Path| {
-        let c = crate::state_dirs::canonical_prefix(p);
-        writable.iter().any(|w| c.starts_with(w))
-    };
+    use crate::state_dirs::{Writable, resolution_trail};
+    let w = Writable::new(writable.iter().copied());
     let is_program = |p: &std::path::Path| {
         std::fs::metadata(p).is_ok_and(|m| {
             #[cfg(unix)]
@@ -208,30 +208,34 @@ pub fn shell_path(
         })
     };
     let mut kept = Vec::new();
-    let mut dropped = false;
+    let mut changed = false;
     let mut resolved = false;
     for entry in std::env::split_paths(path) {
         if !entry.is_absolute() {
-            dropped = true;
+            changed = true;
             continue;
         }
-        let candidate = entry.join(name);
-        if inside(&entry) {
-            dropped = true;
-            if !resolved && std::fs::symlink_metadata(&candidate).is_ok() {
-                return Err(ShellDenial::WritablePath(name.into(), candidate));
+        let trail = resolution_trail(&entry);
+        let real = trail.last().cloned().unwrap_or_else(|| entry.clone());
+        if trail.iter().any(|place| w.holding(place).is_some()) {
+            changed = true;
+            let written = entry.join(name);
+            if !resolved && std::fs::symlink_metadata(&written).is_ok() {
+                return Err(ShellDenial::WritablePath(name.into(), written));
             }
             continue;
         }
+        changed |= real != entry;
+        let candidate = real.join(name);
         if host_visible && !resolved && is_program(&candidate) {
             resolved = true;
-            if inside(&candidate) {
-                return Err(ShellDenial::WritablePath(name.into(), candidate));
+            if let Some((place, _)) = w.on_trail(&candidate) {
+                return Err(ShellDenial::WritablePath(name.into(), place));
             }
         }
-        kept.push(entry);
+        kept.push(real);
     }
-    if !dropped {
+    if !changed {
         return Ok(None);
     }
     Ok(Some(std::env::join_paths(kept).unwrap_or_default()))

@@ -12,25 +12,29 @@ use super::Decision;
 /// The decision for writing a file named `name` (its final component).
 pub fn check_name(name: &str, denied_extensions: &[String]) -> Decision {
     let lower = name.to_ascii_lowercase();
-    // NTFS streams: `x.exe::$DATA` and `x.exe:s` write (a stream of) `x.exe`.
-    let file = lower.split(':').next().unwrap_or("");
-    // Trailing dots and spaces are dropped by Windows: `x.exe.` is `x.exe`.
-    let trimmed = file.trim_end_matches(['.', ' ']);
-    for ext in denied_extensions {
-        let ext = ext.to_ascii_lowercase();
-        let ext = ext.trim_start_matches('.');
-        if ext.is_empty() {
-            continue;
-        }
-        if trimmed
-            .rsplit_once('.')
-            .is_some_and(|(stem, e)| e == ext && !stem.is_empty())
-            || trimmed == format!(".{ext}")
-        {
-            return Decision::deny(
-                "write.extension",
-                format!("writing .{ext} files is not allowed (write_denied_extensions)"),
-            );
+    // Both readings of a colon: on Unix it is part of the name (`a:b.sh` is a
+    // `.sh` file); on Windows `x.exe::$DATA` and `x.exe:s` write (a stream
+    // of) `x.exe`. Trailing dots and spaces are dropped by Windows: `x.exe.`
+    // is `x.exe`.
+    let stream_file = lower.split(':').next().unwrap_or("");
+    for candidate in [lower.as_str(), stream_file] {
+        let trimmed = candidate.trim_end_matches(['.', ' ']);
+        for ext in denied_extensions {
+            let ext = ext.to_ascii_lowercase();
+            let ext = ext.trim_start_matches('.');
+            if ext.is_empty() {
+                continue;
+            }
+            if trimmed
+                .rsplit_once('.')
+                .is_some_and(|(stem, e)| e == ext && !stem.is_empty())
+                || trimmed == format!(".{ext}")
+            {
+                return Decision::deny(
+                    "write.extension",
+                    format!("writing .{ext} files is not allowed (write_denied_extensions)"),
+                );
+            }
         }
     }
     Decision::Allow
@@ -58,6 +62,9 @@ mod tests {
             "x.sh:stream:$DATA",
             "x.sh. ::$DATA",
             "run.exe .:s",
+            // On Unix a colon is part of the name: these are .sh and .exe files.
+            "a:b.sh",
+            "run:me.exe",
         ] {
             assert!(!check_name(bad, &denied).allowed(), "{bad:?}");
         }

@@ -446,8 +446,19 @@ pub fn write(
     let result = (|| {
         let f = t.parent.open_with(&tmp, &opts)?;
         (&f).write_all(content)?;
-        // A replaced file keeps its permissions.
+        // A replaced file keeps its permission bits, never its set-user-ID or
+        // set-group-ID bit: the new file is toolhost's (root's, when toolhost
+        // runs as root), so a kept bit would make whatever the agent wrote a
+        // set-ID program of toolhost's user (contract case 42, file tools).
         if let Some(m) = existing_meta.as_ref().filter(|m| m.is_file()) {
+            #[cfg(unix)]
+            {
+                use cap_std::fs::PermissionsExt;
+                f.set_permissions(cap_std::fs::Permissions::from_mode(
+                    m.permissions().mode() & 0o777,
+                ))?;
+            }
+            #[cfg(not(unix))]
             f.set_permissions(m.permissions())?;
         }
         f.sync_all()?;

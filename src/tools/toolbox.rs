@@ -554,6 +554,14 @@ impl Toolbox {
         stop: impl std::future::Future<Output = ()>,
     ) -> ToolResult {
         let start = std::time::Instant::now();
+        // Fail closed: while the audit log cannot be written, no call runs
+        // unrecorded.
+        if let Some(why) = self.audit.as_ref().and_then(|log| log.failure()) {
+            return ToolResult::denied(
+                "audit.unavailable".into(),
+                format!("the audit log cannot be written ({why}); calls are refused until it can"),
+            );
+        }
         // File tools run on a blocking thread that cannot be stopped once it
         // has started; they are short (size and walk caps) and run to the end,
         // so the result and the audit log say what happened.

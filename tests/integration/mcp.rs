@@ -829,3 +829,41 @@ fn four_sessions_sharing_an_audit_log_make_one_chain() {
         "{out:?}"
     );
 }
+
+/// Attack 48: one `tools/call` line of 50 MB holding a 25-million-element
+/// array (under the 101 MiB message cap) took the server to 4.75 GB. It is
+/// now refused before it is parsed, as a tool error with its id, and the
+/// server's peak memory stays a small multiple of the cap; the session goes
+/// on (the allowed twin: a call with an array of 1,000 elements is parsed and
+/// answered as usual).
+#[test]
+fn one_message_of_many_values_is_refused_with_bounded_memory() {
+    let (t, cfg) = setup("");
+    let mut raw = Raw::start(&t, &cfg);
+    let twin = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "file_read", "arguments": {"path": "notes.txt", "x": vec![0; 1000]}}});
+    raw.send(&serde_json::to_vec(&twin).unwrap());
+    let r = raw.recv();
+    assert_eq!(r["id"], 8, "{r}");
+    assert!(!text_of(&r["result"]).contains("JSON values"), "{r}");
+    let mut line = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"file_list","arguments":{"x":["#.to_vec();
+    line.extend(b"0,".repeat(25_000_000));
+    line.extend(b"0]}}}");
+    raw.send(&line);
+    drop(line);
+    let r = raw.recv();
+    assert_eq!(r["id"], 7, "{r}");
+    // A tools/call that cannot be taken is a tool error the model can read.
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(text_of(&r["result"]).contains("JSON values"), "{r}");
+    raw.still_works();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", raw.child.id())).unwrap();
+    let peak_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    println!("peak RSS of the server: {} MiB", peak_kb / 1024);
+    // The cap is 101 MiB here (twice the 50 MiB file cap plus 1 MiB).
+    assert!(peak_kb < 3 * 101 * 1024, "peak RSS {peak_kb} KiB");
+    assert!(raw.close().success());
+}

@@ -688,6 +688,43 @@ async fn audit_log_records_every_call_and_detects_tampering() {
     assert_eq!(verify(&log).status.code(), Some(0));
 }
 
+/// A log that cannot be extended (another writer died mid-line) stops the
+/// calls: none runs unrecorded. The call during which the append failed ran
+/// (it was recorded after it ran); the next is refused with its rule, and
+/// once the log is repaired calls run again.
+#[tokio::test]
+async fn calls_stop_while_the_audit_log_cannot_be_written() {
+    use std::io::Write as _;
+    let t = tmp();
+    let log = t.root.join("audit.jsonl");
+    let mut c = cfg(&[]);
+    c.audit_log = Some(log.clone());
+    let sb = Arc::new(Sandbox::new([toolhost::AllowedDirSpec::read_write(t.ws())], c).unwrap());
+    let tb = Toolbox::from_config(sb).await.unwrap();
+    t.write("n.txt", "N");
+    // Allowed twin: the log works, the call runs.
+    let r = tb.call("file_read", &json!({"path": "n.txt"})).await;
+    assert_eq!(r.text, "N");
+    let good = std::fs::read(&log).unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .unwrap()
+        .write_all(b"{\"half\":")
+        .unwrap();
+    let r = tb.call("file_read", &json!({"path": "n.txt"})).await;
+    assert_eq!(r.text, "N", "this call ran before its record failed");
+    let r = tb.call("file_read", &json!({"path": "n.txt"})).await;
+    assert_eq!(r.rule.as_deref(), Some("audit.unavailable"), "{r:?}");
+    assert!(r.text.contains("incomplete"), "{r:?}");
+    // Repaired (the half line gone): calls run again, recorded.
+    std::fs::write(&log, &good).unwrap();
+    let r = tb.call("file_read", &json!({"path": "n.txt"})).await;
+    assert_eq!(r.text, "N", "{r:?}");
+    let (n, _) = toolhost::audit::verify(&log).unwrap();
+    assert_eq!(n, 2);
+}
+
 /// Attack 50, threads: eight threads on one handle and eight on a second
 /// handle of the same file (two sessions of one process) append 2,000
 /// records; they form one valid chain.

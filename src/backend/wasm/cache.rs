@@ -35,6 +35,8 @@ const HEADER: usize = 8 + 32 + 16 + 32;
 pub(crate) struct DiskCache {
     dir: Option<PathBuf>,
     engine_key: String,
+    /// Most bytes of entries kept; `None`: no cap.
+    max_bytes: Option<u64>,
 }
 
 fn engine_key(engine: &Engine) -> String {
@@ -44,6 +46,14 @@ fn engine_key(engine: &Engine) -> String {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
     format!("{:016x}", h.finish())
+}
+
+/// Marks an entry used now: the eviction keeps the entries used most
+/// recently (a process loads each entry once, so this is rare).
+fn touch(path: &Path) {
+    if let Ok(f) = fs::File::options().write(true).open(path) {
+        let _ = f.set_modified(std::time::SystemTime::now());
+    }
 }
 
 /// What the cache stores: a compiled module or component.
@@ -82,7 +92,7 @@ impl Artifact for Component {
 }
 
 impl DiskCache {
-    pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>) -> Self {
+    pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>, max_bytes: Option<u64>) -> Self {
         let dir = dir.and_then(|d| match crate::state_dirs::private_dir(&d) {
             Ok(()) => Some(d),
             Err(e) => {
@@ -93,6 +103,7 @@ impl DiskCache {
         DiskCache {
             dir,
             engine_key: engine_key(engine),
+            max_bytes,
         }
     }
 
@@ -109,6 +120,16 @@ impl DiskCache {
         ))
     }
 
+    /// The compiled module (or component) for `wasm` if the disk cache holds
+    /// a good entry for it; no compile.
+    pub(crate) fn lookup<A: Artifact>(&self, engine: &Engine, wasm: &[u8]) -> Option<A> {
+        let (path, key) = self.entry(wasm)?;
+        let module = self.read(engine, &path, &key)?;
+        tracing::debug!("wasm code loaded from the disk cache: {}", path.display());
+        touch(&path);
+        Some(module)
+    }
+
     /// Loads the compiled module (or component) for `wasm`, compiling (and
     /// storing) it on a miss. Returns whether it came from the cache.
     pub(crate) fn load<A: Artifact>(
@@ -121,13 +142,17 @@ impl DiskCache {
         };
         if let Some(module) = self.read(engine, &path, &key) {
             tracing::debug!("wasm code loaded from the disk cache: {}", path.display());
+            touch(&path);
             return Ok((module, true));
         }
         let compiled = A::precompile(engine, wasm)?;
         // SAFETY: these bytes were produced just now by this engine.
         let module = unsafe { A::deserialize(engine, &compiled)? };
         match self.write(&path, &key, &compiled) {
-            Ok(()) => tracing::debug!("wasm code compiled and cached: {}", path.display()),
+            Ok(()) => {
+                tracing::debug!("wasm code compiled and cached: {}", path.display());
+                self.evict(&path);
+            }
             Err(e) => tracing::warn!(
                 "wasm code compiled; cache write {} failed: {e}",
                 path.display()
@@ -163,6 +188,56 @@ impl DiskCache {
         match unsafe { A::deserialize(engine, &data[HEADER..]) } {
             Ok(m) => Some(m),
             Err(e) => refuse(&format!("is refused by wasmtime ({e})")),
+        }
+    }
+
+    /// Removes the entries used least recently (by mtime) until the cache is
+    /// within its cap; `keep` (the entry just written) stays. Entries of
+    /// other engines count too: they share the directory. Temporary files
+    /// older than an hour (left by a process that died while writing) go.
+    fn evict(&self, keep: &Path) {
+        let (Some(dir), Some(max)) = (&self.dir, self.max_bytes) else {
+            return;
+        };
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        let now = std::time::SystemTime::now();
+        let mut entries = Vec::new();
+        let mut total = 0u64;
+        for e in rd.flatten() {
+            let path = e.path();
+            let Ok(meta) = e.metadata() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            let mtime = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.contains(".tmp") {
+                if now.duration_since(mtime).is_ok_and(|d| d.as_secs() > 3600) {
+                    let _ = fs::remove_file(&path);
+                }
+                continue;
+            }
+            if !name.ends_with(".cwasm") {
+                continue;
+            }
+            total = total.saturating_add(meta.len());
+            if path != keep {
+                entries.push((mtime, meta.len(), path));
+            }
+        }
+        entries.sort();
+        for (_, len, path) in entries {
+            if total <= max {
+                break;
+            }
+            if fs::remove_file(&path).is_ok() {
+                tracing::debug!(
+                    "wasm cache entry {} evicted (cache over its cap)",
+                    path.display()
+                );
+                total = total.saturating_sub(len);
+            }
         }
     }
 

@@ -314,8 +314,8 @@ enum Lookup {
     Open(cap_std::fs::File, Box<(cap_std::fs::Metadata, FileKey)>),
 }
 
-/// Engines by (CPU meter, cache dir, pool size).
-type EngineMap = HashMap<(CpuMeter, Option<PathBuf>, u32), Arc<WasmEngine>>;
+/// Engines by (CPU meter, cache dir, cache cap, pool size).
+type EngineMap = HashMap<(CpuMeter, Option<PathBuf>, u64, u32), Arc<WasmEngine>>;
 static ENGINES: OnceLock<Mutex<EngineMap>> = OnceLock::new();
 
 fn engine_config(meter: CpuMeter, pool_size: u32) -> Config {
@@ -365,7 +365,12 @@ impl WasmEngine {
         } else {
             None
         };
-        let key = (config.cpu_meter, cache_dir.clone(), config.pool_size);
+        let key = (
+            config.cpu_meter,
+            cache_dir.clone(),
+            config.cache_max_mb,
+            config.pool_size,
+        );
         let map = ENGINES.get_or_init(|| Mutex::new(HashMap::new()));
         let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = map.get(&key) {
@@ -386,7 +391,11 @@ impl WasmEngine {
         let component_linker = component::build_linker(&engine)?;
         let e = Arc::new(WasmEngine {
             component_linker,
-            cache: cache::DiskCache::new(&engine, cache_dir),
+            cache: cache::DiskCache::new(
+                &engine,
+                cache_dir,
+                (config.cache_max_mb > 0).then(|| config.cache_max_mb.saturating_mul(1 << 20)),
+            ),
             engine,
             meter: config.cpu_meter,
             linker,
@@ -442,19 +451,7 @@ impl WasmEngine {
                     // A task of its own: it runs to the end (and takes itself
                     // out of `compiling`) even if every waiting call is gone.
                     let task = tokio::spawn(async move {
-                        let permit = engine.compile_slots.clone().acquire_owned().await;
-                        let e = engine.clone();
-                        let r = tokio::task::spawn_blocking(move || {
-                            let _permit = permit;
-                            e.compile_file(&tool, file, &meta, k)
-                        })
-                        .await
-                        .unwrap_or_else(|e| {
-                            Err(Outcome::new(
-                                OutcomeKind::LaunchFailed,
-                                format!("compiling failed: {e}"),
-                            ))
-                        });
+                        let r = engine.read_and_compile(tool, file, meta, k).await;
                         engine
                             .compiling
                             .lock()
@@ -523,54 +520,98 @@ impl WasmEngine {
         Ok(Lookup::Open(file, Box::new((meta, key))))
     }
 
-    /// Reads and compiles an open tool file, and keeps the result under `key`.
-    /// Blocking: on the blocking pool only.
-    fn compile_file(
-        &self,
-        tool: &ToolFile,
-        mut file: cap_std::fs::File,
-        meta: &cap_std::fs::Metadata,
+    /// Reads an open tool file and makes it ready to run: from the disk
+    /// cache with no compile slot, else compiled in one of the
+    /// [`COMPILE_SLOTS`] (taken only while some call still waits for this
+    /// file: a compile every caller gave up on before it began is skipped).
+    /// Reading and compiling run on the blocking pool.
+    async fn read_and_compile(
+        self: &Arc<Self>,
+        tool: ToolFile,
+        file: cap_std::fs::File,
+        meta: cap_std::fs::Metadata,
         key: FileKey,
     ) -> Result<Arc<Loaded>, Outcome> {
-        let fail = |kind, msg: String| Outcome::new(kind, msg);
-        if meta.len() > MAX_TOOL_BYTES {
-            return Err(fail(
-                OutcomeKind::PermissionDenied,
-                format!(
-                    "{}: {} bytes is too large for a WebAssembly tool (at most {MAX_TOOL_BYTES})",
-                    tool.name,
-                    meta.len()
-                ),
-            ));
+        let failed = |e: tokio::task::JoinError| {
+            Outcome::new(OutcomeKind::LaunchFailed, format!("compiling failed: {e}"))
+        };
+        let e = self.clone();
+        let (tool, key, bytes, hit) = tokio::task::spawn_blocking(move || {
+            let bytes = read_tool(&tool, file, &meta)?;
+            let hit = e.prepare(&tool, &bytes, &key, true)?;
+            Ok::<_, Outcome>((tool, key, bytes, hit))
+        })
+        .await
+        .map_err(failed)??;
+        if let Some(loaded) = hit {
+            return Ok(loaded);
         }
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(
-            &mut std::io::Read::take(&mut file, MAX_TOOL_BYTES),
-            &mut bytes,
-        )
-        .map_err(|e| {
-            fail(
-                OutcomeKind::LaunchFailed,
-                format!("{}: {}", tool.name, os_reason(&e)),
-            )
-        })?;
+        let permit = self.compile_slots.clone().acquire_owned().await;
+        {
+            let compiling = self.compiling.lock().unwrap_or_else(|e| e.into_inner());
+            // Only the map's own handle is left: no call waits any more.
+            if compiling
+                .get(&key)
+                .is_some_and(|f| f.strong_count() == Some(1))
+            {
+                return Err(Outcome::new(
+                    OutcomeKind::TimedOut,
+                    format!("{}: compile skipped, no call waits for it", tool.name),
+                ));
+            }
+        }
+        let e = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            e.prepare(&tool, &bytes, &key, false)
+        })
+        .await
+        .map_err(failed)?
+        .and_then(|l| {
+            l.ok_or_else(|| {
+                Outcome::new(
+                    OutcomeKind::LaunchFailed,
+                    "compiling gave no result".to_string(),
+                )
+            })
+        })
+    }
+
+    /// Makes `bytes` ready to run and keeps the result under `key`: from
+    /// the disk cache only (`Ok(None)` on a miss) when `cache_only`, else
+    /// compiled (and cached) on a miss. Blocking.
+    fn prepare(
+        &self,
+        tool: &ToolFile,
+        bytes: &[u8],
+        key: &FileKey,
+        cache_only: bool,
+    ) -> Result<Option<Arc<Loaded>>, Outcome> {
+        let fail = |kind, msg: String| Outcome::new(kind, msg);
         let link_failed = |e: wasmtime::Error| {
             fail(
                 OutcomeKind::LaunchFailed,
                 format!("{}: cannot link: {}", tool.name, first_line(&e)),
             )
         };
-        let loaded = if wasmparser::Parser::is_component(&bytes) {
-            let component = self.compile_component(&bytes).map_err(|e| {
-                fail(
-                    OutcomeKind::LaunchFailed,
-                    format!(
-                        "{}: invalid WebAssembly component: {}",
-                        tool.name,
-                        first_line(&e)
-                    ),
-                )
-            })?;
+        let loaded = if wasmparser::Parser::is_component(bytes) {
+            let component = if cache_only {
+                match self.cache.lookup(&self.engine, bytes) {
+                    Some(c) => c,
+                    None => return Ok(None),
+                }
+            } else {
+                self.compile_component(bytes).map_err(|e| {
+                    fail(
+                        OutcomeKind::LaunchFailed,
+                        format!(
+                            "{}: invalid WebAssembly component: {}",
+                            tool.name,
+                            first_line(&e)
+                        ),
+                    )
+                })?
+            };
             let pre = self
                 .component_linker
                 .instantiate_pre(&component)
@@ -588,13 +629,22 @@ impl WasmEngine {
                     ),
                 ));
             }
-        } else if wasmparser::Parser::is_core_wasm(&bytes) {
-            let (module, _cached) = self.compile(&bytes).map_err(|e| {
-                fail(
-                    OutcomeKind::LaunchFailed,
-                    format!("{}: invalid WebAssembly: {}", tool.name, first_line(&e)),
-                )
-            })?;
+        } else if wasmparser::Parser::is_core_wasm(bytes) {
+            let module = if cache_only {
+                match self.cache.lookup(&self.engine, bytes) {
+                    Some(m) => m,
+                    None => return Ok(None),
+                }
+            } else {
+                self.compile(bytes)
+                    .map_err(|e| {
+                        fail(
+                            OutcomeKind::LaunchFailed,
+                            format!("{}: invalid WebAssembly: {}", tool.name, first_line(&e)),
+                        )
+                    })?
+                    .0
+            };
             Loaded::Module(self.linker.instantiate_pre(&module).map_err(link_failed)?)
         } else {
             return Err(fail(
@@ -607,13 +657,43 @@ impl WasmEngine {
         if map.len() > 1024 {
             map.clear();
         }
-        map.insert(key, loaded.clone());
-        Ok(loaded)
+        map.insert(key.clone(), loaded.clone());
+        Ok(Some(loaded))
     }
 
     fn lock_loaded(&self) -> std::sync::MutexGuard<'_, HashMap<FileKey, Arc<Loaded>>> {
         self.loaded.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The bytes of an open tool file, at most [`MAX_TOOL_BYTES`]. Blocking.
+fn read_tool(
+    tool: &ToolFile,
+    mut file: cap_std::fs::File,
+    meta: &cap_std::fs::Metadata,
+) -> Result<Vec<u8>, Outcome> {
+    if meta.len() > MAX_TOOL_BYTES {
+        return Err(Outcome::new(
+            OutcomeKind::PermissionDenied,
+            format!(
+                "{}: {} bytes is too large for a WebAssembly tool (at most {MAX_TOOL_BYTES})",
+                tool.name,
+                meta.len()
+            ),
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(&mut file, MAX_TOOL_BYTES),
+        &mut bytes,
+    )
+    .map_err(|e| {
+        Outcome::new(
+            OutcomeKind::LaunchFailed,
+            format!("{}: {}", tool.name, os_reason(&e)),
+        )
+    })?;
+    Ok(bytes)
 }
 
 fn file_key(meta: &cap_std::fs::Metadata, path: &Path) -> FileKey {

@@ -1610,3 +1610,43 @@ async fn attack_10_a_fifo_swapped_in_under_the_guest_never_holds_a_thread() {
     swapper.join().unwrap();
     assert_eq!(threads_waiting_on_a_fifo(), 0);
 }
+
+/// From issue 15: a guest path far longer than any host takes (120 MiB made
+/// toolhost hold three more copies for one `path_open`) gets `nametoolong`
+/// at once, before it is copied for the check and the open, on preview 1
+/// and 2. Allowed twin: a long path under the limit reaches the real open,
+/// which reports the missing file.
+#[tokio::test]
+async fn a_path_longer_than_any_host_takes_is_refused_before_the_open() {
+    let (t, sb) = setup_p2(wasm_config());
+    let huge = "a".repeat(8 << 20);
+    let long = format!("{}/x", "d".repeat(200));
+    for p2 in [false, true] {
+        let run = |path: &str| {
+            let path = path.to_string();
+            let sb = &sb;
+            async move {
+                let probe = if p2 { "./probe2.wasm" } else { "./probe.wasm" };
+                sb.run(RunRequest::new([probe, "read", &path])).await
+            }
+        };
+        // Preview 2 has no exit codes but 0 and 1.
+        let failed = Some(if p2 { 1 } else { 3 });
+        let r = run(&huge).await;
+        assert_eq!(r.returncode, failed, "{r:?}");
+        assert!(
+            r.stdout.to_lowercase().contains("name too long")
+                || r.stdout.to_lowercase().contains("too long"),
+            "p2 {p2}: {}",
+            &r.stdout[..r.stdout.len().min(200)]
+        );
+        let r = run(&long).await;
+        assert_eq!(r.returncode, failed, "{r:?}");
+        assert!(
+            r.stdout.contains("No such file") || r.stdout.contains("not found"),
+            "p2 {p2}: {}",
+            &r.stdout[..r.stdout.len().min(200)]
+        );
+    }
+    drop(t);
+}

@@ -140,6 +140,9 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
             DescriptorFlags,
         )| {
             Box::new(async move {
+                if path.len() > super::MAX_GUEST_PATH {
+                    return Ok((Err(ErrorCode::NameTooLong),));
+                }
                 let mut view = store.data_mut().filesystem();
                 if !precheck(&mut view, &fd, path_flags, &path).await {
                     return Ok((Err(ErrorCode::NotPermitted),));
@@ -177,6 +180,9 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
             NewTimestamp,
         )| {
             Box::new(async move {
+                if path.len() > super::MAX_GUEST_PATH {
+                    return Ok((Err(ErrorCode::NameTooLong),));
+                }
                 let mut view = store.data_mut().filesystem();
                 if !precheck(&mut view, &fd, path_flags, &path).await {
                     return Ok((Err(ErrorCode::NotPermitted),));

@@ -135,10 +135,11 @@ impl AuditLog {
         &self.path
     }
 
-    /// Why the log cannot take records, if the last append failed and the
-    /// log's end still does not check out (it is read again here, so a
-    /// repaired log is taken back). Callers refuse to run calls that would
-    /// go unrecorded while this is `Some`.
+    /// Why the log cannot take records, if the last append failed and it
+    /// still cannot: the log is tried again by appending a record that says
+    /// calls were refused meanwhile (`"event": "audit_resumed"`), so it is
+    /// taken back only once a record really went in. Callers refuse to run
+    /// calls that would go unrecorded while this is `Some`.
     pub fn failure(&self) -> Option<String> {
         let failed = self
             .failed
@@ -146,32 +147,14 @@ impl AuditLog {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         failed.as_ref()?;
-        let mut tail = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let checked = (|| -> Result<(), String> {
-            tail.file.lock().map_err(|e| e.to_string())?;
-            let r = tail
-                .file
-                .metadata()
-                .map_err(|e| e.to_string())
-                .and_then(|m| {
-                    let last = last_record_hash(&mut tail.file, m.len()).map_err(|e| match e {
-                        LastRecord::Io(e) => e.to_string(),
-                        LastRecord::Broken(r) => format!("the last record {r}"),
-                    })?;
-                    tail.last = last;
-                    tail.seen = Some((m.len(), m.modified().ok()));
-                    Ok(())
-                });
-            let _ = tail.file.unlock();
-            r
-        })();
-        match checked {
-            Ok(()) => {
-                *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                None
-            }
-            Err(_) => failed,
-        }
+        let mut m = Map::new();
+        m.insert("event".into(), json!("audit_resumed"));
+        m.insert("time".into(), json!(now_rfc3339()));
+        m.insert(
+            "note".into(),
+            json!("calls were refused while the log could not be written"),
+        );
+        self.append(m).err().map(|e| e.to_string())
     }
 
     /// Appends one record (a JSON object; `prev`, `hash` and `seq` are set
@@ -210,8 +193,12 @@ impl AuditLog {
             record.insert("hash".into(), Value::String(hash.clone()));
             let mut line = serde_json::to_vec(&Value::Object(record)).unwrap_or_default();
             line.push(b'\n');
-            tail.file.write_all(&line).map_err(io)?;
-            tail.file.flush().map_err(io)?;
+            if let Err(e) = tail.file.write_all(&line).and_then(|()| tail.file.flush()) {
+                // A part written (a full disk) is taken back: the log keeps
+                // ending with a whole record.
+                let _ = tail.file.set_len(len);
+                return Err(io(e));
+            }
             let meta = tail.file.metadata().map_err(io)?;
             tail.seen = Some((meta.len(), meta.modified().ok()));
             tail.last = hash.clone();

@@ -297,6 +297,10 @@ pub struct SandboxConfig {
     pub docker: DockerConfig,
     /// `[wasm]` section.
     pub wasm: WasmConfig,
+    /// The file this config was read from ([`SandboxConfig::from_file`]), if
+    /// any: toolhost state, which no writable allowed dir may hold (a tool
+    /// could otherwise loosen the next session's limits).
+    pub config_file: Option<std::path::PathBuf>,
 }
 
 /// The seed module's write denylist.
@@ -346,6 +350,7 @@ impl Default for SandboxConfig {
                 .collect(),
             docker: DockerConfig::default(),
             wasm: WasmConfig::default(),
+            config_file: None,
         }
     }
 }
@@ -387,10 +392,12 @@ impl SandboxConfig {
             key: None,
             message: format!("cannot read config file {}: {e}", path.display()),
         })?;
-        Self::from_toml_str(&text).map_err(|e| ConfigError {
+        let mut config = Self::from_toml_str(&text).map_err(|e| ConfigError {
             key: e.key.clone(),
             message: format!("{} (in {})", e.message, path.display()),
-        })
+        })?;
+        config.config_file = Some(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+        Ok(config)
     }
 
     /// Parses and validates TOML text. Keys not given keep their defaults.

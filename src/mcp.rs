@@ -53,12 +53,12 @@ pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
 const SALVAGE_PREFIX: usize = 64 << 10;
 
 /// JSON values one incoming message may hold, per byte of the message cap:
-/// parsed, each value costs the SDK's types some 100 to 200 bytes (one
-/// 47 MiB line of 25 million numbers took 4.75 GB), so a message may hold
-/// one value per 128 bytes of the cap (about 800,000 under the default cap):
-/// its parse then takes at most about the cap again. A file's content is one
-/// value, however long.
-const CAP_BYTES_PER_VALUE: usize = 128;
+/// parsed, each value costs the SDK's types some 200 bytes (one 47 MiB line
+/// of 25 million numbers took 4.75 GB; 827,000 values 192 MiB), so a message
+/// may hold one value per 256 bytes of the cap (about 400,000 under the
+/// default cap): its parse then takes about the cap again at most. A file's
+/// content is one value, however long.
+const CAP_BYTES_PER_VALUE: usize = 256;
 
 /// Whether `line` holds more than `limit` JSON values (counted as the commas,
 /// colons and opening brackets outside strings, plus one): one pass, no

@@ -18,7 +18,8 @@
 //!   watchdog's self-test dirs;
 //! - `$XDG_RUNTIME_DIR/toolhost`, where the helper goes when there is no base;
 //! - the audit log (`audit_log`), which `toolhost audit verify` trusts and
-//!   every session chains from.
+//!   every session chains from;
+//! - the config file a sandbox was read from (its limits and policy).
 
 use std::path::{Path, PathBuf};
 
@@ -98,6 +99,13 @@ pub fn state_paths(config: &SandboxConfig) -> Vec<StatePath> {
                 });
             }
         }
+    }
+    if let Some(path) = &config.config_file {
+        out.push(StatePath {
+            what: "config file",
+            path: path.clone(),
+            moved_by: "--config or TOOLHOST_CONFIG",
+        });
     }
     if let Some(path) = &config.audit_log {
         out.push(StatePath {
@@ -188,31 +196,92 @@ pub fn resolution_trail(p: &Path) -> Vec<PathBuf> {
     trail
 }
 
-/// The writable allowed dirs of `dirs`, as paths and (on Unix) as device and
-/// inode, so that another path to the same dir (a bind mount) is seen too.
+/// Where a path sits in its filesystem: the device and the path from the
+/// filesystem's root (Linux, from `/proc/self/mountinfo`), so that a place
+/// reached through a bind mount of any dir (a whole workspace, or a subdir
+/// of it) is seen where it really is.
+#[cfg(target_os = "linux")]
+fn fs_position(
+    canonical: &Path,
+    mounts: &[(String, PathBuf, PathBuf)],
+) -> Option<(String, PathBuf)> {
+    // The mount with the longest mount point holding the path (the last one
+    // listed wins among equals: it is mounted over the others).
+    let (dev, root, point) = mounts
+        .iter()
+        .filter(|(_, _, point)| canonical.starts_with(point))
+        .max_by_key(|(_, _, point)| point.components().count())?;
+    let rest = canonical.strip_prefix(point).ok()?;
+    Some((dev.clone(), root.join(rest)))
+}
+
+/// `/proc/self/mountinfo` as (device, root in its filesystem, mount point).
+#[cfg(target_os = "linux")]
+fn mount_table() -> Vec<(String, PathBuf, PathBuf)> {
+    // Octal escapes (`\040` for a space) in the two path fields.
+    fn unescape(s: &str) -> PathBuf {
+        let b = s.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'\\'
+                && i + 3 < b.len()
+                && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
+            {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+            out.push(b[i]);
+            i += 1;
+        }
+        PathBuf::from(std::ffi::OsString::from(
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&out),
+        ))
+    }
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Some((
+                f.get(2)?.to_string(),
+                unescape(f.get(3)?),
+                unescape(f.get(4)?),
+            ))
+        })
+        .collect()
+}
+
+/// The writable allowed dirs of `dirs`: their paths and, on Linux, where
+/// they sit in their filesystems (see [`fs_position`]), so that another path
+/// to the same place (a bind mount of the dir or of a dir inside it) is seen
+/// too.
 pub(crate) struct Writable {
     paths: Vec<PathBuf>,
-    #[cfg(unix)]
-    ids: Vec<(u64, u64)>,
+    #[cfg(target_os = "linux")]
+    mounts: Vec<(String, PathBuf, PathBuf)>,
+    #[cfg(target_os = "linux")]
+    positions: Vec<Option<(String, PathBuf)>>,
 }
 
 impl Writable {
     /// The writable dirs among `paths` (canonical paths).
     pub(crate) fn new<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Self {
         let paths: Vec<PathBuf> = paths.into_iter().map(Path::to_path_buf).collect();
-        #[cfg(unix)]
-        let ids = paths
-            .iter()
-            .filter_map(|p| {
-                use std::os::unix::fs::MetadataExt;
-                std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
-            })
-            .collect();
-        Writable {
-            paths,
-            #[cfg(unix)]
-            ids,
+        #[cfg(target_os = "linux")]
+        {
+            let mounts = mount_table();
+            let positions = paths.iter().map(|p| fs_position(p, &mounts)).collect();
+            Writable {
+                paths,
+                mounts,
+                positions,
+            }
         }
+        #[cfg(not(target_os = "linux"))]
+        Writable { paths }
     }
 
     /// The writable dirs of a sandbox.
@@ -230,12 +299,36 @@ impl Writable {
         if let Some(w) = self.paths.iter().find(|w| place.starts_with(w)) {
             return Some(w);
         }
-        #[cfg(unix)]
+        #[cfg(target_os = "linux")]
         {
-            use std::os::unix::fs::MetadataExt;
-            if let Ok(m) = std::fs::symlink_metadata(place)
-                && let Some(i) = self.ids.iter().position(|&id| id == (m.dev(), m.ino()))
-            {
+            // The place as its filesystem sees it: its existing part
+            // canonicalized (a symlink at its end is a place of its own).
+            let (dir, name) = (place.parent()?, place.file_name()?);
+            let real = std::fs::canonicalize(dir).ok()?.join(name);
+            let (dev, at) = fs_position(&real, &self.mounts)?;
+            if let Some(i) = self.positions.iter().position(|w| {
+                w.as_ref()
+                    .is_some_and(|(wdev, wat)| *wdev == dev && at.starts_with(wat))
+            }) {
+                return Some(&self.paths[i]);
+            }
+        }
+        None
+    }
+
+    /// Whether `dir` (canonical) is a writable dir or lies inside one, or
+    /// holds one (`inside = false`): by path and by filesystem position.
+    pub(crate) fn overlaps(&self, dir: &Path) -> Option<&Path> {
+        if let Some(w) = self.paths.iter().find(|w| w.starts_with(dir)) {
+            return Some(w);
+        }
+        #[cfg(target_os = "linux")]
+        {
+            let (dev, at) = fs_position(dir, &self.mounts)?;
+            if let Some(i) = self.positions.iter().position(|w| {
+                w.as_ref()
+                    .is_some_and(|(wdev, wat)| *wdev == dev && wat.starts_with(&at))
+            }) {
                 return Some(&self.paths[i]);
             }
         }
@@ -278,13 +371,7 @@ pub fn refuse_exposed_state(dirs: &AllowedDirs, config: &SandboxConfig) -> Resul
         let hit = trail
             .iter()
             .find_map(|place| writable.holding(place).map(|w| (w, "contains")))
-            .or_else(|| {
-                dirs.as_slice()
-                    .iter()
-                    .filter(|d| !d.read_only())
-                    .find(|d| d.path().starts_with(&resolved))
-                    .map(|d| (d.path(), "is inside"))
-            });
+            .or_else(|| writable.overlaps(&resolved).map(|w| (w, "is inside")));
         if let Some((d, how)) = hit {
             return Err(format!(
                 "the writable allowed dir {} {how} toolhost's {} {}: a tool could plant what toolhost later loads. Allow a narrower dir, make it read-only (DIR:ro), or move the state elsewhere ({})",
@@ -381,15 +468,25 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn another_path_to_the_same_dir_is_seen_by_its_inode() {
-        let t = tempfile::tempdir().expect("tempdir");
-        let root = std::fs::canonicalize(t.path()).expect("canonicalize");
-        std::fs::create_dir_all(root.join("ws/cache")).expect("mkdir");
-        let w = Writable::new([root.join("ws").as_path()]);
-        // The same dir by itself, and a hard-to-spot alias is the same inode:
-        // here the dir itself stands in for a bind mount of it.
-        assert!(w.holding(&root.join("ws")).is_some());
-        assert!(w.holding(&root.join("elsewhere")).is_none());
+    fn places_are_compared_where_they_sit_in_their_filesystem() {
+        let mounts = vec![
+            ("8:1".to_string(), PathBuf::from("/"), PathBuf::from("/")),
+            // /alias is a bind mount of /ws/sub.
+            (
+                "8:1".to_string(),
+                PathBuf::from("/ws/sub"),
+                PathBuf::from("/alias"),
+            ),
+        ];
+        assert_eq!(
+            fs_position(Path::new("/alias/c/x"), &mounts),
+            Some(("8:1".into(), PathBuf::from("/ws/sub/c/x")))
+        );
+        assert_eq!(
+            fs_position(Path::new("/ws/a"), &mounts),
+            Some(("8:1".into(), PathBuf::from("/ws/a")))
+        );
+        assert!(!mount_table().is_empty());
     }
 
     #[test]

@@ -229,8 +229,17 @@ pub fn shell_path(
         let candidate = real.join(name);
         if host_visible && !resolved && is_program(&candidate) {
             resolved = true;
-            if let Some((place, _)) = w.on_trail(&candidate) {
-                return Err(ShellDenial::WritablePath(name.into(), place));
+            // The program, and the interpreters of its `#!` chain (the kernel
+            // follows up to 4), must all lie out of a tool's reach.
+            let mut program = candidate.clone();
+            for _ in 0..5 {
+                if let Some((place, _)) = w.on_trail(&program) {
+                    return Err(ShellDenial::WritablePath(name.into(), place));
+                }
+                match interpreter(&program) {
+                    Some(next) => program = next,
+                    None => break,
+                }
             }
         }
         kept.push(real);
@@ -239,6 +248,19 @@ pub fn shell_path(
         return Ok(None);
     }
     Ok(Some(std::env::join_paths(kept).unwrap_or_default()))
+}
+
+/// The interpreter a `#!` line names, if `program` starts with one and names
+/// an absolute path.
+fn interpreter(program: &std::path::Path) -> Option<std::path::PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next()?;
+    let text = std::str::from_utf8(line).ok()?;
+    let path = std::path::PathBuf::from(text.split_whitespace().next()?);
+    path.is_absolute().then_some(path)
 }
 
 /// The shell policy of one sandbox.

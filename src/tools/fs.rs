@@ -416,6 +416,16 @@ pub fn write(
                     format!("{}: has other hard links; append refused", shown(path)),
                 ));
             }
+            // The kernel clears set-ID bits on a write, except for a writer
+            // with CAP_FSETID (toolhost as root): clear them first, so that
+            // appending to a set-ID file leaves no set-ID program of changed
+            // content behind.
+            use cap_std::fs::PermissionsExt as _;
+            let mode = meta.permissions().mode();
+            if mode & 0o6000 != 0 {
+                f.set_permissions(cap_std::fs::Permissions::from_mode(mode & 0o777))
+                    .map_err(|e| io_error(&shown(path), &e))?;
+            }
         }
         if let Some(max) = policy.max_file_size
             && meta.len().saturating_add(content.len() as u64) > max

@@ -229,8 +229,25 @@ fn config_file_is_read_only_when_named() {
     t.write("toolhost.toml", "max_output_bytes = 3\n");
     let (_, out, _) = code(&t, &["run", "--", "echo", "hello"]);
     assert_eq!(out, "hello\n");
-    // ...and honoured when the operator names it.
-    let cfg = t.ws().join("toolhost.toml");
+    // ...and refused when named there: a tool could rewrite it for the
+    // next run (it is toolhost state, like the cache).
+    let inside = t.ws().join("toolhost.toml");
+    let (status, _, err) = code(
+        &t,
+        &[
+            "run",
+            "--config",
+            inside.to_str().unwrap(),
+            "--",
+            "echo",
+            "hello",
+        ],
+    );
+    assert_eq!(status, 125, "{err}");
+    assert!(err.contains("contains toolhost's config file"), "{err}");
+    // Honoured when the operator names one outside the writable dirs.
+    let cfg = t.root.join("toolhost.toml");
+    std::fs::write(&cfg, "max_output_bytes = 3\n").unwrap();
     let (_, out, _) = code(
         &t,
         &[
@@ -352,4 +369,43 @@ fn bare_names_are_searched_on_the_tools_path_like_execvp() {
     assert_eq!(run("nowhere-at-all").0, Some(127));
     // Standard tools still resolve through the later entries.
     assert_eq!(run("true").0, Some(0));
+}
+
+/// Attack 41 through a bind mount (from a review): the cache dir reached
+/// through a bind mount of a subdir of the workspace is the workspace's, and
+/// refused (the check compares where places sit in their filesystem); the
+/// allowed twin, the cache in a dir of its own, runs. In a private mount
+/// namespace (root, as in CI).
+#[test]
+fn a_cache_reached_through_a_bind_mount_of_the_workspace_is_refused() {
+    if unsafe_is_root() {
+        let t = Tmp::new();
+        std::fs::create_dir_all(t.ws().join("sub")).unwrap();
+        std::fs::create_dir_all(t.root.join("alias")).unwrap();
+        std::fs::create_dir_all(t.root.join("own")).unwrap();
+        let run = |cache: &str| {
+            let script = format!(
+                "mount --bind {ws}/sub {root}/alias && XDG_CACHE_HOME={root}/{cache} exec {bin} run --allow-dir {ws} -- true",
+                ws = t.ws().display(),
+                root = t.root.display(),
+                bin = toolhost_bin().display(),
+            );
+            Command::new("unshare")
+                .args(["-m", "--propagation", "private", "sh", "-c", &script])
+                .env_remove("TOOLHOST_CONFIG")
+                .output()
+                .unwrap()
+        };
+        let out = run("alias");
+        assert_eq!(out.status.code(), Some(125), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("contains toolhost's"), "{err}");
+        let out = run("own");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+    }
+}
+
+fn unsafe_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }

@@ -1192,20 +1192,26 @@ fn replaced_setid_file_case(c: &Ctx) -> CaseResult {
     ] {
         let p = c.t.ws().join(name);
         std::fs::write(&p, "old").map_err(|e| e.to_string())?;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(before))
-            .map_err(|e| e.to_string())?;
-        toolhost::tools::fs::write(sb.dirs(), &files_policy(), name, b"#!/bin/sh\nid\n", false)
-            .map_err(|e| e.message)?;
-        let mode = std::fs::metadata(&p)
-            .map_err(|e| e.to_string())?
-            .permissions()
-            .mode()
-            & 0o7777;
-        ensure(mode == after, || {
-            format!("{name}: {before:o} became {mode:o}")
-        })?;
+        // Replaced, then appended to after the bits are set again: the new
+        // file drops them, and so does the append.
+        for (content, append) in [(&b"#!/bin/sh\nid\n"[..], false), (&b"more\n"[..], true)] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(before))
+                .map_err(|e| e.to_string())?;
+            toolhost::tools::fs::write(sb.dirs(), &files_policy(), name, content, append)
+                .map_err(|e| e.message)?;
+            let mode = std::fs::metadata(&p)
+                .map_err(|e| e.to_string())?
+                .permissions()
+                .mode()
+                & 0o7777;
+            ensure(mode == after, || {
+                format!("{name} (append {append}): {before:o} became {mode:o}")
+            })?;
+        }
         let content = std::fs::read_to_string(&p).map_err(|e| e.to_string())?;
-        ensure(content.ends_with("id\n"), || format!("{name}: not written"))?;
+        ensure(content == "#!/bin/sh\nid\nmore\n", || {
+            format!("{name}: {content:?}")
+        })?;
     }
     Ok(())
 }

@@ -691,7 +691,8 @@ async fn audit_log_records_every_call_and_detects_tampering() {
 /// A log that cannot be extended (another writer died mid-line) stops the
 /// calls: none runs unrecorded. The call during which the append failed ran
 /// (it was recorded after it ran); the next is refused with its rule, and
-/// once the log is repaired calls run again.
+/// once the log is repaired a record of the resumption goes in and calls run
+/// again.
 #[tokio::test]
 async fn calls_stop_while_the_audit_log_cannot_be_written() {
     use std::io::Write as _;
@@ -722,7 +723,10 @@ async fn calls_stop_while_the_audit_log_cannot_be_written() {
     let r = tb.call("file_read", &json!({"path": "n.txt"})).await;
     assert_eq!(r.text, "N", "{r:?}");
     let (n, _) = toolhost::audit::verify(&log).unwrap();
-    assert_eq!(n, 2);
+    assert_eq!(n, 3, "the first call, the resumption, the last call");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let resumed: Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(resumed["event"], "audit_resumed");
 }
 
 /// Attack 50, threads: eight threads on one handle and eight on a second

@@ -117,10 +117,10 @@ const ERRNO_FBIG: i32 = 22;
 const ERRNO_NAMETOOLONG: i32 = 37;
 /// The longest path a guest may pass to the calls toolhost checks before
 /// they open (`path_open`, `open-at`, set-times): longer than any host takes
-/// (Linux 4096 bytes, Windows 32,767 characters), so such a path gets
-/// `nametoolong` at once instead of being copied for the check and the open
-/// (a 120 MiB path was held three more times).
-pub(crate) const MAX_GUEST_PATH: usize = 32 * 1024;
+/// (Linux 4096 bytes; Windows 32,767 UTF-16 units, at most 96 KiB of
+/// UTF-8), so such a path gets `nametoolong` at once instead of being copied
+/// for the check and the open (a 120 MiB path was held three more times).
+pub(crate) const MAX_GUEST_PATH: usize = 128 * 1024;
 /// Refusal of a special file (`special`), and the EINTR its watchdog causes.
 const ERRNO_PERM: i32 = 63;
 const ERRNO_INTR: i32 = 27;
@@ -289,7 +289,7 @@ pub(crate) struct WasmEngine {
     loaded: Mutex<HashMap<FileKey, Arc<Loaded>>>,
     /// Compiles under way, by file: a second call for the same file waits for
     /// the same compile instead of starting another.
-    compiling: Mutex<HashMap<FileKey, SharedLoad>>,
+    compiling: Mutex<HashMap<FileKey, (u64, SharedLoad)>>,
     /// At most [`COMPILE_SLOTS`] compiles at once, abandoned ones included.
     compile_slots: Arc<tokio::sync::Semaphore>,
     /// One permit per pool slot: calls beyond the pool wait instead of failing.
@@ -451,20 +451,25 @@ impl WasmEngine {
         let shared = {
             let mut compiling = self.compiling.lock().unwrap_or_else(|e| e.into_inner());
             match compiling.get(&key_for_map) {
-                Some(f) => f.clone(),
+                Some((_, f)) => f.clone(),
                 None => {
+                    static NEXT: std::sync::atomic::AtomicU64 =
+                        std::sync::atomic::AtomicU64::new(0);
+                    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let engine = self.clone();
                     let tool = tool.clone();
                     let k = key.clone();
                     // A task of its own: it runs to the end (and takes itself
                     // out of `compiling`) even if every waiting call is gone.
                     let task = tokio::spawn(async move {
-                        let r = engine.read_and_compile(tool, file, meta, k).await;
-                        engine
-                            .compiling
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .remove(&key);
+                        let r = engine.read_and_compile(tool, file, meta, k, id).await;
+                        // This compile's entry only (a skipped one is gone
+                        // already, and a later compile of the file may have
+                        // its own).
+                        let mut map = engine.compiling.lock().unwrap_or_else(|e| e.into_inner());
+                        if map.get(&key).is_some_and(|(i, _)| *i == id) {
+                            map.remove(&key);
+                        }
                         r
                     });
                     let f = async move {
@@ -477,7 +482,7 @@ impl WasmEngine {
                     }
                     .boxed()
                     .shared();
-                    compiling.insert(key_for_map, f.clone());
+                    compiling.insert(key_for_map, (id, f.clone()));
                     f
                 }
             }
@@ -539,6 +544,7 @@ impl WasmEngine {
         file: cap_std::fs::File,
         meta: cap_std::fs::Metadata,
         key: FileKey,
+        id: u64,
     ) -> Result<Arc<Loaded>, Outcome> {
         let failed = |e: tokio::task::JoinError| {
             Outcome::new(OutcomeKind::LaunchFailed, format!("compiling failed: {e}"))
@@ -556,12 +562,14 @@ impl WasmEngine {
         }
         let permit = self.compile_slots.clone().acquire_owned().await;
         {
-            let compiling = self.compiling.lock().unwrap_or_else(|e| e.into_inner());
+            let mut compiling = self.compiling.lock().unwrap_or_else(|e| e.into_inner());
             // Only the map's own handle is left: no call waits any more.
+            // Taken out under the same lock, so no call joins it after this.
             if compiling
                 .get(&key)
-                .is_some_and(|f| f.strong_count() == Some(1))
+                .is_some_and(|(i, f)| *i == id && f.strong_count() == Some(1))
             {
+                compiling.remove(&key);
                 return Err(Outcome::new(
                     OutcomeKind::TimedOut,
                     format!("{}: compile skipped, no call waits for it", tool.name),

@@ -152,7 +152,9 @@ fn main() {
         std::fs::write(ws.path().join("words.txt"), "a b c\nd e\n".repeat(1000)).expect("write");
         let toolhost = env!("CARGO_BIN_EXE_toolhost");
         let cli_cache = tempfile::tempdir().expect("cli cache");
-        let cfg = ws.path().join("bench.toml");
+        // Beside the workspace: a config in a writable allowed dir is refused.
+        let cfg_dir = tempfile::tempdir().expect("config dir");
+        let cfg = cfg_dir.path().join("bench.toml");
         std::fs::write(
             &cfg,
             format!(

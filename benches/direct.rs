@@ -82,6 +82,12 @@ fn main() {
         },
     )
     .expect("sandbox");
+    // A workspace that is a git repository: its `.git` is a protected path,
+    // which the hardened call holds with a mount namespace of its own.
+    let repo = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(repo.path().join(".git/hooks")).expect("mkdir .git");
+    std::fs::write(repo.path().join(".git/config"), "[core]\n").expect("config");
+    let in_repo = Sandbox::new([repo.path()], SandboxConfig::default()).expect("sandbox");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -94,6 +100,8 @@ fn main() {
         assert!(r.success(), "{r:?}");
         let r = rt.block_on(unhardened.run(RunRequest::new([bin])));
         assert!(r.success(), "{r:?}");
+        let r = rt.block_on(in_repo.run(RunRequest::new([bin])));
+        assert!(r.success(), "{r:?}");
         Command::new(bin)
             .stdin(Stdio::null())
             .output()
@@ -103,6 +111,7 @@ fn main() {
     let mut bare = Series::new("bare std::process::Command::output()", iters);
     let mut sandboxed = Series::new("Sandbox::run, hardened (best-effort)", iters);
     let mut plain = Series::new("Sandbox::run, unhardened (off)", iters);
+    let mut repo_series = Series::new("Sandbox::run, hardened, in a git repo", iters);
     let layers = rt
         .block_on(sandbox.run(RunRequest::new([bin])))
         .isolation
@@ -126,17 +135,23 @@ fn main() {
         let r = rt.block_on(unhardened.run(RunRequest::new([bin])));
         plain.samples.push(t.elapsed());
         assert!(r.success(), "{r:?}");
+
+        let t = Instant::now();
+        let r = rt.block_on(in_repo.run(RunRequest::new([bin])));
+        repo_series.samples.push(t.elapsed());
+        assert!(r.success(), "{r:?}");
     }
     let (bare50, bare99) = bare.stats();
     println!("direct backend, per-call latency of {bin} ({iters} calls each, interleaved)");
     println!("{:<40} {:>10} {:>10}", "", "p50 (us)", "p99 (us)");
     println!("hardened layers: {layers}");
-    for s in [&mut bare, &mut plain, &mut sandboxed] {
+    for s in [&mut bare, &mut plain, &mut sandboxed, &mut repo_series] {
         let (p50, p99) = s.stats();
         println!("{:<40} {:>10.0} {:>10.0}", s.name, us(p50), us(p99));
     }
     let (sb50, sb99) = sandboxed.stats();
     let (pl50, pl99) = plain.stats();
+    let (rp50, rp99) = repo_series.stats();
     println!(
         "ratio unhardened/bare: p50 {:.2}x, p99 {:.2}x (target: p50 within 1.5x)",
         us(pl50) / us(bare50),
@@ -147,6 +162,11 @@ fn main() {
         us(sb50) / us(pl50),
         us(sb99) / us(pl99),
         us(sb50) / us(bare50)
+    );
+    println!(
+        "ratio hardened in a git repo (protected .git mounted read-only)/hardened: p50 {:.2}x, p99 {:.2}x",
+        us(rp50) / us(sb50),
+        us(rp99) / us(sb99)
     );
 
     // Peak RSS of the CLI under a 300 MB flood, against an idle call.

@@ -417,6 +417,23 @@ fn direct_host_checks(out: &mut Vec<Check>) {
             "per-call child subreaper: setsid and double-fork escapees stay in the call's tree and are killed at its end; parent-death signal if toolhost dies",
         );
     }
+    if pidns {
+        push(
+            out,
+            "direct",
+            "protected paths",
+            Status::Ok,
+            "the protected paths that exist in the writable dirs (protected_paths, default .git) are read-only bind mounts in a mount namespace of the call; one missing when the call starts and made by it is renamed aside after the call (the file tools and wasm refuse it by name)",
+        );
+    } else {
+        push(
+            out,
+            "direct",
+            "protected paths",
+            Status::Missing,
+            "no mount namespace for this unprivileged toolhost: .git and the other protected paths are writable by native tools (strict refuses a call that has one)",
+        );
+    }
     let cgroup = if std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
         "cgroup v2"
     } else if std::path::Path::new("/sys/fs/cgroup/pids").exists()
@@ -477,6 +494,13 @@ fn direct_host_checks(out: &mut Vec<Check>) {
     push(
         out,
         "direct",
+        "protected paths",
+        Status::Missing,
+        "Linux only: native tools can write .git and the other protected paths (the file tools refuse them)",
+    );
+    push(
+        out,
+        "direct",
         "rlimits",
         Status::Ok,
         "RLIMIT_AS, RLIMIT_CPU, RLIMIT_NPROC (per user), RLIMIT_FSIZE, RLIMIT_CORE=0",
@@ -505,6 +529,13 @@ fn direct_host_checks(out: &mut Vec<Check>) {
         "process containment",
         Status::Partial,
         "only the tool itself is killed at the timeout, not processes it started",
+    );
+    push(
+        out,
+        "direct",
+        "protected paths",
+        Status::Missing,
+        "Linux only: native tools can write .git and the other protected paths (the file tools refuse them)",
     );
     push(
         out,

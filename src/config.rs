@@ -22,7 +22,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn key(key: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn key(key: &str, message: impl Into<String>) -> Self {
         ConfigError {
             key: Some(key.to_string()),
             message: message.into(),
@@ -270,6 +270,11 @@ pub struct SandboxConfig {
     pub shell_allow_writable_path: bool,
     /// File extensions file tools refuse to write (lowercase, with the dot).
     pub write_denied_extensions: Vec<String>,
+    /// Paths inside every writable allowed dir that no tool may change, on
+    /// any backend (see [`crate::policy::protected`]): relative paths of plain
+    /// names. Default [`crate::policy::protected::DEFAULT_PROTECTED_PATHS`]
+    /// (`.git`); an empty list protects nothing.
+    pub protected_paths: Vec<String>,
     /// Backend that runs calls. Default `direct`.
     pub backend: BackendKind,
     /// Calls allowed per `rate_limit_window` per session; 0 disables. Default 60.
@@ -336,6 +341,10 @@ impl Default for SandboxConfig {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+            protected_paths: crate::policy::protected::DEFAULT_PROTECTED_PATHS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
             backend: BackendKind::Direct,
             rate_limit_calls: 60,
             rate_limit_window: Duration::from_secs(60),
@@ -368,6 +377,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "shell_allow_strings",
     "shell_allow_writable_path",
     "write_denied_extensions",
+    "protected_paths",
     "backend",
     "rate_limit_calls",
     "rate_limit_window",
@@ -428,6 +438,7 @@ impl SandboxConfig {
             "shell_allow_strings" => self.shell_allow_strings = boolean(key, value)?,
             "shell_allow_writable_path" => self.shell_allow_writable_path = boolean(key, value)?,
             "write_denied_extensions" => self.write_denied_extensions = strings(key, value)?,
+            "protected_paths" => self.protected_paths = strings(key, value)?,
             "backend" => {
                 let s = value
                     .as_str()
@@ -551,6 +562,8 @@ impl SandboxConfig {
                 ));
             }
         }
+        crate::policy::protected::ProtectedPaths::parse(&self.protected_paths)
+            .map_err(|m| ConfigError::key("protected_paths", m))?;
         check_duration("rate_limit_window", self.rate_limit_window)?;
         for p in &self.isolation_read_paths {
             let s = p.to_string_lossy();

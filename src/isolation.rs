@@ -30,6 +30,10 @@
 //!   gid), which is what lets an unprivileged toolhost give it `netns` and
 //!   `pidns`. Files of other users show as owned by the overflow uid there.
 //! - `private_tmp`: `TMPDIR` is a fresh directory of the call, removed after it.
+//! - `protected_paths`: the protected paths that exist in the writable allowed
+//!   dirs (`protected_paths`, default `.git`) are read-only bind mounts in a
+//!   mount namespace of the call. Root, or through a user namespace. Applied
+//!   (with nothing to mount) when none exists.
 
 use serde::Serialize;
 
@@ -103,10 +107,12 @@ pub enum Layer {
     PidNamespace = 1 << 9,
     /// toolhost's user namespace (unprivileged toolhost only).
     UserNamespace = 1 << 10,
+    /// Read-only mounts over the protected paths (a mount namespace per call).
+    ProtectedPaths = 1 << 11,
 }
 
 /// Every layer, in report order.
-pub const ALL_LAYERS: [Layer; 11] = [
+pub const ALL_LAYERS: [Layer; 12] = [
     Layer::NoNewPrivs,
     Layer::LandlockFs,
     Layer::LandlockNet,
@@ -118,6 +124,7 @@ pub const ALL_LAYERS: [Layer; 11] = [
     Layer::SeccompNet,
     Layer::Subreaper,
     Layer::PrivateTmp,
+    Layer::ProtectedPaths,
 ];
 
 /// Layers `strict` requires (with network off, also one of `netns` or
@@ -129,7 +136,8 @@ pub const REQUIRED_STRICT: u32 = Layer::NoNewPrivs as u32
     | Layer::LandlockFs as u32
     | Layer::Seccomp as u32
     | Layer::Subreaper as u32
-    | Layer::PrivateTmp as u32;
+    | Layer::PrivateTmp as u32
+    | Layer::ProtectedPaths as u32;
 
 impl Layer {
     /// The name used in reports.
@@ -146,6 +154,7 @@ impl Layer {
             Layer::PrivateTmp => "private_tmp",
             Layer::PidNamespace => "pidns",
             Layer::UserNamespace => "userns",
+            Layer::ProtectedPaths => "protected_paths",
         }
     }
 

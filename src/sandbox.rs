@@ -21,6 +21,7 @@ use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::paths::{
     AllowedDir, AllowedDirSpec, AllowedDirs, AllowedDirsError, PathError, ResolvedPath,
 };
+use crate::policy::protected::ProtectedPaths;
 use crate::tools::registry::{Registry, ToolFile, ToolInfo};
 
 /// One call: a program with its arguments, an optional working directory and
@@ -154,6 +155,8 @@ pub struct ExecPlan {
     pub isolation: crate::isolation::IsolationLevel,
     /// Paths a `direct` tool may read and execute besides the allowed dirs.
     pub isolation_read_paths: Arc<[PathBuf]>,
+    /// Paths inside the writable allowed dirs no tool may change.
+    pub protected: ProtectedPaths,
     /// The allowed dirs.
     pub mounts: Vec<Mount>,
     /// Capability handles on the allowed dirs, by path (the wasm backend preopens
@@ -209,7 +212,8 @@ pub enum SandboxError {
     #[error("{0}")]
     ToolDirs(String),
     /// A writable allowed dir contains (or lies inside) state toolhost
-    /// itself loads, executes or trusts (see [`crate::state_dirs`]).
+    /// itself loads, executes or trusts, or reach a protected path another
+    /// way than through its dir (see [`crate::state_dirs`]).
     #[error("{0}")]
     StateExposed(String),
 }
@@ -234,6 +238,8 @@ pub struct Sandbox {
     docker: OnceLock<DockerBackend>,
     /// `config.isolation_read_paths`, shared by every plan.
     read_paths: Arc<[PathBuf]>,
+    /// `config.protected_paths`, parsed.
+    protected: ProtectedPaths,
 }
 
 impl Sandbox {
@@ -252,6 +258,11 @@ impl Sandbox {
         let dirs = AllowedDirs::open(allowed_dirs.into_iter().map(Into::into))?;
         crate::state_dirs::refuse_exposed_state(&dirs, &config)
             .map_err(SandboxError::StateExposed)?;
+        // validate() parsed the same list.
+        let protected = ProtectedPaths::parse(&config.protected_paths)
+            .map_err(|m| ConfigError::key("protected_paths", m))?;
+        crate::state_dirs::refuse_aliased_protected(&dirs, &protected)
+            .map_err(SandboxError::StateExposed)?;
         if config.protect_host_environ {
             protect_host_environ();
         }
@@ -265,6 +276,7 @@ impl Sandbox {
         let registry =
             Registry::open(&config.wasm).map_err(|e| SandboxError::ToolDirs(e.to_string()))?;
         Ok(Sandbox {
+            protected,
             read_paths: config.isolation_read_paths.clone().into(),
             config,
             dirs,
@@ -285,6 +297,11 @@ impl Sandbox {
     /// The allowed dirs, canonicalized; the first is the default workspace.
     pub fn allowed_dirs(&self) -> &[AllowedDir] {
         self.dirs.as_slice()
+    }
+
+    /// The protected paths (`protected_paths`), parsed.
+    pub fn protected_paths(&self) -> &ProtectedPaths {
+        &self.protected
     }
 
     /// The allowed dirs as a set, for path resolution and access by handle.
@@ -394,6 +411,7 @@ impl Sandbox {
             allow_network: self.config.allow_network,
             isolation: self.config.isolation,
             isolation_read_paths: Arc::clone(&self.read_paths),
+            protected: self.protected.clone(),
             mounts: self
                 .dirs
                 .as_slice()
@@ -499,6 +517,8 @@ impl Sandbox {
         }
         // Private tmps of finished `direct` calls are removed in the background.
         let _ = tokio::task::spawn_blocking(crate::backend::direct::flush_private_tmps).await;
+        // What cancelled calls made at absent protected paths.
+        let _ = tokio::task::spawn_blocking(crate::backend::protect::sweep_cancelled).await;
     }
 
     /// The docker backend, created on first use (it contacts the engine on
@@ -648,6 +668,15 @@ impl Sandbox {
     /// Runs a plan made by [`Sandbox::plan`] on the backend it names.
     pub async fn run_plan(&self, plan: &ExecPlan) -> RunOutput {
         match plan.backend {
+            BackendKind::Direct if plan.isolation != crate::isolation::IsolationLevel::Off => {
+                // What mounts cannot hold (a name that did not exist) is
+                // moved aside after the call (`backend::protect`).
+                let sweep =
+                    crate::backend::protect::Sweep::new(crate::backend::protect::absent(plan));
+                let mut out = self.direct.run(plan).await;
+                sweep.finish(&mut out);
+                out
+            }
             BackendKind::Direct => self.direct.run(plan).await,
             BackendKind::Wasm => match self.wasm_backend() {
                 Ok(w) => w.run(plan).await,
@@ -657,7 +686,13 @@ impl Sandbox {
                     Duration::ZERO,
                 ),
             },
-            BackendKind::Docker => self.docker_backend().run(plan).await,
+            BackendKind::Docker => {
+                let sweep =
+                    crate::backend::protect::Sweep::new(crate::backend::protect::absent(plan));
+                let mut out = self.docker_backend().run(plan).await;
+                sweep.finish(&mut out);
+                out
+            }
             BackendKind::Auto => RunOutput::refused(
                 BackendKind::Auto,
                 Outcome::new(

@@ -215,6 +215,36 @@ fn fs_position(
     Some((dev.clone(), root.join(rest)))
 }
 
+/// Every other path to the place `canonical` (a resolved path) or into it:
+/// the same spot through each other mount of its filesystem that holds it (a
+/// bind mount of a dir above it), and the mount point of each mount of a dir
+/// inside it. Linux; the mount points listed are those of
+/// toolhost's mount namespace.
+#[cfg(target_os = "linux")]
+pub(crate) fn mount_aliases(canonical: &Path) -> Vec<PathBuf> {
+    let mounts = mount_table();
+    let Some((dev, pos)) = fs_position(canonical, &mounts) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = Vec::new();
+    for (d, root, point) in &mounts {
+        if *d != dev {
+            continue;
+        }
+        // A mount of a dir above the place shows it under its mount point;
+        // a mount of a dir inside it shows that part of it at the point.
+        let alias = match pos.strip_prefix(root) {
+            Ok(rest) => point.join(rest),
+            Err(_) if root.starts_with(&pos) => point.clone(),
+            Err(_) => continue,
+        };
+        if alias != canonical && !out.contains(&alias) {
+            out.push(alias);
+        }
+    }
+    out
+}
+
 /// `/proc/self/mountinfo` as (device, root in its filesystem, mount point).
 #[cfg(target_os = "linux")]
 fn mount_table() -> Vec<(String, PathBuf, PathBuf)> {
@@ -380,6 +410,66 @@ pub fn refuse_exposed_state(dirs: &AllowedDirs, config: &SandboxConfig) -> Resul
                 state.path.display(),
                 state.moved_by
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses allowed dirs that would reach a protected path
+/// (`policy::protected`) of a writable allowed dir another way than through
+/// that dir, where the backends could not tell it is protected: a writable
+/// allowed dir inside an existing protected path (nested, or a bind mount of a
+/// place in it), or a mount of a place inside one whose mount point lies in a
+/// writable dir.
+pub fn refuse_aliased_protected(
+    dirs: &AllowedDirs,
+    protected: &crate::policy::protected::ProtectedPaths,
+) -> Result<(), String> {
+    if protected.is_empty() {
+        return Ok(());
+    }
+    let writable = Writable::of(dirs);
+    #[cfg(target_os = "linux")]
+    let mounts = mount_table();
+    for d in dirs.as_slice().iter().filter(|d| !d.read_only()) {
+        for (_, raw) in protected.entries_raw() {
+            let lexical: PathBuf = raw.iter().fold(d.path().to_path_buf(), |p, n| p.join(n));
+            let Ok(place) = std::fs::canonicalize(&lexical) else {
+                continue;
+            };
+            if let Some(w) = writable.overlaps(&place) {
+                return Err(format!(
+                    "the writable allowed dir {} lies inside the protected path {} of {} (protected_paths): a tool could change it there. Allow it read-only (DIR:ro), or drop it",
+                    w.display(),
+                    raw.join("/"),
+                    d.path().display()
+                ));
+            }
+            #[cfg(target_os = "linux")]
+            if let Some((dev, pos)) = fs_position(&place, &mounts) {
+                for (mdev, root, point) in &mounts {
+                    // By path: a mount point outside every allowed dir's path
+                    // is out of reach (Landlock walks the mount tree).
+                    if *mdev == dev
+                        && root.starts_with(&pos)
+                        && point != &place
+                        && let Some(w) = dirs
+                            .as_slice()
+                            .iter()
+                            .find(|w| !w.read_only() && point.starts_with(w.path()))
+                            .map(|w| w.path())
+                    {
+                        return Err(format!(
+                            "{} (in the writable allowed dir {}) is a mount of a place inside the protected path {} of {} (protected_paths): a tool could change it there. Unmount it, or allow {} read-only (DIR:ro)",
+                            point.display(),
+                            w.display(),
+                            raw.join("/"),
+                            d.path().display(),
+                            w.display()
+                        ));
+                    }
+                }
+            }
         }
     }
     Ok(())

@@ -75,6 +75,7 @@ pub fn main(args: McpArgs) -> anyhow::Result<i32> {
         let r = toolhost::mcp::serve(Arc::new(toolbox), read, write).await;
         sandbox.shutdown().await;
         toolhost::backend::docker::flush_removals().await;
+        toolhost::backend::sweep_cancelled_protected_paths();
         r
     })?;
     // Reading stdin may still hold a runtime thread; nothing is left to do.

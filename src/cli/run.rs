@@ -308,6 +308,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
         };
         sandbox.shutdown().await;
         toolhost::backend::docker::flush_removals().await;
+        toolhost::backend::sweep_cancelled_protected_paths();
         r
     });
     // Everything of the call's that must finish has (above). A wasm guest

@@ -10,6 +10,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+pub mod protected;
 pub mod rate;
 pub mod shell;
 pub mod write;

@@ -8,7 +8,9 @@
 //! cannot lead outside). Writes go to a temporary file in the target's own
 //! directory handle and are renamed over the name, so a reader never sees a
 //! half-written file and a symlink at the name is replaced, not followed.
-//! Nothing is written under a read-only allowed dir.
+//! Nothing is written under a read-only allowed dir, and no protected path
+//! of a writable one (`policy::protected`) is written, created, moved or
+//! deleted, nor an ancestor of one moved, deleted or replaced.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Component, Path, PathBuf};
@@ -17,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cap_std::fs::{Dir, OpenOptions};
 
 use crate::paths::{AllowedDirs, PathError};
+use crate::policy::protected::{ProtectedPaths, Relation};
 use crate::policy::{Decision, write};
 
 /// Why a file tool failed: a stable kind (for the audit log) and a message
@@ -55,6 +58,7 @@ impl FsError {
 /// Rules of the sandbox's boundary.
 const OUTSIDE: &str = "sandbox.outside";
 const READ_ONLY: &str = "sandbox.read_only";
+const PROTECTED: &str = "sandbox.protected";
 
 impl std::fmt::Display for FsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,6 +104,79 @@ pub struct FsPolicy {
     pub max_read_bytes: u64,
     /// Extensions that may not be written.
     pub denied_extensions: Vec<String>,
+    /// Paths in the writable allowed dirs that may not change.
+    pub protected: ProtectedPaths,
+}
+
+/// What a change does to the path it names, for [`refuse_protected`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Creates a directory that is missing (an ancestor of a protected path
+    /// may be created: nothing protected can be made inside it).
+    MakeDir,
+    /// Writes, moves or deletes it (an ancestor may not be replaced).
+    Replace,
+}
+
+/// Refuses a change at `host` (inside the sandbox: its parent resolved, its
+/// final name literal) that touches a protected path of a writable allowed
+/// dir: at or under one, under the real location of one that is a symlink,
+/// or (for [`Change::Replace`]) an ancestor of one.
+fn refuse_protected(
+    dirs: &AllowedDirs,
+    policy: &FsPolicy,
+    host: &Path,
+    path: &str,
+    change: Change,
+) -> Result<(), FsError> {
+    if policy.protected.is_empty() {
+        return Ok(());
+    }
+    let refused = |what: String| {
+        Err(FsError::boundary(
+            PROTECTED,
+            format!("{}: {what} (protected_paths)", shown(path)),
+        ))
+    };
+    // Moving or deleting an allowed dir nested in another (or a dir holding
+    // one) would take its protected paths with it.
+    if change == Change::Replace
+        && let Some(d) = dirs.as_slice().iter().find(|d| d.path().starts_with(host))
+    {
+        return refused(format!(
+            "is (or holds) the allowed dir {}",
+            d.path().display()
+        ));
+    }
+    for d in dirs.as_slice().iter().filter(|d| !d.read_only()) {
+        if let Ok(rel) = host.strip_prefix(d.path()) {
+            match policy.protected.judge(rel) {
+                Relation::Free => {}
+                Relation::Protected(p) => return refused(format!("inside protected path {p}")),
+                Relation::Ancestor(p) if change == Change::Replace => {
+                    return refused(format!("would replace protected path {p}"));
+                }
+                Relation::Ancestor(_) => {}
+            }
+        }
+        // Where each protected path really leads (through symlinks, also
+        // to a place that does not exist yet): nothing under it changes,
+        // and neither it, a link on the way, nor a dir holding one is
+        // replaced.
+        for (_, raw) in policy.protected.entries_raw() {
+            let r = crate::backend::protect::resolve_entry(d.path(), raw);
+            if host.starts_with(&r.place) {
+                return refused(format!("inside protected path {}", raw.join("/")));
+            }
+            if change == Change::Replace
+                && host != d.path()
+                && (r.place.starts_with(host) || r.links.iter().any(|l| l.starts_with(host)))
+            {
+                return refused(format!("would replace protected path {}", raw.join("/")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The directory handle a name lives in and the name itself, as written:
@@ -108,6 +185,8 @@ pub struct FsPolicy {
 struct Target {
     parent: Dir,
     name: PathBuf,
+    /// Host path: the parent resolved, the name literal.
+    host: PathBuf,
     /// Under a read-only allowed dir, or itself (or an ancestor of) one: a
     /// nested read-only dir cannot be moved or deleted through its parent.
     read_only: bool,
@@ -162,6 +241,7 @@ fn target(dirs: &AllowedDirs, path: &str) -> Result<Target, FsError> {
     Ok(Target {
         parent: handle,
         name,
+        host,
         read_only,
     })
 }
@@ -342,6 +422,8 @@ pub fn write(
             format!("{}: the allowed dir is read-only", shown(path)),
         ));
     }
+    // Before its parents are created.
+    refuse_protected(dirs, policy, resolved.host_path(), path, Change::Replace)?;
     if let Some(parent) = Path::new(path).parent()
         && !parent.as_os_str().is_empty()
     {
@@ -362,6 +444,7 @@ pub fn write(
     }
     let t = target(dirs, path)?;
     writable(&t, path)?;
+    refuse_protected(dirs, policy, &t.host, path, Change::Replace)?;
     check_extension(&t, policy)?;
     let existing_meta = t.parent.symlink_metadata(&t.name).ok();
     let existing = match &existing_meta {
@@ -628,7 +711,7 @@ pub fn stat(dirs: &AllowedDirs, path: &str) -> Result<serde_json::Value, FsError
 }
 
 /// `file_mkdir`: creates a directory and its parents.
-pub fn mkdir(dirs: &AllowedDirs, path: &str) -> Result<String, FsError> {
+pub fn mkdir(dirs: &AllowedDirs, policy: &FsPolicy, path: &str) -> Result<String, FsError> {
     let resolved = dirs.resolve(Path::new(path), None)?;
     if resolved.read_only() {
         return Err(FsError::boundary(
@@ -636,6 +719,7 @@ pub fn mkdir(dirs: &AllowedDirs, path: &str) -> Result<String, FsError> {
             format!("{}: the allowed dir is read-only", shown(path)),
         ));
     }
+    refuse_protected(dirs, policy, resolved.host_path(), path, Change::MakeDir)?;
     let rel = resolved.relative();
     if rel.as_os_str().is_empty() {
         return Ok(format!("{path} exists"));
@@ -657,8 +741,10 @@ pub fn rename(
 ) -> Result<String, FsError> {
     let src = target(dirs, from)?;
     writable(&src, from)?;
+    refuse_protected(dirs, policy, &src.host, from, Change::Replace)?;
     let dst = target(dirs, to)?;
     writable(&dst, to)?;
+    refuse_protected(dirs, policy, &dst.host, to, Change::Replace)?;
     check_extension(&dst, policy)?;
     src.parent
         .symlink_metadata(&src.name)
@@ -677,9 +763,15 @@ pub fn rename(
 
 /// `file_delete`: removes a file, a symlink (not its target), or a directory
 /// (only empty unless `recursive`).
-pub fn delete(dirs: &AllowedDirs, path: &str, recursive: bool) -> Result<String, FsError> {
+pub fn delete(
+    dirs: &AllowedDirs,
+    policy: &FsPolicy,
+    path: &str,
+    recursive: bool,
+) -> Result<String, FsError> {
     let t = target(dirs, path)?;
     writable(&t, path)?;
+    refuse_protected(dirs, policy, &t.host, path, Change::Replace)?;
     let meta = t
         .parent
         .symlink_metadata(&t.name)

@@ -405,6 +405,7 @@ impl Toolbox {
             max_file_size: (c.max_file_size_mb != 0).then_some(c.max_file_size_mb << 20),
             max_read_bytes: c.max_output_bytes,
             denied_extensions: c.write_denied_extensions.clone(),
+            protected: sandbox.protected_paths().clone(),
         };
         let shell = ShellPolicy {
             allowed: c.shell_allowed_binaries.clone(),
@@ -933,7 +934,7 @@ fn file_tool(
         }
         "file_mkdir" => {
             let a = Args::new(name, v, &["path"])?;
-            fs::mkdir(dirs, a.req_str("path")?).map(ToolResult::ok)
+            fs::mkdir(dirs, policy, a.req_str("path")?).map(ToolResult::ok)
         }
         "file_move" => {
             let a = Args::new(name, v, &["from", "to", "overwrite"])?;
@@ -948,7 +949,7 @@ fn file_tool(
         }
         "file_delete" => {
             let a = Args::new(name, v, &["path", "recursive"])?;
-            fs::delete(dirs, a.req_str("path")?, a.bool("recursive")?).map(ToolResult::ok)
+            fs::delete(dirs, policy, a.req_str("path")?, a.bool("recursive")?).map(ToolResult::ok)
         }
         "file_search" => {
             let a = Args::new(name, v, &["path", "glob", "text"])?;

@@ -52,18 +52,18 @@ impl Target {
 ///                           12345678901234567890123456789012345678901234567890
 #[rustfmt::skip]
 const EXPECTATIONS: &[(Target, &str)] = &[
-    (Target::Direct, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HHHp----H-"),
-    (Target::Docker, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----H--p----H-"),
-    (Target::Wasm,   "HHHHHH-HHHHHH--HHH-HHH-----HH-HHHHH-----H--pHHH-H-"),
-    (Target::Files,  "HHHHHHHHHH-----H------------------------HHHp------"),
+    (Target::Direct, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HHHH----H-"),
+    (Target::Docker, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----H--H----H-"),
+    (Target::Wasm,   "HHHHHH-HHHHHH--HHH-HHH-----HH-HHHHH-----H--HHHH-H-"),
+    (Target::Files,  "HHHHHHHHHH-----H------------------------HHHH------"),
     (Target::Shell,  "-----------------------------------HHHHH----------"),
 ];
 
 /// The number of cases.
 const CASES: u32 = 50;
 
-/// Cases still pending somewhere (issue 15 is closing them one by one).
-const PENDING: &[u32] = &[44];
+/// Cases still pending somewhere.
+const PENDING: &[u32] = &[];
 
 /// Where the `d` cases are checked (none left: every case runs in the driver).
 const DEDICATED: &[(u32, &str)] = &[];
@@ -228,6 +228,7 @@ fn files_policy() -> toolhost::tools::fs::FsPolicy {
         max_file_size: Some(1 << 20),
         max_read_bytes: 1 << 20,
         denied_extensions: Vec::new(),
+        protected: toolhost::policy::protected::ProtectedPaths::default_list(),
     }
 }
 
@@ -1054,6 +1055,7 @@ except OSError:
         42 if d == Target::Files => replaced_setid_file_case(c),
         42 => privileges_left_behind_case(c).await,
         43 => planted_on_path_case(c).await,
+        44 => protected_paths_case(c).await,
         45 => slow_compile_case(c).await,
         46 => cache_cap_case(c).await,
         47 => engine_log_case(c),
@@ -1129,6 +1131,270 @@ async fn planted_state_case(c: &Ctx) -> CaseResult {
         "PWNED"
     };
     ensure(ok == want, || format!("control: {ok:?}"))
+}
+
+/// Everything under `dir` (names, types, modes, contents, link targets), as
+/// one string to compare before and after.
+fn tree_digest(dir: &std::path::Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            out.push(format!("{}: unreadable", d.display()));
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            let mode = m.permissions().mode();
+            let what = if m.file_type().is_symlink() {
+                format!("link {:?}", std::fs::read_link(&p).ok())
+            } else if m.is_dir() {
+                stack.push(p.clone());
+                "dir".to_string()
+            } else {
+                format!("file {:?}", std::fs::read(&p).ok())
+            };
+            out.push(format!("{} {mode:o} {what}", p.display()));
+        }
+    }
+    out.sort();
+    out.join("\n")
+}
+
+/// Case 44: code planted for the host to run later. The workspace is a git
+/// repository (its `.git` writable by the tool's uid); a call tries to write
+/// a hook, to move the executable sample hook into place, to append to
+/// `.git/config`, to replace `.git` (moved away, a `gitdir:` file in its
+/// place), to reach `.git` through a symlink, and to hard-link `.git/config`
+/// out. Everything under `.git` must be unchanged (names, modes, contents).
+/// Allowed twins: the same writes into a `notgit` dir land, and with
+/// `protected_paths = []` the first attack does reach `.git`.
+async fn protected_paths_case(c: &Ctx) -> CaseResult {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = c.t.ws();
+    let git = ws.join(".git");
+    // No repository yet: a `.git` made by the call does not survive it
+    // (refused by name, or moved aside after the call where no mount can
+    // hold a name that did not exist).
+    {
+        let sb = c.sandbox();
+        match c.target {
+            Target::Direct | Target::Docker => {
+                let r = c
+                    .run(
+                        &sb,
+                        "mkdir -p .git/hooks && printf x > .git/hooks/pre-commit",
+                        &[],
+                    )
+                    .await;
+                ensure(r.stderr.contains("is a protected path"), || {
+                    format!("{r:?}")
+                })?;
+                let aside = std::fs::read_dir(&ws)
+                    .map_err(|e| e.to_string())?
+                    .flatten()
+                    .map(|e| e.path())
+                    .find(|p| {
+                        p.file_name().is_some_and(|n| {
+                            n.to_string_lossy().starts_with(".git.toolhost-refused-")
+                        })
+                    })
+                    .ok_or("the created .git was not moved aside")?;
+                ensure(aside.join("hooks/pre-commit").exists(), || {
+                    format!("{} lacks the hook", aside.display())
+                })?;
+                std::fs::remove_dir_all(&aside).map_err(|e| e.to_string())?;
+            }
+            Target::Wasm => {
+                let r = c.run(&sb, "", &["mkdir", ".git"]).await;
+                ensure(r.stdout.contains("ERR"), || format!("{r:?}"))?;
+            }
+            Target::Files => {
+                let r = toolhost::tools::fs::mkdir(sb.dirs(), &files_policy(), ".git");
+                ensure(
+                    matches!(&r, Err(e) if e.rule.as_deref() == Some("sandbox.protected")),
+                    || format!("{r:?}"),
+                )?;
+            }
+            Target::Shell => {}
+        }
+        ensure(!git.exists(), || ".git survived the call".into())?;
+    }
+    for d in [git.join("hooks"), git.join("objects"), git.join("refs")] {
+        std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
+    }
+    let files = [
+        ("HEAD", "ref: refs/heads/main\n", 0o666),
+        ("config", "[core]\n\tbare = false\n", 0o666),
+        ("hooks/pre-commit.sample", "#!/bin/sh\nexit 0\n", 0o777),
+    ];
+    for (name, text, mode) in files {
+        let p = git.join(name);
+        std::fs::write(&p, text).map_err(|e| e.to_string())?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| e.to_string())?;
+    }
+    for d in [
+        &git,
+        &git.join("hooks"),
+        &git.join("objects"),
+        &git.join("refs"),
+    ] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| e.to_string())?;
+    }
+    std::os::unix::fs::symlink(".git", ws.join("lg")).map_err(|e| e.to_string())?;
+    let before = tree_digest(&git);
+    let sb = c.sandbox();
+    let mut refusals = Vec::new();
+    match c.target {
+        Target::Direct | Target::Docker => {
+            let script = "\
+                printf 'x' > .git/hooks/pre-commit; echo \"write=$?\"; \
+                chmod 755 .git/hooks/pre-commit.sample; echo \"chmod=$?\"; \
+                mv .git/hooks/pre-commit.sample .git/hooks/pre-commit; echo \"mv=$?\"; \
+                printf '[core]\\n\\tfsmonitor = touch ran\\n' >> .git/config; echo \"config=$?\"; \
+                mv .git .git-old; echo \"mvgit=$?\"; \
+                rm -rf .git; echo \"rm=$?\"; \
+                printf x > lg/hooks/post-checkout; echo \"link=$?\"; \
+                ln .git/config cfg && printf X >> cfg; echo \"hardlink=$?\"; \
+                mkdir -p notgit/hooks && printf ok > notgit/hooks/pre-commit && printf ok > notgit/config; echo \"twin=$?\"";
+            let r = c.run(&sb, script, &[]).await;
+            ensure(r.stdout.contains("twin=0"), || format!("twin: {r:?}"))?;
+            for step in ["write", "mv", "config", "mvgit", "link", "hardlink"] {
+                ensure(!r.stdout.contains(&format!("{step}=0")), || {
+                    format!("{step} succeeded: {r:?}")
+                })?;
+            }
+            refusals.push(r.stdout.clone());
+        }
+        Target::Wasm => {
+            for args in [
+                &["write", ".git/hooks/pre-commit", "5"][..],
+                &[
+                    "rename",
+                    ".git/hooks/pre-commit.sample",
+                    ".git/hooks/pre-commit",
+                ],
+                &["append", ".git/config", "X"],
+                &["rename", ".git", ".git-old"],
+                &["rm", ".git/HEAD"],
+                &["mkdir", ".git/hooks/sub"],
+                &["write", "lg/hooks/post-checkout", "5"],
+                &["link", ".git/config", "cfg"],
+                &["symlink", "x", ".git/hooks/l"],
+            ] {
+                let r = c.run(&sb, "", args).await;
+                ensure(!r.success() && r.stdout.contains("ERR"), || {
+                    format!("{args:?}: {r:?}")
+                })?;
+                refusals.push(r.stdout.clone());
+            }
+            for args in [
+                &["mkdir", "notgit"][..],
+                &["mkdir", "notgit/hooks"],
+                &["write", "notgit/hooks/pre-commit", "5"],
+                &["write", "notgit/config", "5"],
+            ] {
+                let r = c.run(&sb, "", args).await;
+                ensure(r.success(), || format!("twin {args:?}: {r:?}"))?;
+            }
+        }
+        Target::Files => {
+            use toolhost::tools::fs;
+            let (dirs, p) = (sb.dirs(), files_policy());
+            let tries: Vec<(&str, Result<String, fs::FsError>)> = vec![
+                (
+                    "write",
+                    fs::write(dirs, &p, ".git/hooks/pre-commit", b"x", false),
+                ),
+                ("append", fs::write(dirs, &p, ".git/config", b"X", true)),
+                (
+                    "via link",
+                    fs::write(dirs, &p, "lg/hooks/post-checkout", b"x", false),
+                ),
+                (
+                    "case",
+                    fs::write(dirs, &p, ".GIT/Hooks/pre-commit", b"x", false),
+                ),
+                (
+                    "move in",
+                    fs::rename(
+                        dirs,
+                        &p,
+                        ".git/hooks/pre-commit.sample",
+                        ".git/hooks/pre-commit",
+                        false,
+                    ),
+                ),
+                ("move .git", fs::rename(dirs, &p, ".git", "git-old", false)),
+                ("delete", fs::delete(dirs, &p, ".git/config", false)),
+                ("mkdir", fs::mkdir(dirs, &p, ".git/hooks/sub")),
+            ];
+            for (what, r) in tries {
+                match r {
+                    Err(e) if e.rule.as_deref() == Some("sandbox.protected") => {
+                        refusals.push(e.message)
+                    }
+                    other => return Err(format!("{what}: {other:?}")),
+                }
+            }
+            fs::write(dirs, &p, "notgit/hooks/pre-commit", b"ok", false).map_err(|e| e.message)?;
+            fs::write(dirs, &p, "notgit/config", b"ok", false).map_err(|e| e.message)?;
+        }
+        Target::Shell => return Err("not a shell-policy case".into()),
+    }
+    ensure(tree_digest(&git) == before, || {
+        format!(
+            "{} changed: {refusals:?}\nnow:\n{}",
+            git.display(),
+            tree_digest(&git)
+        )
+    })?;
+    ensure(!ws.join("ran").exists() && !ws.join("cfg").exists(), || {
+        "a planted file is there".into()
+    })?;
+    let twin =
+        std::fs::read_to_string(ws.join("notgit/hooks/pre-commit")).map_err(|e| e.to_string())?;
+    ensure(twin == "ok" || twin == "xxxxx", || {
+        format!("twin: {twin:?}")
+    })?;
+    // The same first attack with nothing protected reaches `.git`: what
+    // refused it above is the protection.
+    let open = c.sandbox_with(|cfg| cfg.protected_paths.clear());
+    let hook = git.join("hooks/pre-commit");
+    match c.target {
+        Target::Files => {
+            toolhost::tools::fs::write(
+                open.dirs(),
+                &toolhost::tools::fs::FsPolicy {
+                    protected: Default::default(),
+                    ..files_policy()
+                },
+                ".git/hooks/pre-commit",
+                b"x",
+                false,
+            )
+            .map_err(|e| e.message)?;
+        }
+        _ => {
+            let r = c
+                .run(
+                    &open,
+                    "printf x > .git/hooks/pre-commit",
+                    &["write", ".git/hooks/pre-commit", "1"],
+                )
+                .await;
+            ensure(r.success(), || format!("unprotected write: {r:?}"))?;
+        }
+    }
+    ensure(hook.exists(), || {
+        "the unprotected write did not land".into()
+    })
 }
 
 /// The attack of case 42 (run as the tool): set-ID files by chmod and by a

@@ -60,6 +60,9 @@ pub struct PathFixture {
     ro: PathBuf,
     outside: PathBuf,
     before_ro: BTreeMap<PathBuf, String>,
+    /// The workspace's `.git` (a protected path) and what it holds.
+    git: PathBuf,
+    before_git: BTreeMap<PathBuf, String>,
     before_outside: BTreeMap<PathBuf, String>,
 }
 
@@ -90,6 +93,11 @@ const NAMES: &[&str] = &[
     "a\u{200b}b",
     "n\0ul",
     "...",
+    ".git",
+    ".GIT.",
+    "hooks",
+    "config",
+    "l_git",
 ];
 
 impl PathFixture {
@@ -122,6 +130,11 @@ impl PathFixture {
         symlink("l_loop", ws.join("l_loop")).expect("symlink");
         symlink("../..", ws.join("sub/l_up")).expect("symlink");
         symlink("../outside/canary.txt", ws.join("sub/l_file")).expect("symlink");
+        let git = ws.join(".git");
+        std::fs::create_dir_all(git.join("hooks")).expect("mkdir .git");
+        std::fs::write(git.join("config"), "[core]\n").expect("config");
+        std::fs::write(git.join("hooks/pre-commit.sample"), "#!/bin/sh\n").expect("hook");
+        symlink(".git", ws.join("l_git")).expect("symlink");
         let dirs = AllowedDirs::open([
             AllowedDirSpec::read_write(&ws),
             AllowedDirSpec::read_only(&ro),
@@ -129,6 +142,8 @@ impl PathFixture {
         .expect("allowed dirs");
         PathFixture {
             before_ro: snapshot(&ro),
+            before_git: snapshot(&git),
+            git,
             before_outside: snapshot(&outside),
             root,
             dirs,
@@ -136,6 +151,7 @@ impl PathFixture {
                 max_file_size: Some(1 << 20),
                 max_read_bytes: 1 << 16,
                 denied_extensions: vec![".sh".into()],
+                protected: toolhost::policy::protected::ProtectedPaths::default_list(),
             },
             ro,
             outside,
@@ -210,12 +226,12 @@ impl PathFixture {
             let _ = match op % 7 {
                 0 => fs::write(&self.dirs, &self.policy, &p, b"PWNED", false).map(|_| ()),
                 1 => fs::write(&self.dirs, &self.policy, &p, b"PWNED", true).map(|_| ()),
-                2 => fs::mkdir(&self.dirs, &p).map(|_| ()),
+                2 => fs::mkdir(&self.dirs, &self.policy, &p).map(|_| ()),
                 3 => {
                     let q = self.path(&mut data);
                     fs::rename(&self.dirs, &self.policy, &p, &q, op & 0x80 != 0).map(|_| ())
                 }
-                4 => fs::delete(&self.dirs, &p, true).map(|_| ()),
+                4 => fs::delete(&self.dirs, &self.policy, &p, true).map(|_| ()),
                 5 => fs::read(&self.dirs, &self.policy, &p, 0, None).map(|_| ()),
                 _ => fs::stat(&self.dirs, &p).map(|_| ()),
             };
@@ -228,6 +244,11 @@ impl PathFixture {
                 snapshot(&self.ro),
                 self.before_ro,
                 "read-only dir changed after op {op} on {p:?}"
+            );
+            assert_eq!(
+                snapshot(&self.git),
+                self.before_git,
+                "protected .git changed after op {op} on {p:?}"
             );
         }
     }

@@ -10,7 +10,7 @@ use std::net::{TcpListener, UdpSocket};
 use std::time::Duration;
 
 use toolhost::isolation::IsolationLevel;
-use toolhost::{AllowedDirSpec, OutcomeKind, RunOutput, SandboxConfig};
+use toolhost::{AllowedDirSpec, OutcomeKind, RunOutput, RunRequest, SandboxConfig};
 
 use crate::util::*;
 
@@ -729,4 +729,56 @@ fn an_unprivileged_toolhost_gets_user_network_and_pid_namespaces() {
     assert!(accepted(&listener), "twin: the listener saw it");
     assert!(!out.starts_with("pid=2\n"), "{v}");
     assert_eq!(survivors("sleep 9651"), Vec::<i32>::new());
+}
+
+/// Case 44 on `direct`, what the contract row does not see: the call's mount
+/// namespace leaves no mount behind in toolhost's, strict reports the layer,
+/// a cwd inside the workspace still resolves relative paths under the
+/// mounts, and a sandbox with nothing to protect reports it applied too.
+#[tokio::test]
+async fn protected_paths_are_mounts_of_the_call_only() {
+    let t = Tmp::new();
+    let git = t.ws().join(".git");
+    std::fs::create_dir_all(git.join("hooks")).unwrap();
+    std::fs::write(git.join("config"), "[core]\n").unwrap();
+    std::fs::create_dir_all(t.ws().join("sub")).unwrap();
+    let ws = t.ws().display().to_string();
+    let mounts_under_ws = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&ws))
+            .count()
+    };
+    let before = mounts_under_ws();
+    let sb = t.sandbox(level(IsolationLevel::Strict));
+    let r = sb
+        .run(
+            RunRequest::new([
+                "sh",
+                "-c",
+                "printf x > ../.git/config; echo rc=$?; printf ok > ../ok",
+            ])
+            .cwd(t.ws().join("sub")),
+        )
+        .await;
+    assert!(applied(&r).contains(&"protected_paths"), "{r:?}");
+    assert!(
+        r.stdout.contains("rc=1") || r.stdout.contains("rc=2"),
+        "{r:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(git.join("config")).unwrap(),
+        "[core]\n"
+    );
+    assert_eq!(std::fs::read_to_string(t.ws().join("ok")).unwrap(), "ok");
+    assert_eq!(
+        mounts_under_ws(),
+        before,
+        "a mount leaked into toolhost's namespace"
+    );
+    // Allowed twin: nothing protected here, and the layer still reports held.
+    let other = Tmp::new();
+    let r = sh(&other.sandbox(level(IsolationLevel::Strict)), "echo ok").await;
+    assert!(applied(&r).contains(&"protected_paths"), "{r:?}");
 }

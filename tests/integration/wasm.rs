@@ -1650,3 +1650,74 @@ async fn a_path_longer_than_any_host_takes_is_refused_before_the_open() {
     }
     drop(t);
 }
+
+/// Case 44 for preview-2 components and preview-1 modules side by side, with
+/// what the contract row does not try: a `.git` absent when the call starts
+/// is refused by name, a cwd inside `.git` is read-only, a finer list keeps
+/// `.git/index` writable but `.git` itself unmovable, and a hard link out of
+/// `.git` is refused.
+#[tokio::test]
+async fn protected_paths_hold_for_modules_and_components() {
+    for p2 in [false, true] {
+        let (t, sb) = setup_p2(wasm_config());
+        std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
+        async fn run_probe(
+            sb: &Sandbox,
+            p2: bool,
+            args: &[&str],
+            cwd: Option<PathBuf>,
+        ) -> RunOutput {
+            let mut argv = vec![if p2 { "./probe2.wasm" } else { "./probe.wasm" }];
+            argv.extend_from_slice(args);
+            let mut req = RunRequest::new(argv);
+            if let Some(c) = cwd {
+                req = req.cwd(c);
+            }
+            sb.run(req).await
+        }
+        let go = |sb, args, cwd| run_probe(sb, p2, args, cwd);
+        // No `.git` yet: creating one is refused; the allowed twin lands.
+        let r = go(&sb, &["mkdir", ".git"], None).await;
+        assert!(r.stdout.contains("ERR"), "p2={p2} {r:?}");
+        assert!(!t.ws().join(".git").exists());
+        let r = go(&sb, &["mkdir", "git"], None).await;
+        assert!(r.stdout.contains("ok"), "p2={p2} {r:?}");
+        // A repository: a cwd inside it is read-only, a hard link out refused.
+        std::fs::create_dir_all(t.ws().join(".git/hooks")).unwrap();
+        std::fs::write(t.ws().join(".git/config"), "[core]\n").unwrap();
+        let probe = if p2 { "probe2.wasm" } else { "probe.wasm" };
+        std::fs::copy(t.ws().join(probe), t.ws().join(".git/hooks").join(probe)).unwrap();
+        let r = go(&sb, &["write", "x", "1"], Some(t.ws().join(".git/hooks"))).await;
+        assert!(r.stdout.contains("ERR"), "p2={p2} {r:?}");
+        assert!(!t.ws().join(".git/hooks/x").exists());
+        let r = go(&sb, &["link", ".git/config", "cfg"], None).await;
+        assert!(r.stdout.contains("ERR"), "p2={p2} {r:?}");
+        assert!(!t.ws().join("cfg").exists());
+        // A finer list: `.git/index` is written, `.git/hooks` and `.git` are not.
+        let fine = Sandbox::new(
+            [t.ws()],
+            SandboxConfig {
+                protected_paths: vec![".git/hooks".into(), ".git/config".into()],
+                ..wasm_config()
+            },
+        )
+        .unwrap();
+        let r = go(&fine, &["write", ".git/index", "3"], None).await;
+        assert!(r.stdout.contains("wrote 3"), "p2={p2} {r:?}");
+        for args in [
+            &["write", ".git/hooks/pre-commit", "1"][..],
+            &["append", ".git/config", "X"],
+            &["rename", ".git", "g2"],
+            &["rename", ".git/hooks", ".git/h2"],
+        ] {
+            let r = go(&fine, args, None).await;
+            assert!(r.stdout.contains("ERR"), "p2={p2} {args:?}: {r:?}");
+        }
+        assert!(!t.ws().join(".git/hooks/pre-commit").exists());
+        assert_eq!(
+            std::fs::read_to_string(t.ws().join(".git/config")).unwrap(),
+            "[core]\n"
+        );
+        assert!(t.ws().join(".git/hooks").is_dir() && !t.ws().join("g2").exists());
+    }
+}

@@ -1022,6 +1022,8 @@ pub(super) struct Prepared {
     /// Layers applied by toolhost itself (subreaper, private tmp).
     pub parent_applied: u32,
     pub tmp: Option<PrivateTmp>,
+    /// The call's mount namespace over its protected paths, if any exist.
+    pub mounts: Option<super::mounts::MountPlan>,
     _ruleset: Option<OwnedFd>,
 }
 
@@ -1074,6 +1076,7 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
             wanted: base,
             parent_applied: Layer::Subreaper.bit(),
             tmp: None,
+            mounts: None,
             _ruleset: None,
         });
     }
@@ -1107,6 +1110,26 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
     tool.pidns = root || userns.is_some();
     wanted |= Layer::PidNamespace.bit();
     let mut parent_applied = Layer::Subreaper.bit();
+
+    // Protected paths: a mount namespace over those that exist (the
+    // supervisor makes it and reports the layer); none to hold is held.
+    wanted |= Layer::ProtectedPaths.bit();
+    let mounts = super::mounts::MountPlan::prepare(plan);
+    if mounts.is_none() {
+        parent_applied |= Layer::ProtectedPaths.bit();
+    } else if !tool.pidns {
+        // No namespaces at all here (neither root nor a user namespace).
+        if strict {
+            return Err(unavailable(
+                Layer::ProtectedPaths,
+                "holding the protected paths needs a mount namespace (root, or a user namespace)",
+            ));
+        }
+        tracing::warn!(
+            "direct backend: no mount namespace for this call: its protected paths are not held"
+        );
+    }
+    let mounts = mounts.filter(|_| tool.pidns);
 
     let tmp = match PrivateTmp::create() {
         Ok(t) => {
@@ -1181,6 +1204,7 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
         wanted,
         parent_applied,
         tmp,
+        mounts,
         _ruleset: ruleset,
     })
 }

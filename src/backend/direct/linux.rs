@@ -189,6 +189,8 @@ pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::Re
         &plan.env,
         h.0.tmp.as_ref().map(|t| t.path()),
     )?;
+    let mut params = params;
+    params.mounts = h.0.mounts.clone();
     // SAFETY: `enter` only makes async-signal-safe calls (see supervisor.rs), and
     // every fd it uses (status pipe, cwd handle) outlives the spawn.
     unsafe {

@@ -24,6 +24,8 @@ use crate::sandbox::ExecPlan;
 #[cfg(target_os = "linux")]
 mod harden;
 #[cfg(target_os = "linux")]
+mod mounts;
+#[cfg(target_os = "linux")]
 mod supervisor;
 #[cfg(target_os = "linux")]
 pub use harden::flush_private_tmps;

@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use libc::{c_int, pid_t};
 
 use super::harden::{ToolHardening, apply_in_tool};
+use super::mounts::MountPlan;
 use crate::isolation::Layer;
 
 /// Resources limited in the tool: (resource, soft limit). The hard limit is the
@@ -64,6 +65,8 @@ pub(super) struct Params {
     pub limits: [Option<RLimit>; 4],
     /// The kernel isolation layers to apply in the tool.
     pub harden: ToolHardening,
+    /// The mount namespace over the protected paths, if any (`mounts`).
+    pub mounts: Option<MountPlan>,
     exec: ExecArgs,
 }
 
@@ -145,6 +148,7 @@ impl Params {
             cwd_fd,
             limits,
             harden,
+            mounts: None,
             exec: ExecArgs {
                 program,
                 search_path,
@@ -299,6 +303,22 @@ pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
         let mut ns_layers = 0;
         if p.harden.userns_fd >= 0 && libc::setns(p.harden.userns_fd, libc::CLONE_NEWUSER) == 0 {
             ns_layers |= Layer::UserNamespace.bit();
+        }
+        // The protected paths, before anything of the tool's exists.
+        if let Some(m) = &p.mounts {
+            match m.apply(p.cwd_fd) {
+                Ok(()) => ns_layers |= Layer::ProtectedPaths.bit(),
+                // Half made (or the cwd changed under us): never run.
+                Err((e, true)) => {
+                    report_not_started(p, e, STAGE_ISOLATION, Layer::ProtectedPaths.bit())
+                }
+                Err((e, false)) if p.harden.strict => {
+                    report_not_started(p, e, STAGE_ISOLATION, Layer::ProtectedPaths.bit())
+                }
+                // No mount namespace at all, best effort: the call runs, and
+                // reports the layer missing.
+                Err((_, false)) => {}
+            }
         }
         let arg = (p as *const Params).cast_mut().cast::<c_void>();
         if p.harden.pidns && libc::unshare(libc::CLONE_NEWPID) == 0 {

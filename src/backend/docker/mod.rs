@@ -389,6 +389,20 @@ impl DockerBackend {
                 ..Default::default()
             })
             .collect();
+        // Protected paths (`backend::protect`): read-only binds over those
+        // that exist, and writable ones over the dirs on the way to them.
+        for h in crate::backend::protect::held(plan)
+            .into_iter()
+            .filter(|h| !h.link)
+        {
+            mounts.push(Mount {
+                target: Some(h.target.to_string_lossy().into_owned()),
+                source: Some(h.source.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(h.read_only),
+                ..Default::default()
+            });
+        }
         for p in &self.config.extra_ro_mounts {
             mounts.push(Mount {
                 target: Some(p.to_string_lossy().into_owned()),
@@ -492,6 +506,28 @@ impl DockerBackend {
             return Err(Outcome::new(
                 OutcomeKind::InvalidRequest,
                 "the cwd is not valid UTF-8 (the Docker API takes UTF-8)",
+            ));
+        }
+        // A protected path the engine could not be told about is not held;
+        // nor one reached through a symlink, which a bind cannot cover here
+        // (the engine resolves mount targets): the call could replace the link.
+        let held = crate::backend::protect::held(plan);
+        if let Some(h) = held.iter().find(|h| h.link) {
+            return Err(refuse(format!(
+                "protected path {} is a symlink (or lies through one), which the docker backend cannot hold; refused (make it a directory, or change protected_paths)",
+                h.target.display()
+            )));
+        }
+        if let Some(h) = held
+            .iter()
+            .find(|h| h.source.to_str().is_none() || h.target.to_str().is_none())
+        {
+            return Err(Outcome::new(
+                OutcomeKind::InvalidRequest,
+                format!(
+                    "protected path {:?} leads to a path that is not valid UTF-8 (the Docker API takes UTF-8); refused",
+                    h.target
+                ),
             ));
         }
         let mut sockets = vec![

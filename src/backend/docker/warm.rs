@@ -55,6 +55,9 @@ pub(super) struct WarmContainer {
     reader: Reader,
     /// A call in it was OOM-killed (the engine's `OOMKilled` then stays set).
     oom_seen: bool,
+    /// The protected-path mounts it was created with (`backend::protect`):
+    /// a call that needs others gets a new container.
+    held: Vec<crate::backend::protect::Held>,
 }
 
 /// The helper's side of the attach stream, parsed into frames.
@@ -490,6 +493,7 @@ impl DockerBackend {
                 buf: Vec::new(),
             },
             oom_seen: false,
+            held: crate::backend::protect::held(plan),
         };
         match tokio::time::timeout(HELPER_GRACE, warm.reader.next_frame()).await {
             Ok(Ok((b'H', v))) if v == HELLO => {}
@@ -537,6 +541,14 @@ impl DockerBackend {
             && let Some(dead) = slot.slot.take()
         {
             remove(docker, &dead.id).await;
+        }
+        // A protected path that appeared (or went) since the container was
+        // made: its mounts are fixed, so it is replaced.
+        let held = crate::backend::protect::held(plan);
+        if slot.slot.as_ref().is_some_and(|w| w.held != held)
+            && let Some(old) = slot.slot.take()
+        {
+            remove(docker, &old.id).await;
         }
         if slot.slot.is_none() {
             match self.start_warm(docker, image, plan).await {

@@ -19,7 +19,7 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 use wasmtime_wasi::p2::{DynOutputStream, OutputStream, Pollable, StreamError, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::{Common, FileBudget, HasCommon, special};
+use super::{Common, FileBudget, HasCommon, guard_p2, special};
 
 /// Host bindings of the `toolhost:tool` world.
 pub(crate) mod bindings {
@@ -143,31 +143,41 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
                 if path.len() > super::MAX_GUEST_PATH {
                     return Ok((Err(ErrorCode::NameTooLong),));
                 }
+                let guard = store.data().common.guard.clone();
                 let mut view = store.data_mut().filesystem();
-                if !precheck(&mut view, &fd, path_flags, &path).await {
-                    return Ok((Err(ErrorCode::NotPermitted),));
-                }
-                let open = HostDescriptor::open_at(&mut view, fd, path_flags, path, oflags, flags);
-                let watched = special::watched(open).await;
-                let new = match watched.result {
-                    Ok(new) => new,
-                    Err(e) => {
-                        let code = view.convert_error_code(e)?;
-                        return Ok((Err(refusal(code, watched.interrupted)),));
+                // An open that may change a file goes through the guard
+                // (`protect`): the parent's handle, the last name unfollowed.
+                let write = oflags.intersects(OpenFlags::CREATE | OpenFlags::TRUNCATE)
+                    || flags.contains(DescriptorFlags::WRITE);
+                if guard.active() && write {
+                    match guard_p2::open_target(&mut view, &guard, fd.rep(), path_flags, &path)
+                        .await?
+                    {
+                        Ok(Some(t)) => {
+                            let unfollowed = PathFlags::empty(); // its only flag is SYMLINK_FOLLOW
+                            let r = open_checked(
+                                &mut view,
+                                &guard,
+                                t.dir(),
+                                unfollowed,
+                                t.name.clone(),
+                                oflags,
+                                flags,
+                            )
+                            .await;
+                            guard_p2::release(&mut view, &t)?;
+                            return r;
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Ok((Err(e),)),
                     }
-                };
-                // What was opened must be a file or a directory (`special`).
-                let opened = Resource::<Descriptor>::new_borrow(new.rep());
-                match HostDescriptor::get_type(&mut view, opened).await {
-                    Ok(t) if special::p2_allowed(t) => Ok((Ok(new),)),
-                    _ => {
-                        HostDescriptor::drop(&mut view, new)?;
-                        Ok((Err(ErrorCode::NotPermitted),))
-                    }
                 }
+                open_checked(&mut view, &guard, fd, path_flags, path, oflags, flags).await
             })
         },
     )?;
+    // Changes by path go through a fresh handle on the parent (`protect`).
+    guard_p2::add_to_linker(&mut fs)?;
     // wasmtime-wasi sets a path's times through a blocking open of it.
     fs.func_wrap_async(
         "[method]descriptor.set-times-at",
@@ -183,23 +193,89 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
                 if path.len() > super::MAX_GUEST_PATH {
                     return Ok((Err(ErrorCode::NameTooLong),));
                 }
+                let guard = store.data().common.guard.clone();
                 let mut view = store.data_mut().filesystem();
-                if !precheck(&mut view, &fd, path_flags, &path).await {
-                    return Ok((Err(ErrorCode::NotPermitted),));
+                let t = match guard_p2::change_target(&mut view, &guard, fd.rep(), &path).await? {
+                    Ok(t) => t,
+                    Err(e) => return Ok((Err(e),)),
+                };
+                let (dir, path) = match &t {
+                    Some(t) => (t.dir(), t.name.clone()),
+                    None => (fd, path),
+                };
+                let r = set_times_checked(&mut view, dir, path_flags, path, atim, mtim).await;
+                if let Some(t) = &t {
+                    guard_p2::release(&mut view, t)?;
                 }
-                let set = HostDescriptor::set_times_at(&mut view, fd, path_flags, path, atim, mtim);
-                let watched = special::watched(set).await;
-                match watched.result {
-                    Ok(()) => Ok((Ok(()),)),
-                    Err(e) => {
-                        let code = view.convert_error_code(e)?;
-                        Ok((Err(refusal(code, watched.interrupted)),))
-                    }
-                }
+                r
             })
         },
     )?;
     Ok(linker)
+}
+
+type OpenReturn = (Result<Resource<Descriptor>, ErrorCode>,);
+
+/// `open-at` with the special-file checks (`special`); a directory opened
+/// inside a protected dir is made read-only (`protect`).
+async fn open_checked(
+    view: &mut wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_>,
+    guard: &super::protect::Guard,
+    fd: Resource<Descriptor>,
+    path_flags: PathFlags,
+    path: String,
+    oflags: OpenFlags,
+    flags: DescriptorFlags,
+) -> wasmtime::Result<OpenReturn> {
+    if !precheck(view, &fd, path_flags, &path).await {
+        return Ok((Err(ErrorCode::NotPermitted),));
+    }
+    let open = HostDescriptor::open_at(view, fd, path_flags, path, oflags, flags);
+    let watched = special::watched(open).await;
+    let new = match watched.result {
+        Ok(new) => new,
+        Err(e) => {
+            let code = view.convert_error_code(e)?;
+            return Ok((Err(refusal(code, watched.interrupted)),));
+        }
+    };
+    // What was opened must be a file or a directory (`special`).
+    let opened = Resource::<Descriptor>::new_borrow(new.rep());
+    match HostDescriptor::get_type(view, opened).await {
+        Ok(t) if special::p2_allowed(t) => {
+            if t == DescriptorType::Directory {
+                guard_p2::restrict(view, guard, &new);
+            }
+            Ok((Ok(new),))
+        }
+        _ => {
+            HostDescriptor::drop(view, new)?;
+            Ok((Err(ErrorCode::NotPermitted),))
+        }
+    }
+}
+
+/// `set-times-at` with the special-file checks (`special`).
+async fn set_times_checked(
+    view: &mut wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_>,
+    fd: Resource<Descriptor>,
+    path_flags: PathFlags,
+    path: String,
+    atim: NewTimestamp,
+    mtim: NewTimestamp,
+) -> wasmtime::Result<(Result<(), ErrorCode>,)> {
+    if !precheck(view, &fd, path_flags, &path).await {
+        return Ok((Err(ErrorCode::NotPermitted),));
+    }
+    let set = HostDescriptor::set_times_at(view, fd, path_flags, path, atim, mtim);
+    let watched = special::watched(set).await;
+    match watched.result {
+        Ok(()) => Ok((Ok(()),)),
+        Err(e) => {
+            let code = view.convert_error_code(e)?;
+            Ok((Err(refusal(code, watched.interrupted)),))
+        }
+    }
 }
 
 /// Before a call that opens a path (`special`): false if `path` under `dir`

@@ -35,6 +35,9 @@ use crate::tools::registry::ToolFile;
 
 pub(crate) mod cache;
 mod component;
+mod guard_p1;
+mod guard_p2;
+mod protect;
 mod special;
 mod streams;
 
@@ -140,6 +143,8 @@ pub(crate) struct Common {
     files: Arc<FileBudget>,
     cpu_ticks_left: Option<u64>,
     cpu_hit: bool,
+    /// The call's protected paths (`protect`).
+    pub(crate) guard: protect::Guard,
 }
 
 /// Store data that carries the [`Common`] state.
@@ -759,6 +764,7 @@ macro_rules! call_p1 {
         }
     }};
 }
+pub(crate) use call_p1;
 
 /// Where a preview-1 write to `fd` would start, if `fd` is a regular file:
 /// `at` for a positioned write, else the file's size when it was opened for
@@ -854,6 +860,8 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
     wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut State| &mut s.wasi)?;
     linker.allow_shadowing(true);
     const M: &str = "wasi_snapshot_preview1";
+    // Changes by path go through a fresh handle on the parent (`protect`).
+    guard_p1::add_to_linker(&mut linker)?;
 
     // The preview-1 socket calls: wasmtime-wasi answers them with a warning
     // logged per call, which a guest looping on them turns into unbounded
@@ -968,6 +976,32 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
                 if path_len as u32 as usize > MAX_GUEST_PATH {
                     return Ok(ERRNO_NAMETOOLONG);
                 }
+                // An open that may change a file: through the guard.
+                const CREAT_OR_TRUNC: i32 = 1 | 8;
+                const FD_WRITE: i64 = 1 << 6;
+                if caller.data().common.guard.active()
+                    && (oflags & CREAT_OR_TRUNC != 0 || base & FD_WRITE != 0)
+                {
+                    let p = match guard_p1::guest_str(&mut caller, path, path_len) {
+                        Ok(p) => p,
+                        Err(e) => return Ok(e),
+                    };
+                    let r = guard_p1::open_for_writing(
+                        &mut caller,
+                        fd,
+                        dirflags,
+                        &p,
+                        oflags,
+                        base,
+                        inheriting,
+                        fdflags,
+                        opened,
+                    )
+                    .await?;
+                    if let Some(errno) = r {
+                        return Ok(errno);
+                    }
+                }
                 if let Err(errno) = p1_precheck(&mut caller, fd, dirflags, path, path_len).await {
                     return Ok(errno);
                 }
@@ -1006,6 +1040,17 @@ fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
             Box::new(async move {
                 if path_len as u32 as usize > MAX_GUEST_PATH {
                     return Ok(ERRNO_NAMETOOLONG);
+                }
+                if caller.data().common.guard.active() {
+                    let p = match guard_p1::guest_str(&mut caller, path, path_len) {
+                        Ok(p) => p,
+                        Err(e) => return Ok(e),
+                    };
+                    let r = guard_p1::set_times(&mut caller, fd, flags, &p, atim, mtim, fst_flags)
+                        .await?;
+                    if let Some(errno) = r {
+                        return Ok(errno);
+                    }
                 }
                 if let Err(errno) = p1_precheck(&mut caller, fd, flags, path, path_len).await {
                     return Ok(errno);
@@ -1095,7 +1140,13 @@ async fn p1_postcheck(caller: &mut Caller<'_, State>, opened: i32) -> i32 {
     let mut mem = wiggle::GuestMemory::Unshared(mem);
     let new = types::Fd::from(new);
     match P1::fd_filestat_get(ctx, &mut mem, new).await {
-        Ok(st) if special::p1_allowed(st.filetype) => 0,
+        Ok(st) if special::p1_allowed(st.filetype) => {
+            if st.filetype == types::Filetype::Directory {
+                // A new directory handle: read-only if inside a protected dir.
+                guard_p1::restrict_all(caller);
+            }
+            0
+        }
         _ => {
             let _ = P1::fd_close(ctx, &mut mem, new).await;
             ERRNO_PERM
@@ -1225,7 +1276,7 @@ impl WasmBackend {
         };
         let stdout = CappedPipe::new(plan.limits.stdout_cap);
         let stderr = CappedPipe::new(plan.limits.stderr_cap);
-        let builder = match build_wasi(plan, &target.name, &stdout, &stderr) {
+        let (builder, guard) = match build_wasi(plan, &target.name, &stdout, &stderr) {
             Ok(b) => b,
             Err(o) => return refuse(o),
         };
@@ -1237,10 +1288,9 @@ impl WasmBackend {
                 wasmtime_wasi::WasiView::ctx(&mut wasi)
                     .table
                     .set_max_capacity(MAX_GUEST_HANDLES);
-                let state = State {
-                    wasi,
-                    common: self.common(limits),
-                };
+                let mut common = self.common(limits);
+                common.guard = guard;
+                let state = State { wasi, common };
                 let pre = pre.clone();
                 self.execute(limits, deadline, state, move |store| {
                     Box::pin(async move {
@@ -1255,7 +1305,8 @@ impl WasmBackend {
                 .await
             }
             Loaded::Command(pre) => {
-                let state = self.component_state(builder, limits);
+                let mut state = self.component_state(builder, limits);
+                state.common.guard = guard;
                 let pre = pre.clone();
                 self.execute(limits, deadline, state, move |store| {
                     Box::pin(async move {
@@ -1390,11 +1441,12 @@ impl WasmBackend {
         };
         let stdout = CappedPipe::new(plan.limits.stdout_cap);
         let stderr = CappedPipe::new(plan.limits.stderr_cap);
-        let builder = match build_wasi(plan, &target.name, &stdout, &stderr) {
+        let (builder, guard) = match build_wasi(plan, &target.name, &stdout, &stderr) {
             Ok(b) => b,
             Err(o) => return refuse(o),
         };
-        let state = self.component_state(builder, &plan.limits);
+        let mut state = self.component_state(builder, &plan.limits);
+        state.common.guard = guard;
         let pre = pre.clone();
         let input = input.to_string();
         let ended = self
@@ -1481,6 +1533,7 @@ impl WasmBackend {
             files: Arc::new(FileBudget::new(limits.file_size_bytes)),
             cpu_ticks_left: cpu_ticks,
             cpu_hit: false,
+            guard: protect::Guard::default(),
         }
     }
 
@@ -1585,7 +1638,7 @@ fn build_wasi(
     name: &str,
     stdout: &CappedPipe,
     stderr: &CappedPipe,
-) -> Result<WasiCtxBuilder, Outcome> {
+) -> Result<(WasiCtxBuilder, protect::Guard), Outcome> {
     let invalid = |m: String| Outcome::new(OutcomeKind::InvalidRequest, m);
     let mut b = WasiCtxBuilder::new();
     let mut args = Vec::with_capacity(plan.argv.len());
@@ -1620,31 +1673,38 @@ fn build_wasi(
             FsPerms::ReadWrite
         }
     };
+    // A preopen at or under a protected dir (an allowed dir inside another's
+    // `.git`, or a cwd there) is read-only (`protect`).
+    let guard = protect::Guard::new(plan);
+    let inside = |d: &cap_std::fs::Dir| {
+        guard.active()
+            && d.try_clone()
+                .map_or(true, |d| guard.inside(&d.into_std_file()))
+    };
     for m in &plan.mounts {
         let guest = m
             .path
             .to_str()
             .ok_or_else(|| invalid(format!("allowed dir {:?} is not valid UTF-8", m.path)))?;
-        let host = plan
-            .mount_dirs
-            .iter()
-            .find(|(p, _)| p == &m.path)
+        let dir = plan.mount_dirs.iter().find(|(p, _)| p == &m.path);
+        let host = dir
             .map(|(_, d)| preopen_path(d, &m.path))
             .unwrap_or_else(|| m.path.clone());
-        b.preopened_dir(&host, guest, perms(m.read_only))
-            .map_err(|e| {
-                Outcome::new(
-                    OutcomeKind::LaunchFailed,
-                    format!("cannot preopen {guest}: {}", first_line(&e)),
-                )
-            })?;
+        let ro = m.read_only || dir.is_some_and(|(_, d)| inside(d));
+        b.preopened_dir(&host, guest, perms(ro)).map_err(|e| {
+            Outcome::new(
+                OutcomeKind::LaunchFailed,
+                format!("cannot preopen {guest}: {}", first_line(&e)),
+            )
+        })?;
     }
     let cwd_ro = plan
         .mounts
         .iter()
         .filter(|m| plan.cwd.starts_with(&m.path))
         .max_by_key(|m| m.path.components().count())
-        .is_some_and(|m| m.read_only);
+        .is_some_and(|m| m.read_only)
+        || inside(&plan.cwd_dir);
     b.preopened_dir(preopen_path(&plan.cwd_dir, &plan.cwd), ".", perms(cwd_ro))
         .map_err(|e| {
             Outcome::new(
@@ -1655,7 +1715,7 @@ fn build_wasi(
     if let Some(cwd) = plan.cwd.to_str() {
         b.env("PWD", cwd);
     }
-    Ok(b)
+    Ok((b, guard))
 }
 
 /// A store and the pool slot it runs in; fields drop in order, so the slot is

@@ -5,6 +5,23 @@ use std::io::{Read, Write};
 
 common::describe!(b"TEST GUEST: hostile probe for toolhost's attack tests");
 
+/// wasi-libc's `symlink` (std's is unstable on WASI).
+fn symlink(target: &str, link: &str) -> std::io::Result<()> {
+    unsafe extern "C" {
+        fn symlink(target: *const std::ffi::c_char, link: *const std::ffi::c_char) -> i32;
+    }
+    let (t, l) = (
+        std::ffi::CString::new(target)?,
+        std::ffi::CString::new(link)?,
+    );
+    // SAFETY: both are NUL-terminated strings that outlive the call.
+    if unsafe { symlink(t.as_ptr(), l.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
@@ -62,6 +79,28 @@ fn main() {
                 std::process::exit(3);
             }
         },
+        // Changes by path, each reporting `ok` or `ERR`: mkdir, rmdir, rm
+        // (a file), symlink TARGET LINK, append PATH TEXT.
+        "mkdir" | "rmdir" | "rm" | "symlink" | "append" => {
+            let r = match arg(1).as_str() {
+                "mkdir" => std::fs::create_dir(arg(2)),
+                "rmdir" => std::fs::remove_dir(arg(2)),
+                "rm" => std::fs::remove_file(arg(2)),
+                "symlink" => symlink(&arg(2), &arg(3)),
+                _ => std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(arg(2))
+                    .and_then(|mut f| f.write_all(arg(3).as_bytes())),
+            };
+            match r {
+                Ok(()) => println!("ok"),
+                Err(e) => {
+                    println!("ERR {e}");
+                    std::process::exit(3);
+                }
+            }
+        }
         "link" => match std::fs::hard_link(arg(2), arg(3)) {
             Ok(()) => println!("linked"),
             Err(e) => {

@@ -1,0 +1,335 @@
+//! Protected paths in wasm guests (ATTACKS.md case 44; the rule is in
+//! [`crate::policy::protected`]). Held on Unix hosts.
+//!
+//! Two parts, both enforced by wasmtime-wasi's own permission checks:
+//! - **Directory handles.** A handle on a directory at or under an existing
+//!   protected directory gets read-only permissions (`FsPerms::ReadOnly`).
+//!   wasmtime-wasi checks them on every change made through the handle (create,
+//!   open for writing, rename, link, symlink, unlink, rmdir, set times) and
+//!   gives them to every handle opened under it. Preopens are checked when the
+//!   context is built; a handle a guest opens, right after the open (preview 1:
+//!   every directory handle of the table; preview 2: the new one). Whether a
+//!   directory is inside is decided on the host by identity: its physical
+//!   parents are walked up to `/`, so no name, symlink or `..` in the guest's
+//!   path matters.
+//! - **Changes by path.** Before a change, the parent of its final name is
+//!   opened as a fresh handle (checked as above), and the change is made
+//!   through that handle with the final name alone, so a symlink swapped into
+//!   the path after the check cannot redirect it. The final name is refused
+//!   when it is one of a protected path's names in the directory where that
+//!   name lives (`.git` in a writable allowed dir, `hooks` in its `.git`, or
+//!   the first missing name of an absent protected path). An open for writing
+//!   follows a final symlink itself, hop by hop, and opens the last name
+//!   without following.
+//!
+//! A final name that is not a plain name (`.`, `..`) names a directory that
+//! exists, which no open for writing, create or rename can change: such calls
+//! go on unchanged and the host refuses them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::filesystem::{Descriptor, Dir};
+
+use crate::policy::protected::normalize;
+use crate::sandbox::ExecPlan;
+
+/// A file's identity on the host: device and inode.
+pub(crate) type Id = (u64, u64);
+
+/// What one call protects, fixed when its context is built. Clones share it.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Guard {
+    inner: Option<Arc<Mutex<Inner>>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Existing protected directories (symlinks followed).
+    dirs: HashSet<Id>,
+    /// (directory, normalized name) pairs no change may name.
+    names: HashSet<(Id, String)>,
+    /// The same, keyed by the identity hash preview 1 reports as `ino`.
+    names_hash: HashSet<(u64, String)>,
+    /// Directories already walked: whether each is inside.
+    walked: HashMap<Id, bool>,
+}
+
+/// The identity hash wasmtime-wasi reports as a preview-1 `ino` and a
+/// preview-2 `metadata-hash` (its `MetadataHashValue::new` on Unix: the
+/// standard library's default hasher over `(dev, ino)`). The contract tests
+/// that rename `.git` from a preview-1 guest fail if this ever diverges.
+#[cfg(unix)]
+pub(crate) fn guest_hash(id: Id) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
+}
+
+impl Guard {
+    /// The guard of `plan`: nothing when no allowed dir is writable or the
+    /// list is empty, or off Unix.
+    pub(crate) fn new(plan: &ExecPlan) -> Self {
+        #[cfg(unix)]
+        {
+            if plan.protected.is_empty() {
+                return Guard::default();
+            }
+            let mut inner = Inner::default();
+            let mut any = false;
+            for m in plan.mounts.iter().filter(|m| !m.read_only) {
+                let Some((_, dir)) = plan.mount_dirs.iter().find(|(p, _)| p == &m.path) else {
+                    continue;
+                };
+                let _ = dir;
+                any = true;
+                inner.add_root(&m.path, plan);
+                // A writable dir inside another: its name, and that of each
+                // dir on the way to it from the outer one, cannot be changed
+                // (renaming one would move its protected paths away).
+                let outer = plan
+                    .mounts
+                    .iter()
+                    .filter(|o| !o.read_only && o.path != m.path && m.path.starts_with(&o.path))
+                    .min_by_key(|o| o.path.components().count());
+                if let Some(outer) = outer {
+                    inner.name_chain(&m.path, &outer.path);
+                }
+            }
+            if !any {
+                return Guard::default();
+            }
+            Guard {
+                inner: Some(Arc::new(Mutex::new(inner))),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = plan;
+            Guard::default()
+        }
+    }
+
+    /// Whether anything is protected.
+    pub(crate) fn active(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    fn lock(&self) -> Option<MutexGuard<'_, Inner>> {
+        // A panic while locked leaves sets that are still valid.
+        self.inner
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Whether the directory open as `f` is at or under a protected one.
+    pub(crate) fn inside(&self, f: &std::fs::File) -> bool {
+        self.lock().is_some_and(|mut i| i.inside(f))
+    }
+
+    /// Makes `d` read-only if it is inside a protected directory.
+    pub(crate) fn restrict(&self, d: &mut Dir) {
+        if !d.perms.write_not_permitted() && self.inside(&d.dir) {
+            d.perms = wasmtime_wasi::FsPerms::ReadOnly;
+        }
+    }
+
+    /// [`restrict`](Self::restrict) on every directory handle of `table`.
+    pub(crate) fn restrict_all(&self, table: &mut ResourceTable) {
+        let Some(mut i) = self.lock() else {
+            return;
+        };
+        for entry in table.iter_mut() {
+            if let Some(Descriptor::Dir(d)) = entry.downcast_mut::<Descriptor>()
+                && !d.perms.write_not_permitted()
+                && i.inside(&d.dir)
+            {
+                d.perms = wasmtime_wasi::FsPerms::ReadOnly;
+            }
+        }
+    }
+
+    /// Whether a change may not name `name` in the directory open as `dir`.
+    pub(crate) fn named(&self, dir: &std::fs::File, name: &str) -> bool {
+        let Some(i) = self.lock() else {
+            return false;
+        };
+        match identity(dir) {
+            Some(id) => i.names.contains(&(id, normalize(name))),
+            // Cannot tell: refuse.
+            None => true,
+        }
+    }
+
+    /// [`named`](Self::named) for a directory known by its preview-1 `ino`.
+    pub(crate) fn named_hash(&self, hash: u64, name: &str) -> bool {
+        self.lock()
+            .is_some_and(|i| i.names_hash.contains(&(hash, normalize(name))))
+    }
+}
+
+impl Inner {
+    /// Records what the protected paths are in the writable dir `root`:
+    /// each existing protected dir (where it leads), and as name rules each
+    /// name on the way to it, and to each symlink met, from the outermost
+    /// writable dir holding it (`backend::protect::resolve_entry`).
+    #[cfg(unix)]
+    fn add_root(&mut self, root: &std::path::Path, plan: &ExecPlan) {
+        use std::os::unix::fs::MetadataExt as _;
+        for (_, raw) in plan.protected.entries_raw() {
+            let r = crate::backend::protect::resolve_entry(root, raw);
+            if r.exists
+                && let Ok(m) = std::fs::metadata(&r.place)
+                && m.is_dir()
+            {
+                self.dirs.insert((m.dev(), m.ino()));
+            }
+            for item in r.links.iter().chain(std::iter::once(&r.place)) {
+                let outer = crate::backend::protect::outermost_writable(plan, item).unwrap_or(root);
+                self.name_chain(item, outer);
+            }
+        }
+    }
+
+    /// Name rules for `item` and each dir on the way to it from `outer`
+    /// (which holds it): none of those names may change in its parent.
+    #[cfg(unix)]
+    fn name_chain(&mut self, item: &std::path::Path, outer: &std::path::Path) {
+        use std::os::unix::fs::MetadataExt as _;
+        let mut cur = item.to_path_buf();
+        while cur.as_path() != outer && cur.starts_with(outer) {
+            let (Some(parent), Some(name)) = (cur.parent(), cur.file_name()) else {
+                break;
+            };
+            if let Ok(meta) = std::fs::metadata(parent) {
+                let id = (meta.dev(), meta.ino());
+                let n = normalize(&name.to_string_lossy());
+                self.names.insert((id, n.clone()));
+                self.names_hash.insert((guest_hash(id), n));
+            }
+            cur = parent.to_path_buf();
+        }
+    }
+
+    /// Walks up from `f` by `..` (physically) to `/`, looking for a protected
+    /// directory. A parent that cannot be opened ends the walk.
+    fn inside(&mut self, f: &std::fs::File) -> bool {
+        if self.dirs.is_empty() {
+            return false;
+        }
+        let Some(start) = identity(f) else {
+            return true;
+        };
+        if let Some(&b) = self.walked.get(&start) {
+            return b;
+        }
+        let found = walk_up(f, start, &self.dirs);
+        self.walked.insert(start, found);
+        found
+    }
+}
+
+fn identity(f: &std::fs::File) -> Option<Id> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        f.metadata().ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = f;
+        None
+    }
+}
+
+#[cfg(unix)]
+fn walk_up(f: &std::fs::File, start: Id, dirs: &HashSet<Id>) -> bool {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    #[cfg(target_os = "linux")]
+    const FLAGS: libc::c_int = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    #[cfg(not(target_os = "linux"))]
+    const FLAGS: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    let mut id = start;
+    let mut cur: Option<OwnedFd> = None;
+    // Deeper than any path the host resolves (PATH_MAX 4096: 2048 levels).
+    for _ in 0..4096 {
+        if dirs.contains(&id) {
+            return true;
+        }
+        let fd = cur.as_ref().map_or(f.as_raw_fd(), |o| o.as_raw_fd());
+        // SAFETY: `fd` is open for the duration of the call (owned by `f` or
+        // `cur`), and the path is a NUL-terminated literal.
+        let up = unsafe { libc::openat(fd, c"..".as_ptr(), FLAGS) };
+        if up < 0 {
+            return false;
+        }
+        // SAFETY: `up` was just returned by openat and is owned by nothing else.
+        let up = unsafe { OwnedFd::from_raw_fd(up) };
+        // SAFETY: an all-zero stat is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `up` is open and `st` is a valid, writable stat buffer.
+        if unsafe { libc::fstat(up.as_raw_fd(), &mut st) } < 0 {
+            return false;
+        }
+        #[allow(clippy::unnecessary_cast)]
+        let next = (st.st_dev as u64, st.st_ino as u64);
+        if next == id {
+            return false; // `/`
+        }
+        id = next;
+        cur = Some(up);
+    }
+    true
+}
+
+#[cfg(not(unix))]
+fn walk_up(_: &std::fs::File, _: Id, _: &HashSet<Id>) -> bool {
+    false
+}
+
+/// A guest path split for a change: the parent to open (if any: `None` means
+/// the dir handle itself) and the final name, trailing slashes kept. `None`
+/// when the final component is not a plain name (see the module doc), or the
+/// path is absolute or empty.
+pub(crate) fn split(path: &str) -> Option<(Option<&str>, &str)> {
+    if path.is_empty() || path.starts_with('/') {
+        return None;
+    }
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.is_empty() {
+        return None;
+    }
+    let (parent, last) = match trimmed.rfind('/') {
+        Some(i) => (Some(&path[..i]), &trimmed[i + 1..]),
+        None => (None, trimmed),
+    };
+    if last == "." || last == ".." {
+        return None;
+    }
+    let name = match parent {
+        Some(p) => &path[p.len() + 1..],
+        None => path,
+    };
+    Some((parent, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_split_into_parent_and_final_name() {
+        assert_eq!(split("x"), Some((None, "x")));
+        assert_eq!(split("x/"), Some((None, "x/")));
+        assert_eq!(split("a/b/c"), Some((Some("a/b"), "c")));
+        assert_eq!(split("a//c"), Some((Some("a/"), "c")));
+        assert_eq!(split("a/b/"), Some((Some("a"), "b/")));
+        assert_eq!(split("a/.."), None);
+        assert_eq!(split("."), None);
+        assert_eq!(split("a/./"), None);
+        assert_eq!(split("/etc/x"), None);
+        assert_eq!(split(""), None);
+    }
+}

@@ -63,12 +63,15 @@ pub(crate) fn resolve_entry(root: &Path, raw: &[String]) -> Resolved {
         let next = cur.join(&name);
         match std::fs::symlink_metadata(&next) {
             Err(_) => {
+                // Where it would be: the rest appended, unless a `..` in it
+                // makes that depend on what is created (then the first
+                // missing name is all there is).
                 let mut place = next;
-                for r in rest {
-                    if r == ".." {
-                        place.pop();
-                    } else if r != "." {
-                        place.push(r);
+                if !rest.iter().any(|r| r == "..") {
+                    for r in rest {
+                        if r != "." {
+                            place.push(r);
+                        }
                     }
                 }
                 return Resolved {
@@ -122,9 +125,19 @@ pub(crate) fn resolve_entry(root: &Path, raw: &[String]) -> Resolved {
     }
 }
 
-/// The outermost writable allowed dir of `plan` that `p` lies strictly in.
-pub(crate) fn outermost_writable<'a>(plan: &'a ExecPlan, p: &Path) -> Option<&'a Path> {
-    plan.mounts
+/// Whether a resolved protected place is one to honour: not `/`, an allowed
+/// dir or an ancestor of one (a link `.git -> ..` would make everything
+/// protected; that is no repository to keep).
+pub(crate) fn honoured(mounts: &[crate::sandbox::Mount], place: &Path) -> bool {
+    !mounts.iter().any(|m| m.path.starts_with(place))
+}
+
+/// The outermost writable allowed dir of `mounts` that `p` lies strictly in.
+pub(crate) fn outermost_writable<'a>(
+    mounts: &'a [crate::sandbox::Mount],
+    p: &Path,
+) -> Option<&'a Path> {
+    mounts
         .iter()
         .filter(|m| !m.read_only && p != m.path && p.starts_with(&m.path))
         .map(|m| m.path.as_path())
@@ -167,7 +180,7 @@ pub(crate) fn held(plan: &ExecPlan) -> Vec<Held> {
                 );
                 anchors.push(l.clone());
             }
-            if r.exists {
+            if r.exists && honoured(&plan.mounts, &r.place) {
                 add(
                     &mut out,
                     Held {
@@ -182,7 +195,7 @@ pub(crate) fn held(plan: &ExecPlan) -> Vec<Held> {
         }
     }
     for a in anchors {
-        let Some(outer) = outermost_writable(plan, &a) else {
+        let Some(outer) = outermost_writable(&plan.mounts, &a) else {
             continue;
         };
         let mut cur = a.clone();
@@ -210,15 +223,21 @@ pub(crate) fn held(plan: &ExecPlan) -> Vec<Held> {
 }
 
 /// The first missing name of each protected path of `plan`'s writable dirs
-/// (`.git` where there is none), with a handle on the dir it would be made in
-/// (opened now: the move-aside acts on that dir whatever its path becomes).
-/// Only names inside a writable dir: a call cannot make the others.
+/// (`.git` where there is none): what a call may create where no mount can
+/// hold it, to be moved aside after the call. Each is found again after the
+/// call two ways: through a handle on the dir it would be made in (opened
+/// now: whatever that dir's path becomes) and by its path under the allowed
+/// dir's handle (a dir renamed away and made anew). Only names that are
+/// missing now and lie inside a writable dir.
 pub(crate) fn absent(plan: &ExecPlan) -> Vec<Absent> {
     let mut out: Vec<Absent> = Vec::new();
     if plan.protected.is_empty() {
         return out;
     }
     for m in plan.mounts.iter().filter(|m| !m.read_only) {
+        let Some((_, root)) = plan.mount_dirs.iter().find(|(p, _)| p == &m.path) else {
+            continue;
+        };
         for (_, raw) in plan.protected.entries_raw() {
             let r = resolve_entry(&m.path, raw);
             if r.exists {
@@ -239,29 +258,45 @@ pub(crate) fn absent(plan: &ExecPlan) -> Vec<Absent> {
                 .mounts
                 .iter()
                 .any(|w| !w.read_only && parent.starts_with(&w.path));
-            if !inside || out.iter().any(|a| a.path == first) {
+            if !inside
+                || std::fs::symlink_metadata(&first).is_ok()
+                || out.iter().any(|a| a.path == first)
+            {
                 continue;
             }
-            if let Ok(dir) =
-                cap_std::fs::Dir::open_ambient_dir(parent, cap_std::ambient_authority())
-            {
-                out.push(Absent {
-                    path: first.clone(),
-                    dir,
-                    name: name.to_os_string(),
-                });
-            }
+            let Ok(dir) = cap_std::fs::Dir::open_ambient_dir(parent, cap_std::ambient_authority())
+            else {
+                continue;
+            };
+            // By path from the outermost writable dir holding it: a nested
+            // allowed dir can itself be renamed away and made anew.
+            let outer = outermost_writable(&plan.mounts, &first)
+                .and_then(|o| plan.mount_dirs.iter().find(|(p, _)| p == o))
+                .map(|(p, d)| (p, d))
+                .unwrap_or((&m.path, root));
+            let rel = first.strip_prefix(outer.0).ok().map(Path::to_path_buf);
+            out.push(Absent {
+                path: first.clone(),
+                dir,
+                name: name.to_os_string(),
+                root: std::sync::Arc::clone(outer.1),
+                rel,
+            });
         }
     }
     out
 }
 
-/// A protected name that does not exist, and the dir it would be made in.
+/// A protected name that does not exist, and where to look for it after.
 #[derive(Debug)]
 pub(crate) struct Absent {
     path: PathBuf,
+    /// The dir it would be made in, and the name.
     dir: cap_std::fs::Dir,
     name: std::ffi::OsString,
+    /// The writable allowed dir it lies in, and the path from there.
+    root: std::sync::Arc<cap_std::fs::Dir>,
+    rel: Option<PathBuf>,
 }
 
 /// Moves aside what a call made at the absent protected names (see
@@ -295,6 +330,11 @@ impl Drop for Sweep {
     fn drop(&mut self) {
         let Some(a) = self.absent.take() else { return };
         if let Ok(mut c) = CANCELLED.lock() {
+            // Kept for the sweep at exit; a bounded number (each holds two
+            // dir handles), the oldest dropped first.
+            if c.len() >= 64 {
+                c.remove(0);
+            }
             c.push(std::sync::Arc::clone(&a));
         }
         let spawned = std::thread::Builder::new()
@@ -303,9 +343,6 @@ impl Drop for Sweep {
                 for ms in [50, 500, 2000, 5000, 15000] {
                     std::thread::sleep(std::time::Duration::from_millis(ms));
                     move_aside_created(&a, None);
-                }
-                if let Ok(mut c) = CANCELLED.lock() {
-                    c.retain(|x| !std::sync::Arc::ptr_eq(x, &a));
                 }
             });
         if spawned.is_err() {
@@ -325,57 +362,44 @@ pub(crate) fn sweep_cancelled() {
 
 /// After a call (its processes gone): each protected name that was missing
 /// before it and exists now was made by the call. It is renamed aside in its
-/// dir (`NAME.toolhost-refused-PID-NANOS-N`, which git does not read), or
-/// removed if it cannot be, and the call's stderr says so.
+/// dir (`NAME.toolhost-refused-PID-NANOS-N`, which git does not read), found
+/// by the dir's handle and by its path in the allowed dir, and the call's
+/// stderr says so. Nothing is removed.
 pub(crate) fn move_aside_created(absent: &[Absent], out: Option<&mut crate::outcome::RunOutput>) {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut notes = String::new();
     for a in absent {
-        let Ok(meta) = a.dir.symlink_metadata(&a.name) else {
-            continue;
-        };
-        let moved = (0..16).find_map(|_| {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let mut aside = a.name.clone();
-            aside.push(format!(
-                ".toolhost-refused-{}-{nanos:08x}-{n}",
-                std::process::id()
-            ));
-            if a.dir.symlink_metadata(&aside).is_ok() {
-                return None;
-            }
-            a.dir.rename(&a.name, &a.dir, &aside).ok().map(|()| aside)
+        // The dir held since before the call (it may have moved), then the
+        // path as it is now (under the allowed dir's handle: a symlink out
+        // of it is not followed).
+        let by_path = a.rel.as_ref().and_then(|rel| {
+            let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
+            let dir = match parent {
+                Some(p) => a.root.open_dir(p).ok()?,
+                None => a.root.try_clone().ok()?,
+            };
+            Some((dir, rel.file_name()?.to_os_string()))
         });
-        let note = match moved {
-            Some(to) => format!(
-                "toolhost: {} is a protected path (protected_paths) the call created; moved to {}\n",
-                a.path.display(),
-                a.path.with_file_name(&to).display()
-            ),
-            None => {
-                let removed = if meta.is_dir() {
-                    a.dir.remove_dir_all(&a.name)
-                } else {
-                    a.dir.remove_file(&a.name)
-                };
-                match removed {
-                    Ok(()) => format!(
-                        "toolhost: {} is a protected path (protected_paths) the call created; it could not be moved aside and was removed\n",
-                        a.path.display()
-                    ),
-                    Err(e) => format!(
-                        "toolhost: {} is a protected path (protected_paths) the call created, and could be neither moved aside nor removed: {e}\n",
-                        a.path.display()
-                    ),
-                }
+        let places = std::iter::once(a.dir.try_clone().ok().map(|d| (d, a.name.clone())))
+            .chain(std::iter::once(by_path))
+            .flatten();
+        for (dir, name) in places {
+            if dir.symlink_metadata(&name).is_err() {
+                continue;
             }
-        };
-        tracing::debug!("{}", note.trim_end());
-        notes.push_str(&note);
+            let note = match move_aside(&dir, &name) {
+                Some(to) => format!(
+                    "toolhost: {} is a protected path (protected_paths) the call created; moved to {}\n",
+                    a.path.display(),
+                    a.path.with_file_name(&to).display()
+                ),
+                None => format!(
+                    "toolhost: {} is a protected path (protected_paths) the call created, and could not be moved aside: remove it before running git there\n",
+                    a.path.display()
+                ),
+            };
+            tracing::debug!("{}", note.trim_end());
+            notes.push_str(&note);
+        }
     }
     match out {
         Some(out) if !notes.is_empty() => {
@@ -388,4 +412,25 @@ pub(crate) fn move_aside_created(absent: &[Absent], out: Option<&mut crate::outc
         None if !notes.is_empty() => tracing::warn!("cancelled call: {}", notes.trim_end()),
         None => {}
     }
+}
+
+/// Renames `name` in `dir` to a fresh name beside it; the new name.
+fn move_aside(dir: &cap_std::fs::Dir, name: &std::ffi::OsStr) -> Option<std::ffi::OsString> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    (0..16).find_map(|_| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut aside = name.to_os_string();
+        aside.push(format!(
+            ".toolhost-refused-{}-{nanos:08x}-{n}",
+            std::process::id()
+        ));
+        if dir.symlink_metadata(&aside).is_ok() {
+            return None;
+        }
+        dir.rename(name, dir, &aside).ok().map(|()| aside)
+    })
 }

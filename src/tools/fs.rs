@@ -165,6 +165,13 @@ fn refuse_protected(
         // replaced.
         for (_, raw) in policy.protected.entries_raw() {
             let r = crate::backend::protect::resolve_entry(d.path(), raw);
+            if dirs
+                .as_slice()
+                .iter()
+                .any(|a| a.path().starts_with(&r.place))
+            {
+                continue; // a link to `/` or `..`: no repository to keep
+            }
             if host.starts_with(&r.place) {
                 return refused(format!("inside protected path {}", raw.join("/")));
             }

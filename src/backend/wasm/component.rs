@@ -243,7 +243,8 @@ async fn open_checked(
     let opened = Resource::<Descriptor>::new_borrow(new.rep());
     match HostDescriptor::get_type(view, opened).await {
         Ok(t) if special::p2_allowed(t) => {
-            if t == DescriptorType::Directory {
+            if t == DescriptorType::Directory && guard.active() {
+                guard.sweep_once(view.table);
                 guard_p2::restrict(view, guard, &new);
             }
             Ok((Ok(new),))

@@ -116,6 +116,16 @@ pub(super) fn restrict_all(caller: &mut Caller<'_, State>) {
     }
 }
 
+/// Before the first check of a call: the preopens are restricted too (a cwd
+/// inside a protected dir becomes read-only).
+fn sweep_preopens(caller: &mut Caller<'_, State>) {
+    let State { wasi, common } = caller.data_mut();
+    if common.guard.active() {
+        let table = wasmtime_wasi::WasiView::ctx(wasi).table;
+        common.guard.sweep_once(table);
+    }
+}
+
 async fn release(caller: &mut Caller<'_, State>, t: &Target) {
     if t.owned {
         let mut s = Scratch::new(&[], 0);
@@ -131,6 +141,7 @@ async fn target(
     dirfd: i32,
     path: &str,
 ) -> wasmtime::Result<Result<Option<Target>, i32>> {
+    sweep_preopens(caller);
     let Some((parent, name)) = protect::split(path) else {
         return Ok(Ok(None));
     };

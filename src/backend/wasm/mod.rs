@@ -1673,14 +1673,9 @@ fn build_wasi(
             FsPerms::ReadWrite
         }
     };
-    // A preopen at or under a protected dir (an allowed dir inside another's
-    // `.git`, or a cwd there) is read-only (`protect`).
+    // A preopen at or under a protected dir (a cwd inside `.git`) is made
+    // read-only before the guest's first change (`protect`).
     let guard = protect::Guard::new(plan);
-    let inside = |d: &cap_std::fs::Dir| {
-        guard.active()
-            && d.try_clone()
-                .map_or(true, |d| guard.inside(&d.into_std_file()))
-    };
     for m in &plan.mounts {
         let guest = m
             .path
@@ -1690,13 +1685,13 @@ fn build_wasi(
         let host = dir
             .map(|(_, d)| preopen_path(d, &m.path))
             .unwrap_or_else(|| m.path.clone());
-        let ro = m.read_only || dir.is_some_and(|(_, d)| inside(d));
-        b.preopened_dir(&host, guest, perms(ro)).map_err(|e| {
-            Outcome::new(
-                OutcomeKind::LaunchFailed,
-                format!("cannot preopen {guest}: {}", first_line(&e)),
-            )
-        })?;
+        b.preopened_dir(&host, guest, perms(m.read_only))
+            .map_err(|e| {
+                Outcome::new(
+                    OutcomeKind::LaunchFailed,
+                    format!("cannot preopen {guest}: {}", first_line(&e)),
+                )
+            })?;
     }
     let cwd_ro = plan
         .mounts
@@ -1704,7 +1699,7 @@ fn build_wasi(
         .filter(|m| plan.cwd.starts_with(&m.path))
         .max_by_key(|m| m.path.components().count())
         .is_some_and(|m| m.read_only)
-        || inside(&plan.cwd_dir);
+        || cwd_inside(&guard, plan);
     b.preopened_dir(preopen_path(&plan.cwd_dir, &plan.cwd), ".", perms(cwd_ro))
         .map_err(|e| {
             Outcome::new(
@@ -1716,6 +1711,18 @@ fn build_wasi(
         b.env("PWD", cwd);
     }
     Ok((b, guard))
+}
+
+/// Whether the cwd lies at or under a protected dir (its preopen is then
+/// read-only). An allowed dir itself cannot (`Sandbox::new` refuses one
+/// inside another's protected path), so only a cwd below one is walked.
+fn cwd_inside(guard: &protect::Guard, plan: &ExecPlan) -> bool {
+    guard.active()
+        && !plan.mounts.iter().any(|m| m.path == plan.cwd)
+        && plan
+            .cwd_dir
+            .try_clone()
+            .map_or(true, |d| guard.inside(&d.into_std_file()))
 }
 
 /// A store and the pool slot it runs in; fields drop in order, so the slot is

@@ -6,9 +6,12 @@
 //!   protected directory gets read-only permissions (`FsPerms::ReadOnly`).
 //!   wasmtime-wasi checks them on every change made through the handle (create,
 //!   open for writing, rename, link, symlink, unlink, rmdir, set times) and
-//!   gives them to every handle opened under it. Preopens are checked when the
-//!   context is built; a handle a guest opens, right after the open (preview 1:
-//!   every directory handle of the table; preview 2: the new one). Whether a
+//!   gives them to every handle opened under it. The call's sets are computed
+//!   on first use (a call that changes nothing pays nothing). A cwd below an
+//!   allowed dir is checked when the context is built (its preopen is then
+//!   read-only), the other handles in the table before the first change, and
+//!   a handle a guest opens right after the open (preview 1: every directory
+//!   handle of the table; preview 2: the new one). Whether a
 //!   directory is inside is decided on the host by identity: its physical
 //!   parents are walked up to `/`, so no name, symlink or `..` in the guest's
 //!   path matters.
@@ -46,6 +49,15 @@ pub(crate) struct Guard {
 
 #[derive(Debug, Default)]
 struct Inner {
+    /// The plan's allowed dirs and protected paths, until the sets below are
+    /// computed (on first use: a call that changes nothing pays nothing).
+    setup: Option<(
+        Vec<crate::sandbox::Mount>,
+        crate::policy::protected::ProtectedPaths,
+    )>,
+    /// Whether the handles made before the first check (the preopens) have
+    /// been restricted.
+    swept: bool,
     /// Existing protected directories (symlinks followed).
     dirs: HashSet<Id>,
     /// (directory, normalized name) pairs no change may name.
@@ -77,30 +89,13 @@ impl Guard {
             if plan.protected.is_empty() {
                 return Guard::default();
             }
-            let mut inner = Inner::default();
-            let mut any = false;
-            for m in plan.mounts.iter().filter(|m| !m.read_only) {
-                let Some((_, dir)) = plan.mount_dirs.iter().find(|(p, _)| p == &m.path) else {
-                    continue;
-                };
-                let _ = dir;
-                any = true;
-                inner.add_root(&m.path, plan);
-                // A writable dir inside another: its name, and that of each
-                // dir on the way to it from the outer one, cannot be changed
-                // (renaming one would move its protected paths away).
-                let outer = plan
-                    .mounts
-                    .iter()
-                    .filter(|o| !o.read_only && o.path != m.path && m.path.starts_with(&o.path))
-                    .min_by_key(|o| o.path.components().count());
-                if let Some(outer) = outer {
-                    inner.name_chain(&m.path, &outer.path);
-                }
-            }
-            if !any {
+            if !plan.mounts.iter().any(|m| !m.read_only) {
                 return Guard::default();
             }
+            let inner = Inner {
+                setup: Some((plan.mounts.clone(), plan.protected.clone())),
+                ..Inner::default()
+            };
             Guard {
                 inner: Some(Arc::new(Mutex::new(inner))),
             }
@@ -119,9 +114,26 @@ impl Guard {
 
     fn lock(&self) -> Option<MutexGuard<'_, Inner>> {
         // A panic while locked leaves sets that are still valid.
-        self.inner
+        let mut i = self
+            .inner
             .as_ref()
-            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))?;
+        if let Some((mounts, protected)) = i.setup.take() {
+            i.compute(&mounts, &protected);
+        }
+        Some(i)
+    }
+
+    /// Before the first check of a call: every directory handle the guest
+    /// already holds (its preopens: the cwd may lie inside `.git`) is
+    /// restricted like one it opens later.
+    pub(crate) fn sweep_once(&self, table: &mut ResourceTable) {
+        let first = self
+            .lock()
+            .is_some_and(|mut i| !std::mem::replace(&mut i.swept, true));
+        if first {
+            self.restrict_all(table);
+        }
     }
 
     /// Whether the directory open as `f` is at or under a protected one.
@@ -171,15 +183,49 @@ impl Guard {
 }
 
 impl Inner {
+    /// The sets of the call, from its allowed dirs and protected paths.
+    #[cfg(unix)]
+    fn compute(
+        &mut self,
+        mounts: &[crate::sandbox::Mount],
+        protected: &crate::policy::protected::ProtectedPaths,
+    ) {
+        for m in mounts.iter().filter(|m| !m.read_only) {
+            self.add_root(&m.path, mounts, protected);
+            // A writable dir inside another: its name, and that of each dir
+            // on the way to it from the outer one, cannot be changed
+            // (renaming one would move its protected paths away).
+            if let Some(outer) = crate::backend::protect::outermost_writable(mounts, &m.path) {
+                self.name_chain(&m.path, outer);
+            }
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn compute(
+        &mut self,
+        _: &[crate::sandbox::Mount],
+        _: &crate::policy::protected::ProtectedPaths,
+    ) {
+    }
+
     /// Records what the protected paths are in the writable dir `root`:
     /// each existing protected dir (where it leads), and as name rules each
     /// name on the way to it, and to each symlink met, from the outermost
     /// writable dir holding it (`backend::protect::resolve_entry`).
     #[cfg(unix)]
-    fn add_root(&mut self, root: &std::path::Path, plan: &ExecPlan) {
+    fn add_root(
+        &mut self,
+        root: &std::path::Path,
+        mounts: &[crate::sandbox::Mount],
+        protected: &crate::policy::protected::ProtectedPaths,
+    ) {
         use std::os::unix::fs::MetadataExt as _;
-        for (_, raw) in plan.protected.entries_raw() {
+        for (_, raw) in protected.entries_raw() {
             let r = crate::backend::protect::resolve_entry(root, raw);
+            if !crate::backend::protect::honoured(mounts, &r.place) {
+                continue; // a link to `/` or `..`: no repository to keep
+            }
             if r.exists
                 && let Ok(m) = std::fs::metadata(&r.place)
                 && m.is_dir()
@@ -187,7 +233,8 @@ impl Inner {
                 self.dirs.insert((m.dev(), m.ino()));
             }
             for item in r.links.iter().chain(std::iter::once(&r.place)) {
-                let outer = crate::backend::protect::outermost_writable(plan, item).unwrap_or(root);
+                let outer =
+                    crate::backend::protect::outermost_writable(mounts, item).unwrap_or(root);
                 self.name_chain(item, outer);
             }
         }

@@ -1,8 +1,20 @@
-//! Builds the docker warm-mode helper (`docker-helper/src/main.rs`) as a
-//! static binary for the target, so that it runs in any Linux image; the
-//! library embeds it. Where that cannot be done (not Linux, no static C
-//! library, a target other than 64-bit x86_64 or aarch64), an empty file is
-//! embedded, with a cargo warning, and warm mode says it is unavailable.
+//! The build script: two guest builds the library embeds.
+//!
+//! - **The docker warm-mode helper** (`docker-helper/src/main.rs`), built as a
+//!   static binary for the target, so that it runs in any Linux image. Where
+//!   that cannot be done (not Linux, no static C library, a target other than
+//!   64-bit x86_64 or aarch64), an empty file is embedded, with a cargo
+//!   warning, and warm mode says it is unavailable.
+//! - **The built-in WASI tools** (`guest-tools/`): the command modules for
+//!   wasm32-wasip1 and the typed tools for wasm32-wasip2, embedded by
+//!   `src/tools/builtin.rs` through `$OUT_DIR/builtin_tools.rs`, so that an
+//!   installed binary carries them. The test guests (the probe, as a
+//!   preview-1 module and as a preview-2 component) are built with them and
+//!   named to the tests by `TOOLHOST_BUILD_GUEST_TESTS`, the tools' own dir by
+//!   `TOOLHOST_BUILD_GUEST_DIST`. The wasm targets come from
+//!   `rust-toolchain.toml`; without them the build stops and says so. The
+//!   guests build in one target dir beside the host's (`target/guest-tools`),
+//!   shared by every profile and host target.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,13 +22,19 @@ use std::process::Command;
 const SOURCE: &str = "docker-helper/src/main.rs";
 
 fn main() {
-    println!("cargo::rerun-if-changed={SOURCE}");
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rerun-if-env-changed=RUSTC_LINKER");
     let Some(out_dir) = std::env::var_os("OUT_DIR") else {
         panic!("cargo sets OUT_DIR for build scripts");
     };
-    let out = PathBuf::from(out_dir).join("toolhost-docker-helper");
+    let out_dir = PathBuf::from(out_dir);
+    docker_helper(&out_dir);
+    guest_tools(&out_dir);
+}
+
+fn docker_helper(out_dir: &Path) {
+    println!("cargo::rerun-if-changed={SOURCE}");
+    println!("cargo::rerun-if-env-changed=RUSTC_LINKER");
+    let out = out_dir.join("toolhost-docker-helper");
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let libc = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
@@ -73,5 +91,176 @@ fn build(target: &str, out: &Path) -> bool {
             println!("cargo::warning=docker warm-mode helper not built: cannot run rustc: {e}");
             false
         }
+    }
+}
+
+/// The guest workspace's sources: any change there rebuilds the guests.
+const GUEST_INPUTS: &[&str] = &[
+    "guest-tools/Cargo.toml",
+    "guest-tools/Cargo.lock",
+    "guest-tools/common",
+    "guest-tools/tools",
+    "guest-tools/typed",
+    "guest-tools/test-guests",
+    "wit",
+];
+
+fn guest_tools(out_dir: &Path) {
+    for input in GUEST_INPUTS {
+        println!("cargo::rerun-if-changed={input}");
+    }
+    let tools = crate_dirs("guest-tools/tools");
+    let typed = crate_dirs("guest-tools/typed");
+    let tests = crate_dirs("guest-tools/test-guests");
+    let target_dir = guest_target_dir(out_dir);
+
+    // Preview-1 command modules: the tools and the test guests.
+    let mut p1 = vec!["--workspace".to_string()];
+    for t in &typed {
+        p1.push("--exclude".into());
+        p1.push(t.clone());
+    }
+    cargo_guest("wasm32-wasip1", &p1, &target_dir);
+    // Preview-2 components: the typed tools and the probe as a command.
+    let mut p2 = vec!["-p".to_string(), "probe".to_string()];
+    for t in &typed {
+        p2.push("-p".into());
+        p2.push(t.clone());
+    }
+    cargo_guest("wasm32-wasip2", &p2, &target_dir);
+
+    let built1 = target_dir.join("wasm32-wasip1/release");
+    let built2 = target_dir.join("wasm32-wasip2/release");
+    let dist = out_dir.join("guest-tools/dist");
+    let dist_test = out_dir.join("guest-tools/dist-test");
+    for d in [&dist, &dist_test] {
+        if let Err(e) = std::fs::create_dir_all(d) {
+            panic!("cannot create {}: {e}", d.display());
+        }
+    }
+    let mut embedded = Vec::new();
+    for name in &tools {
+        copy(
+            &built1.join(format!("{name}.wasm")),
+            &dist.join(format!("{name}.wasm")),
+        );
+        embedded.push(name.clone());
+    }
+    for name in &typed {
+        let file = format!("{}.wasm", name.replace('-', "_"));
+        copy(&built2.join(file), &dist.join(format!("{name}.wasm")));
+        embedded.push(name.clone());
+    }
+    for name in &tests {
+        copy(
+            &built1.join(format!("{name}.wasm")),
+            &dist_test.join(format!("{name}.wasm")),
+        );
+    }
+    copy(&built2.join("probe.wasm"), &dist_test.join("probe-p2.wasm"));
+    embedded.sort();
+
+    let mut code = String::from(
+        "/// The built-in WASI tools: name and bytes, sorted by name (generated by build.rs).\n\
+         pub(crate) static TOOLS: &[(&str, &[u8])] = &[\n",
+    );
+    for name in &embedded {
+        let path = dist.join(format!("{name}.wasm"));
+        code.push_str(&format!(
+            "    ({name:?}, include_bytes!({:?})),\n",
+            path.display().to_string()
+        ));
+    }
+    code.push_str("];\n");
+    let gen_path = out_dir.join("builtin_tools.rs");
+    if let Err(e) = std::fs::write(&gen_path, code) {
+        panic!("cannot write {}: {e}", gen_path.display());
+    }
+    println!(
+        "cargo::rustc-env=TOOLHOST_BUILD_GUEST_DIST={}",
+        dist.display()
+    );
+    println!(
+        "cargo::rustc-env=TOOLHOST_BUILD_GUEST_TESTS={}",
+        dist_test.display()
+    );
+}
+
+/// The crate dirs directly under `dir` (each a guest of that name), sorted.
+fn crate_dirs(dir: &str) -> Vec<String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => panic!("cannot list {dir}: {e}"),
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.path().join("Cargo.toml").is_file())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+/// `target/guest-tools` beside the host build: the outermost ancestor of
+/// `OUT_DIR` that cargo marked as a target dir (`CACHEDIR.TAG`), so that every
+/// profile and host target shares one guest build. Else a dir in `OUT_DIR`.
+fn guest_target_dir(out_dir: &Path) -> PathBuf {
+    out_dir
+        .ancestors()
+        .filter(|a| a.join("CACHEDIR.TAG").is_file())
+        .last()
+        .map(|t| t.join("guest-tools"))
+        .unwrap_or_else(|| out_dir.join("guest-target"))
+}
+
+/// Builds guest crates for `target` in release, with the guest workspace's
+/// own lock file and profile. The host build's flags are not passed on: they
+/// are for the host target.
+fn cargo_guest(target: &str, args: &[String], target_dir: &Path) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "build",
+        "--quiet",
+        "--locked",
+        "--release",
+        "--target",
+        target,
+    ])
+    .args(["--manifest-path", "guest-tools/Cargo.toml"])
+    .args(args)
+    .env("CARGO_TARGET_DIR", target_dir);
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+    ] {
+        cmd.env_remove(var);
+    }
+    match cmd.output() {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let hint = if err.contains("target may not be installed")
+                || err.contains("can't find crate for `core`")
+            {
+                format!(
+                    "\nthe {target} target is missing: `rustup target add {target}` (rust-toolchain.toml lists it, so rustup adds it when it installs the toolchain)"
+                )
+            } else {
+                String::new()
+            };
+            panic!("building the built-in WASI tools for {target} failed:\n{err}{hint}");
+        }
+        Err(e) => panic!("building the built-in WASI tools: cannot run cargo: {e}"),
+    }
+}
+
+/// Copies `from` to `to` through a temp file, so a reader never sees half.
+fn copy(from: &Path, to: &Path) {
+    let tmp = to.with_extension("wasm.tmp");
+    if let Err(e) = std::fs::copy(from, &tmp).and_then(|_| std::fs::rename(&tmp, to)) {
+        panic!("cannot copy {} to {}: {e}", from.display(), to.display());
     }
 }

@@ -14,7 +14,7 @@
 //! - Python SDK: the official `mcp` client (`tests/mcp/client.py`), what an
 //!   agent would run: the server, the protocol and that client's own cost.
 //!
-//! Needs scripts/build-guest-tools and, for the Python client,
+//! Needs, for the Python client,
 //! TOOLHOST_TEST_MCP_PYTHON (scripts/mcp-client-setup; without it that
 //! column is skipped). Run: `cargo bench --bench mcp`. `BENCH_ITERS` sets the
 //! calls per series (default 2000).
@@ -233,11 +233,6 @@ fn python_sdk(python: &Path, bin: &Path, cfg: &Path, ws: &Path, iters: usize) ->
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    assert!(
-        root.join("guest-tools/dist/wc.wasm").exists(),
-        "run scripts/build-guest-tools first"
-    );
     let iters: usize = std::env::var("BENCH_ITERS")
         .ok()
         .and_then(|s| s.parse().ok())

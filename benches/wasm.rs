@@ -12,7 +12,7 @@
 //!    interleaved rounds); and the fuel calibration (fuel units per second of
 //!    guest compute).
 //!
-//! Needs `scripts/build-guest-tools`. Run: `cargo bench --bench wasm`.
+//! Run: `cargo bench --bench wasm` (build.rs builds the guests).
 //! `BENCH_ITERS` sets the calls per latency series (default 2000);
 //! `BENCH_SECTIONS` picks sections by number (e.g. `1,4`; default all).
 
@@ -47,9 +47,12 @@ fn sandbox(ws: &Path, meter: CpuMeter, cache: &Path) -> Sandbox {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let probe = root.join("guest-tools/dist-test/probe.wasm");
-    assert!(probe.exists(), "run scripts/build-guest-tools first");
+    let probe = Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe.wasm");
+    assert!(
+        probe.exists(),
+        "{} is missing: build.rs builds it",
+        probe.display()
+    );
     let iters: usize = std::env::var("BENCH_ITERS")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -22,7 +22,7 @@ use crate::paths::{
     AllowedDir, AllowedDirSpec, AllowedDirs, AllowedDirsError, PathError, ResolvedPath,
 };
 use crate::policy::protected::ProtectedPaths;
-use crate::tools::registry::{Registry, ToolFile, ToolInfo};
+use crate::tools::registry::{Registry, ToolFile, ToolInfo, ToolSource};
 
 /// One call: a program with its arguments, an optional working directory and
 /// optional standard input.
@@ -453,8 +453,10 @@ impl Sandbox {
             .unwrap_or_else(|| shown.to_string());
         Ok(Some(ToolFile {
             name,
-            dir: self.dirs.as_slice()[resolved.root_index()].shared_dir(),
-            rel: resolved.relative().to_path_buf(),
+            source: ToolSource::File {
+                dir: self.dirs.as_slice()[resolved.root_index()].shared_dir(),
+                rel: resolved.relative().to_path_buf(),
+            },
             host_path: resolved.host_path().to_path_buf(),
         }))
     }

@@ -86,7 +86,7 @@ pub fn main(args: ToolsArgs) -> anyhow::Result<i32> {
     } else if listed.is_empty() {
         writeln!(
             out,
-            "no WASI tools found (build the built-in ones with scripts/build-guest-tools, or set [wasm] tool_dirs)"
+            "no WASI tools found (the built-in ones are off: [wasm] builtin_tools = false, or $TOOLHOST_BUILTIN_TOOLS names an empty dir; set [wasm] tool_dirs)"
         )?;
     } else {
         let width = listed.iter().map(|t| t.name.len()).max().unwrap_or(0);

@@ -2,16 +2,18 @@
 //!
 //! Invariant: a registered tool is a `NAME.wasm` file directly inside a
 //! configured tool dir (or the built-in collection), opened through a handle on
-//! that dir; names are plain (`[A-Za-z0-9._-]`, no path), so a name can never
-//! reach outside the tool dirs.
+//! that dir, or one of the built-in tools carried in the binary
+//! ([`crate::tools::builtin`]); names are plain (`[A-Za-z0-9._-]`, no path), so
+//! a name can never reach outside the tool dirs.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
 use crate::config::WasmConfig;
+use crate::tools::builtin;
 
 /// Custom section in which a tool describes itself in one line.
 pub const DESCRIPTION_SECTION: &str = "toolhost-description";
@@ -33,17 +35,31 @@ fn read_regular(dir: &cap_std::fs::Dir, name: &str) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// A tool file found in a tool dir (or a `.wasm` file inside the sandbox).
+/// A tool found in a tool dir, in the built-in collection, or a `.wasm` file
+/// inside the sandbox.
 #[derive(Debug, Clone)]
 pub struct ToolFile {
     /// The tool's name (file stem).
     pub name: String,
-    /// Handle on the directory holding the file.
-    pub dir: Arc<Dir>,
-    /// File name relative to `dir`.
-    pub rel: PathBuf,
-    /// Host path, for messages and listings.
+    /// Where its bytes are.
+    pub source: ToolSource,
+    /// Host path, for messages and listings (`builtin:NAME.wasm` for a
+    /// built-in tool).
     pub host_path: PathBuf,
+}
+
+/// Where a tool's bytes are.
+#[derive(Debug, Clone)]
+pub enum ToolSource {
+    /// A file, by its name relative to a handle on its directory.
+    File {
+        /// Handle on the directory holding the file.
+        dir: Arc<Dir>,
+        /// File name relative to `dir`.
+        rel: PathBuf,
+    },
+    /// The built-in collection carried in the binary.
+    Builtin(&'static [u8]),
 }
 
 /// A listing entry of `toolhost tools`.
@@ -53,27 +69,32 @@ pub struct ToolInfo {
     pub name: String,
     /// One line, from the tool's `toolhost-description` custom section.
     pub description: String,
-    /// Where it was found.
+    /// Where it was found (`builtin:NAME.wasm` for a built-in tool).
     pub path: PathBuf,
+    /// Whether it is one of the built-in tools carried in the binary.
+    pub builtin: bool,
     /// Whether it is a WASI preview-2 component (a command component, or a
     /// typed tool of the `toolhost:tool` world) rather than a preview-1 module.
     pub component: bool,
 }
 
-/// Tool dirs, searched in order.
+/// Tool dirs, searched in order, then the built-in collection.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     dirs: Vec<(PathBuf, Arc<Dir>)>,
+    /// Whether the embedded built-in tools are searched after `dirs`.
+    embedded: bool,
 }
 
-/// The built-in collection: `$TOOLHOST_BUILTIN_TOOLS`, else `guest-tools/dist` of
-/// the source tree toolhost was built from, when it exists.
-pub fn builtin_dir() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("TOOLHOST_BUILTIN_TOOLS") {
-        return Some(PathBuf::from(p));
-    }
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-tools/dist");
-    p.is_dir().then_some(p)
+/// A dir that stands in for the embedded built-in collection:
+/// `$TOOLHOST_BUILTIN_TOOLS` of toolhost's own environment, when set.
+pub fn builtin_dir_override() -> Option<PathBuf> {
+    std::env::var_os("TOOLHOST_BUILTIN_TOOLS").map(PathBuf::from)
+}
+
+/// The host path shown for a built-in tool.
+fn builtin_path(name: &str) -> PathBuf {
+    PathBuf::from(format!("builtin:{name}.wasm"))
 }
 
 /// Whether `name` can be a registered tool's name.
@@ -99,18 +120,20 @@ impl Registry {
             })?;
             dirs.push((d.clone(), Arc::new(dir)));
         }
+        let mut embedded = false;
         if config.builtin_tools {
-            match builtin_dir() {
+            match builtin_dir_override() {
                 Some(d) => match Dir::open_ambient_dir(&d, ambient_authority()) {
                     Ok(dir) => dirs.push((d, Arc::new(dir))),
-                    Err(e) => tracing::warn!("built-in wasm tools at {}: {e}", d.display()),
+                    Err(e) => tracing::warn!(
+                        "built-in wasm tools at {} ($TOOLHOST_BUILTIN_TOOLS): {e}",
+                        d.display()
+                    ),
                 },
-                None => tracing::info!(
-                    "no built-in wasm tool collection (run scripts/build-guest-tools)"
-                ),
+                None => embedded = true,
             }
         }
-        Ok(Registry { dirs })
+        Ok(Registry { dirs, embedded })
     }
 
     /// Finds a tool by name.
@@ -119,13 +142,23 @@ impl Registry {
             return None;
         }
         let file = format!("{name}.wasm");
-        self.dirs.iter().find_map(|(path, dir)| {
+        let found = self.dirs.iter().find_map(|(path, dir)| {
             let meta = dir.metadata(&file).ok()?;
             meta.is_file().then(|| ToolFile {
                 name: name.to_string(),
-                dir: dir.clone(),
-                rel: PathBuf::from(&file),
+                source: ToolSource::File {
+                    dir: dir.clone(),
+                    rel: PathBuf::from(&file),
+                },
                 host_path: path.join(&file),
+            })
+        });
+        found.or_else(|| {
+            let bytes = self.embedded.then(|| builtin::get(name)).flatten()?;
+            Some(ToolFile {
+                name: name.to_string(),
+                source: ToolSource::Builtin(bytes),
+                host_path: builtin_path(name),
             })
         })
     }
@@ -150,7 +183,22 @@ impl Registry {
                     name: name.to_string(),
                     description: describe(&bytes).unwrap_or_default(),
                     path: path.join(&fname),
+                    builtin: false,
                     component: wasmparser::Parser::is_component(&bytes),
+                });
+            }
+        }
+        if self.embedded {
+            for (name, bytes) in builtin::all() {
+                if out.iter().any(|t| t.name == name) {
+                    continue;
+                }
+                out.push(ToolInfo {
+                    name: name.to_string(),
+                    description: describe(bytes).unwrap_or_default(),
+                    path: builtin_path(name),
+                    builtin: true,
+                    component: wasmparser::Parser::is_component(bytes),
                 });
             }
         }

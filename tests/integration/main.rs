@@ -1,5 +1,5 @@
 //! Integration tests: real processes, real files, no mocks. One binary; helpers
-//! in `util`, one module per area. Attack cases are named after ATTACKS.md.
+//! in `util`, one module per area. Attack cases are named after docs/src/attacks.md.
 
 mod util;
 
@@ -8,6 +8,7 @@ mod contract;
 mod direct;
 mod docker;
 mod env;
+mod install;
 mod invariants;
 mod isolation;
 mod mcp;

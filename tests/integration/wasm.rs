@@ -1,6 +1,6 @@
-//! The `wasm` backend (ATTACKS.md W cases), the built-in guest tools against
+//! The `wasm` backend (docs/src/attacks.md W cases), the built-in guest tools against
 //! native coreutils on the same fixtures, the registry and the compile cache.
-//! Needs `scripts/build-guest-tools` (the test command runs it first).
+//! The guests are built by build.rs (`TOOLHOST_BUILD_GUEST_TESTS`).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -12,22 +12,14 @@ use toolhost::{BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, Sandbox
 use crate::util::*;
 
 fn probe_path() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-tools/dist-test/probe.wasm");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/build-guest-tools",
-        p.display()
-    );
+    let p = Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe.wasm");
+    assert!(p.exists(), "{} is missing: build.rs builds it", p.display());
     p
 }
 
 fn builtin_tools_built() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-tools/dist/cat.wasm");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/build-guest-tools",
-        p.display()
-    );
+    let p = Path::new(env!("TOOLHOST_BUILD_GUEST_DIST")).join("cat.wasm");
+    assert!(p.exists(), "{} is missing: build.rs builds it", p.display());
 }
 
 /// One cache dir for the whole test process, so every test shares one engine.
@@ -784,12 +776,8 @@ fn tools_subcommand_lists_descriptions() {
 }
 
 fn probe_p2_path() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-tools/dist-test/probe-p2.wasm");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/build-guest-tools",
-        p.display()
-    );
+    let p = Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe-p2.wasm");
+    assert!(p.exists(), "{} is missing: build.rs builds it", p.display());
     p
 }
 
@@ -1056,7 +1044,7 @@ async fn typed_tools_keep_the_limits_and_names_must_match() {
     // listed as unusable, not silently renamed.
     let dir = t.ws().join("tools");
     std::fs::create_dir(&dir).unwrap();
-    let builtin = Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-tools/dist/text-stats.wasm");
+    let builtin = Path::new(env!("TOOLHOST_BUILD_GUEST_DIST")).join("text-stats.wasm");
     std::fs::copy(&builtin, dir.join("renamed.wasm")).unwrap();
     let mut cfg = wasm_config();
     cfg.wasm.tool_dirs = vec![dir];

@@ -31,7 +31,7 @@ use crate::backend::BackendKind;
 use crate::config::{CpuMeter, WasmConfig};
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::sandbox::{ExecPlan, Limits};
-use crate::tools::registry::ToolFile;
+use crate::tools::registry::{ToolFile, ToolSource};
 
 pub(crate) mod cache;
 mod component;
@@ -277,6 +277,8 @@ pub struct TypedToolInfo {
 /// Identity of a tool file, to reuse its `InstancePre` while it is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct FileKey {
+    /// A built-in tool (its `path` is `builtin:NAME.wasm`), never a file.
+    builtin: bool,
     dev: u64,
     ino: u64,
     size: u64,
@@ -323,8 +325,16 @@ impl std::fmt::Debug for WasmEngine {
 enum Lookup {
     /// Loaded before.
     Loaded(Arc<Loaded>),
-    /// Not yet: the open file, its metadata and its key.
-    Open(cap_std::fs::File, Box<(cap_std::fs::Metadata, FileKey)>),
+    /// Not yet: the open file (or the built-in bytes) and its key.
+    Open(Box<(Opened, FileKey)>),
+}
+
+/// A tool's bytes, not read yet.
+enum Opened {
+    /// An open file and its metadata.
+    File(cap_std::fs::File, cap_std::fs::Metadata),
+    /// A built-in tool.
+    Builtin(&'static [u8]),
 }
 
 /// Engines by (CPU meter, cache dir, cache cap, pool size).
@@ -448,9 +458,9 @@ impl WasmEngine {
         deadline: tokio::time::Instant,
     ) -> Result<Arc<Loaded>, Outcome> {
         use futures_util::FutureExt as _;
-        let (file, meta, key) = match self.lookup(tool)? {
+        let (opened, key) = match self.lookup(tool)? {
             Lookup::Loaded(l) => return Ok(l),
-            Lookup::Open(file, b) => (file, b.0, b.1),
+            Lookup::Open(b) => *b,
         };
         let key_for_map = key.clone();
         let shared = {
@@ -467,7 +477,7 @@ impl WasmEngine {
                     // A task of its own: it runs to the end (and takes itself
                     // out of `compiling`) even if every waiting call is gone.
                     let task = tokio::spawn(async move {
-                        let r = engine.read_and_compile(tool, file, meta, k, id).await;
+                        let r = engine.read_and_compile(tool, opened, k, id).await;
                         // This compile's entry only (a skipped one is gone
                         // already, and a later compile of the file may have
                         // its own).
@@ -507,13 +517,30 @@ impl WasmEngine {
     /// The loaded tool if this file was loaded before, else the open file.
     fn lookup(&self, tool: &ToolFile) -> Result<Lookup, Outcome> {
         let fail = |kind, msg: String| Outcome::new(kind, msg);
+        let (dir, rel) = match &tool.source {
+            ToolSource::Builtin(bytes) => {
+                let key = FileKey {
+                    builtin: true,
+                    dev: 0,
+                    ino: 0,
+                    size: bytes.len() as u64,
+                    mtime_ns: 0,
+                    path: tool.host_path.clone(),
+                };
+                if let Some(l) = self.lock_loaded().get(&key) {
+                    return Ok(Lookup::Loaded(l.clone()));
+                }
+                return Ok(Lookup::Open(Box::new((Opened::Builtin(bytes), key))));
+            }
+            ToolSource::File { dir, rel } => (dir, rel),
+        };
         // Non-blocking: a tool file that is a FIFO must not hold this
         // (executor) thread in open(2); it is refused below as not a file.
         let mut opts = cap_std::fs::OpenOptions::new();
         opts.read(true);
         #[cfg(unix)]
         cap_std::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NONBLOCK);
-        let file = tool.dir.open_with(&tool.rel, &opts).map_err(|e| {
+        let file = dir.open_with(rel, &opts).map_err(|e| {
             fail(
                 OutcomeKind::NotFound,
                 format!("{}: cannot open: {}", tool.name, os_reason(&e)),
@@ -535,7 +562,7 @@ impl WasmEngine {
         if let Some(l) = self.lock_loaded().get(&key) {
             return Ok(Lookup::Loaded(l.clone()));
         }
-        Ok(Lookup::Open(file, Box::new((meta, key))))
+        Ok(Lookup::Open(Box::new((Opened::File(file, meta), key))))
     }
 
     /// Reads an open tool file and makes it ready to run: from the disk
@@ -546,8 +573,7 @@ impl WasmEngine {
     async fn read_and_compile(
         self: &Arc<Self>,
         tool: ToolFile,
-        file: cap_std::fs::File,
-        meta: cap_std::fs::Metadata,
+        opened: Opened,
         key: FileKey,
         id: u64,
     ) -> Result<Arc<Loaded>, Outcome> {
@@ -556,7 +582,10 @@ impl WasmEngine {
         };
         let e = self.clone();
         let (tool, key, bytes, hit) = tokio::task::spawn_blocking(move || {
-            let bytes = read_tool(&tool, file, &meta)?;
+            let bytes = match opened {
+                Opened::File(file, meta) => read_tool(&tool, file, &meta)?,
+                Opened::Builtin(bytes) => bytes.to_vec(),
+            };
             let hit = e.prepare(&tool, &bytes, &key, true)?;
             Ok::<_, Outcome>((tool, key, bytes, hit))
         })
@@ -722,6 +751,7 @@ fn file_key(meta: &cap_std::fs::Metadata, path: &Path) -> FileKey {
     {
         use cap_std::fs::MetadataExt;
         FileKey {
+            builtin: false,
             dev: meta.dev(),
             ino: meta.ino(),
             size: meta.len(),
@@ -738,6 +768,7 @@ fn file_key(meta: &cap_std::fs::Metadata, path: &Path) -> FileKey {
             .map(|d| d.as_nanos() as i128)
             .unwrap_or(0);
         FileKey {
+            builtin: false,
             dev: 0,
             ino: 0,
             size: meta.len(),

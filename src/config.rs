@@ -39,8 +39,11 @@ pub struct DockerConfig {
     /// until one is set, and never pulls one unless `pull` is true.
     pub image: Option<String>,
     /// User (`uid[:gid]` or a name the image knows) the tool runs as in the
-    /// container. Default: toolhost's own uid:gid, or `65534:65534` (nobody)
-    /// when toolhost runs as root. Root is refused.
+    /// container. Default (`None`): the owner (uid:gid) of the read-write
+    /// allowed dirs, so files the tool creates belong to the workspace's
+    /// owner; refused when they have different owners or the engine remaps
+    /// uids (userns-remap, rootless), until this is set. Root is refused here:
+    /// a tool runs as root only when root owns its workspace.
     pub user: Option<String>,
     /// Host paths bind-mounted read-only at the same path in every container,
     /// besides the allowed dirs (absolute paths).
@@ -62,7 +65,7 @@ pub struct DockerConfig {
     pub tls_key: Option<std::path::PathBuf>,
     /// Warm mode: one container per sandbox, kept running, with toolhost's
     /// command server as its init running each call. Much faster; calls share
-    /// the container's `/tmp` (see the README). Needs a Linux engine of this
+    /// the container's `/tmp` (see docs/src/docker.md). Needs a Linux engine of this
     /// machine's architecture.
     /// Default false.
     pub warm: bool,
@@ -113,7 +116,7 @@ impl DockerConfig {
                 if name == "0" || name == "root" {
                     return Err(ConfigError::key(
                         full,
-                        "must not be root: with the engine's socket or a root-owned file in reach, root in the container is root on the host",
+                        "must not be root: leave it unset, and a tool runs as the allowed dirs' owner (root only when root owns them, under toolhost's set-ID filter)",
                     ));
                 }
                 self.user = Some(u);
@@ -159,7 +162,7 @@ impl DockerConfig {
             _ => {
                 return Err(ConfigError::key(
                     full,
-                    "unknown key (known keys: image, user, extra_ro_mounts, tmpfs_size_mb, pull, host, tls_ca, tls_cert, tls_key, warm)",
+                    format!("unknown key (known keys: {})", DOCKER_KEYS.join(", ")),
                 ));
             }
         }
@@ -364,6 +367,20 @@ impl Default for SandboxConfig {
     }
 }
 
+/// Where a config file was read from, for the state checks: the dir it names
+/// resolved (so `../toolhost.toml` is the dir above, not a path with `..`
+/// the checks would refuse), with the file's own name kept, so that a
+/// symlink by that name still counts where it sits.
+fn where_read(path: &Path) -> std::path::PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
+            .map(|p| p.join(name))
+            .unwrap_or(absolute.clone()),
+        _ => absolute,
+    }
+}
+
 const TOP_LEVEL_KEYS: &[&str] = &[
     "timeout",
     "max_output_bytes",
@@ -391,7 +408,44 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "wasm",
 ];
 
+/// The keys of the `[docker]` section, in the order the book lists them.
+const DOCKER_KEYS: &[&str] = &[
+    "image",
+    "user",
+    "extra_ro_mounts",
+    "tmpfs_size_mb",
+    "pull",
+    "host",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+    "warm",
+];
+
+/// The keys of the `[wasm]` section.
+const WASM_KEYS: &[&str] = &[
+    "tool_dirs",
+    "builtin_tools",
+    "cpu_meter",
+    "cache",
+    "cache_dir",
+    "cache_max_mb",
+    "pool_size",
+];
+
 impl SandboxConfig {
+    /// Every key a config file may set, sections as `docker.image` and
+    /// `wasm.tool_dirs` (the section names themselves are not listed).
+    pub fn keys() -> Vec<String> {
+        let top = TOP_LEVEL_KEYS
+            .iter()
+            .filter(|k| !matches!(**k, "docker" | "wasm"))
+            .map(|k| k.to_string());
+        let docker = DOCKER_KEYS.iter().map(|k| format!("docker.{k}"));
+        let wasm = WASM_KEYS.iter().map(|k| format!("wasm.{k}"));
+        top.chain(docker).chain(wasm).collect()
+    }
+
     /// Reads and validates a TOML file. Keys not given keep their defaults.
     ///
     /// # Ambient Authority
@@ -406,7 +460,7 @@ impl SandboxConfig {
             key: e.key.clone(),
             message: format!("{} (in {})", e.message, path.display()),
         })?;
-        config.config_file = Some(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+        config.config_file = Some(where_read(path));
         Ok(config)
     }
 
@@ -626,7 +680,7 @@ impl WasmConfig {
             _ => {
                 return Err(ConfigError::key(
                     full,
-                    "unknown key (known keys: tool_dirs, builtin_tools, cpu_meter, cache, cache_dir, cache_max_mb, pool_size)",
+                    format!("unknown key (known keys: {})", WASM_KEYS.join(", ")),
                 ));
             }
         }

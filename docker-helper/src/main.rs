@@ -1,8 +1,20 @@
-//! toolhost's command server for the docker backend's warm mode.
+//! toolhost's helper in the docker backend's containers, bind-mounted
+//! read-only at `/.toolhost-helper` and statically linked so that it runs in
+//! any Linux image. Two modes:
 //!
-//! It runs as PID 1 of the warm container (bind-mounted read-only at
-//! `/.toolhost-helper`, statically linked so that it runs in any Linux image)
-//! and runs each call as its own child, instead of one engine `exec` per call.
+//! - `--seccomp HEX --exec PROGRAM ARGS...` (a per-call container): installs
+//!   the seccomp filter toolhost built (no set-ID files; see
+//!   `container_filter` in toolhost's `backend/direct/harden.rs`), then execs
+//!   the tool, found on `PATH`. A program that cannot be run ends it with 127
+//!   (not found) or 126, and `[FATAL toolhost-helper] exec PROGRAM failed:
+//!   REASON` on stderr, as docker's init says it.
+//! - `--seccomp HEX` (warm mode): the command server below. It runs as PID 1
+//!   of the warm container and runs each call as its own child, instead of
+//!   one engine `exec` per call; the filter is on the helper, so every call
+//!   inherits it.
+//!
+//! No filter, no tool: if the filter cannot be installed, the helper exits
+//! (125, or without its hello) before anything runs.
 //!
 //! Built for 64-bit x86_64 and aarch64 Linux only: the syscall types and
 //! constants below are theirs.
@@ -84,7 +96,19 @@ mod sys {
         pub fn sigaddset(set: *mut SigSet, sig: i32) -> i32;
         pub fn sigprocmask(how: i32, set: *const SigSet, old: *mut SigSet) -> i32;
         pub fn signalfd(fd: i32, mask: *const SigSet, flags: i32) -> i32;
+        pub fn execvp(file: *const c_char, argv: *const *const c_char) -> i32;
     }
+
+    /// The kernel's `struct sock_fprog`.
+    #[repr(C)]
+    pub struct SockFprog {
+        pub len: u16,
+        pub filter: *const u8,
+    }
+
+    pub const PR_SET_NO_NEW_PRIVS: i32 = 38;
+    pub const PR_SET_SECCOMP: i32 = 22;
+    pub const SECCOMP_MODE_FILTER: u64 = 2;
 
     pub const O_RDONLY: i32 = 0;
     pub const O_NONBLOCK: i32 = 0o4000;
@@ -646,7 +670,99 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], sigchld: i32, req: Request) {
     end(kind, value, 0, oom, others, killed);
 }
 
+/// Decodes the filter's hex and installs it (with no_new_privs, which the
+/// engine's `no-new-privileges` also sets). Exits 125 if it cannot.
+fn install_filter(hex: &[u8]) {
+    let fail = |why: String| -> ! {
+        eprintln!("[FATAL toolhost-helper] cannot install the seccomp filter: {why}");
+        std::process::exit(125);
+    };
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    if hex.is_empty() || !hex.len().is_multiple_of(16) {
+        fail(format!(
+            "{} hex digits is not whole instructions",
+            hex.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(hex.len() / 2);
+    for pair in hex.chunks(2) {
+        match (digit(pair[0]), digit(pair[1])) {
+            (Some(h), Some(l)) => bytes.push(h << 4 | l),
+            _ => fail("not lowercase hex".into()),
+        }
+    }
+    let Ok(len) = u16::try_from(bytes.len() / 8) else {
+        fail("too many instructions".into());
+    };
+    let prog = sys::SockFprog {
+        len,
+        filter: bytes.as_ptr(),
+    };
+    // SAFETY: plain prctls; `prog` points at `len` 8-byte instructions in
+    // `bytes`, which outlives the call (the kernel copies the program).
+    let r = unsafe {
+        sys::prctl(sys::PR_SET_NO_NEW_PRIVS, 1u64, 0u64, 0u64, 0u64);
+        sys::prctl(
+            sys::PR_SET_SECCOMP,
+            sys::SECCOMP_MODE_FILTER,
+            &prog as *const sys::SockFprog,
+            0u64,
+            0u64,
+        )
+    };
+    if r != 0 {
+        fail(format!("errno {}", sys::errno()));
+    }
+}
+
+/// Execs the tool `args[0]` (found on `PATH`) with `args`; returns only if
+/// it cannot, by exiting as docker's init does.
+fn exec(args: &[std::ffi::OsString]) -> ! {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(program) = args.first() else {
+        eprintln!("[FATAL toolhost-helper] exec failed: no program");
+        std::process::exit(127);
+    };
+    let owned: Vec<CString> = args.iter().map(|a| cstring(a.as_bytes())).collect();
+    let mut argv: Vec<*const c_char> = owned.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // Rust's runtime ignores SIGPIPE; a tool gets the default back (as the
+    // server's children do), or `yes | head` would not end.
+    // SAFETY: `argv` is a null-terminated array of C strings that `owned`
+    // keeps alive; execvp returns only on failure.
+    unsafe {
+        sys::signal(sys::SIGPIPE, sys::SIG_DFL);
+        sys::execvp(argv[0], argv.as_ptr());
+    }
+    let errno = sys::errno();
+    let why = std::io::Error::from_raw_os_error(errno);
+    eprintln!(
+        "[FATAL toolhost-helper] exec {} failed: {why}",
+        program.to_string_lossy()
+    );
+    std::process::exit(if errno == sys::ENOENT || errno == sys::ENOTDIR {
+        127
+    } else {
+        126
+    });
+}
+
 fn main() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut rest = &args[1.min(args.len())..];
+    if rest.first().is_some_and(|a| a == "--seccomp") {
+        use std::os::unix::ffi::OsStrExt;
+        let hex = rest.get(1).map(|h| h.as_bytes()).unwrap_or_default();
+        install_filter(hex);
+        rest = &rest[2.min(rest.len())..];
+    }
+    if rest.first().is_some_and(|a| a == "--exec") {
+        exec(&rest[1..]);
+    }
     // Not dumpable: a tool running as the same uid cannot ptrace the helper
     // or open its /proc files (its fds are the protocol).
     // SAFETY: a plain prctl.

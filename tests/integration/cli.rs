@@ -260,6 +260,25 @@ fn config_file_is_read_only_when_named() {
         ],
     );
     assert_eq!(out, "he");
+    // Named relative to the workspace, through `..`: the same two places.
+    let (_, out, err) = code(
+        &t,
+        &["run", "--config", "../toolhost.toml", "--", "echo", "hello"],
+    );
+    assert_eq!(out, "he", "{err}");
+    let (status, _, err) = code(
+        &t,
+        &[
+            "run",
+            "--config",
+            "../ws/toolhost.toml",
+            "--",
+            "echo",
+            "hello",
+        ],
+    );
+    assert_eq!(status, 125, "{err}");
+    assert!(err.contains("contains toolhost's config file"), "{err}");
     // Flags override the file.
     let (_, out, _) = code(
         &t,

@@ -1,4 +1,4 @@
-//! The `docker` backend against a real Docker engine (ATTACKS.md K cases), each
+//! The `docker` backend against a real Docker engine (docs/src/attacks.md K cases), each
 //! with its positive control. `scripts/test` runs `scripts/docker-setup` first
 //! (engine on the local socket and on tcp://127.0.0.1:2375, and the busybox
 //! image built FROM scratch) and exports TOOLHOST_TEST_IMAGE. With CI=true the
@@ -37,7 +37,7 @@ pub(crate) fn image() -> Option<String> {
     }
 }
 
-/// A workspace the container's user (nobody) can use.
+/// A workspace open to every user (most tests predate the owner's uid).
 fn tmp() -> Tmp {
     let t = Tmp::new();
     for (p, mode) in [
@@ -131,7 +131,9 @@ async fn runs_in_a_locked_down_container_and_leaves_nothing() {
     )
     .await;
     let out = &r.stdout;
-    assert!(out.starts_with("65534\n"), "{out}");
+    // The workspace's owner (`docker::the_tool_runs_as_the_workspace_owner`).
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(t.ws()).unwrap());
+    assert!(out.starts_with(&format!("{owner}\n")), "{out}");
     assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
     assert!(out.contains("CapBnd:\t0000000000000000"), "{out}");
     assert!(out.contains("NoNewPrivs:\t1"), "{out}");
@@ -820,8 +822,10 @@ async fn warm_mode_runs_calls_in_one_container_with_the_same_limits() {
     )
     .await;
     assert!(r.success(), "{r:?}");
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(t.ws()).unwrap());
     assert_eq!(
-        r.stdout, "warm\n65534\nCapEff:\t0000000000000000\n.toolhost-helpe\n",
+        r.stdout,
+        format!("warm\n{owner}\nCapEff:\t0000000000000000\n.toolhost-helpe\n"),
         "{r:?}"
     );
     let label = session_label(&sb);
@@ -1013,7 +1017,7 @@ async fn warm_mode_survives_cancellation_concurrency_and_a_killed_container() {
     let before = containers(&label);
     let r = dsh(
         &sb,
-        "kill -9 1; kill 1; cat /proc/1/environ >/dev/null 2>&1 && echo environ-open; ls /proc/1/fd >/dev/null 2>&1 && echo fds-open; cat /proc/self/environ >/dev/null && echo own-open",
+        "kill -9 1; kill 1; cat /proc/1/environ >/dev/null 2>&1 && echo environ-open; for f in 0 1 2 3; do readlink /proc/1/fd/$f >/dev/null 2>&1 && echo fd-$f-open; head -c0 /proc/1/fd/$f 2>/dev/null && echo fd-$f-read; done; cat /proc/self/environ >/dev/null && echo own-open; ls /proc/1/fd 2>&1 | tr '\\n' ' ' >&2",
     )
     .await;
     assert_eq!(r.stdout, "own-open\n", "{r:?}");
@@ -1032,4 +1036,135 @@ async fn warm_mode_survives_cancellation_concurrency_and_a_killed_container() {
     assert!(containers(&label).iter().all(|c| !before.contains(c)));
     sb.shutdown().await;
     assert_eq!(containers(&label), Vec::<String>::new());
+}
+
+/// Issue 16.3: whoever runs toolhost, a docker tool reads and writes its
+/// workspace, 0700 or 0755, as the workspace's owner: what it creates belongs
+/// to that owner on the host, and `mktemp` works (`TMPDIR` is the
+/// container's tmpfs). As root, also a workspace of another user (1000:1000)
+/// and one of 65534: the tool takes that uid.
+#[tokio::test]
+async fn the_tool_runs_as_the_workspace_owner() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(image) = image() else { return };
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut owners = vec![None];
+    if root {
+        owners.extend([Some((1000u32, 1000u32)), Some((65534, 65534))]);
+    }
+    for warm in [false, true] {
+        for mode in [0o700, 0o755] {
+            for owner in &owners {
+                let t = Tmp::new();
+                t.write("in.txt", "inside\n");
+                std::fs::set_permissions(t.ws(), std::fs::Permissions::from_mode(mode)).unwrap();
+                if let Some((u, g)) = owner {
+                    std::os::unix::fs::chown(t.ws(), Some(*u), Some(*g)).unwrap();
+                    std::os::unix::fs::chown(t.ws().join("in.txt"), Some(*u), Some(*g)).unwrap();
+                }
+                let meta = std::fs::metadata(t.ws()).unwrap();
+                let (uid, gid) = (meta.uid(), meta.gid());
+                let mut cfg = docker_config(&image);
+                cfg.docker.warm = warm;
+                let sb = t.sandbox(cfg);
+                let what = format!("warm={warm} mode={mode:o} owner={uid}:{gid}");
+                let r = dsh(
+                    &sb,
+                    "id -u; id -g; cat in.txt; echo made > new.txt && mkdir sub && touch sub/f; echo TMPDIR=$TMPDIR; f=$(mktemp) && echo tmp > \"$f\" && cat \"$f\"",
+                )
+                .await;
+                assert!(r.success(), "{what}: {r:?}");
+                assert_eq!(
+                    r.stdout,
+                    format!("{uid}\n{gid}\ninside\nTMPDIR=/tmp\ntmp\n"),
+                    "{what}: {r:?}"
+                );
+                for f in ["new.txt", "sub", "sub/f"] {
+                    let m = std::fs::metadata(t.ws().join(f)).unwrap();
+                    assert_eq!((m.uid(), m.gid()), (uid, gid), "{what}: {f}");
+                }
+                assert_eq!(
+                    std::fs::read_to_string(t.ws().join("new.txt")).unwrap(),
+                    "made\n",
+                    "{what}"
+                );
+            }
+        }
+    }
+}
+
+/// Writable allowed dirs of two owners: one uid cannot be both, so the call
+/// is refused before it runs, saying what to set; with `[docker] user` set,
+/// the same call runs as that user.
+#[tokio::test]
+async fn writable_dirs_of_two_owners_are_refused_until_user_is_set() {
+    let Some(image) = image() else { return };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("needs root to chown a dir to another user");
+        return;
+    }
+    let t = tmp();
+    std::os::unix::fs::chown(t.outside(), Some(1000), Some(1000)).unwrap();
+    std::fs::set_permissions(t.outside(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let dirs = |cfg: SandboxConfig| Sandbox::new([t.ws(), t.outside()], cfg).expect("sandbox");
+    let marker = t.ws().join("ran");
+    let script = format!("touch {}", marker.display());
+    let sb = dirs(docker_config(&image));
+    let r = dsh(&sb, &script).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::PermissionDenied, "{r:?}");
+    assert!(r.outcome.message.contains("[docker] user"), "{r:?}");
+    assert!(r.outcome.message.contains("uid 1000"), "{r:?}");
+    assert!(!marker.exists(), "the refused call ran");
+    let mut cfg = docker_config(&image);
+    cfg.docker.user = Some("1000:1000".into());
+    let sb = dirs(cfg);
+    let r = dsh(&sb, &format!("{script}; id -u")).await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.stdout, "1000\n", "{r:?}");
+    assert!(marker.exists());
+}
+
+/// Case 42 on docker: a tool running as the workspace's owner (root, when
+/// the tests run as root) cannot leave a set-user-ID or set-group-ID file,
+/// per call and in warm mode; the plain modes still work beside it. Checked
+/// on the host, by the mode bits of the files.
+#[tokio::test]
+async fn attack_42_no_set_id_file_from_a_container() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(image) = image() else { return };
+    for warm in [false, true] {
+        let t = Tmp::new();
+        let mut cfg = docker_config(&image);
+        cfg.docker.warm = warm;
+        let sb = t.sandbox(cfg);
+        let r = dsh(
+            &sb,
+            "cp /bin/busybox s; cp /bin/busybox g; cp /bin/busybox p; \
+             chmod 4755 s; echo s=$?; chmod 2755 g; echo g=$?; chmod u+s,g+s g; echo ug=$?; \
+             mknod -m 4644 fifo p; echo fifo=$?; chmod 755 p; echo p=$?; \
+             mknod -m 644 fifo2 p; echo fifo2=$?",
+        )
+        .await;
+        assert!(r.success(), "warm={warm}: {r:?}");
+        assert!(
+            r.stdout.contains("s=1\ng=1\nug=1\nfifo=1\np=0\nfifo2=0\n"),
+            "warm={warm}: {r:?}"
+        );
+        assert!(
+            r.stderr.contains("Operation not permitted"),
+            "warm={warm}: {r:?}"
+        );
+        for f in ["s", "g"] {
+            let mode = std::fs::metadata(t.ws().join(f)).unwrap().mode();
+            assert_eq!(mode & 0o6000, 0, "warm={warm}: {f} has mode {mode:o}");
+        }
+        assert!(!t.ws().join("fifo").exists(), "warm={warm}");
+        assert_eq!(
+            std::fs::metadata(t.ws().join("p")).unwrap().mode() & 0o7777,
+            0o755
+        );
+        assert!(t.ws().join("fifo2").exists(), "warm={warm}");
+    }
 }

@@ -536,6 +536,59 @@ fn build_filter(network_off: bool) -> Vec<libc::sock_filter> {
     f
 }
 
+/// The filter the docker backend's helper puts on a container's tool
+/// (contract case 42 there): no set-user-ID or set-group-ID file, by chmod,
+/// mknod or a creating open; openat2 ENOSYS (its mode is in memory);
+/// io_uring refused (its opens are out of the filter's sight). The engine's
+/// own profile does the rest. Other ABIs are killed, as in [`build_filter`].
+/// As the kernel takes it: 8-byte `sock_filter` records, native byte order.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) fn container_filter() -> Vec<u8> {
+    let mut f = vec![
+        stmt(BPF_LD_W_ABS, OFFSET_IP),
+        stmt(BPF_LD_W_ABS, OFFSET_ARCH),
+        jump(BPF_JMP_JEQ_K, AUDIT_ARCH, 1, 0),
+        stmt(BPF_RET_K, RET_KILL),
+        stmt(BPF_LD_W_ABS, OFFSET_NR),
+    ];
+    if cfg!(target_arch = "x86_64") {
+        f.push(jump(BPF_JMP_JGE_K, 0x4000_0000, 0, 1));
+        f.push(stmt(BPF_RET_K, ret_errno(libc::EPERM)));
+    }
+    let no_setid = |mode, flags| Action::NoSetId { mode, flags };
+    let mut entries: Vec<(u32, Action)> = vec![
+        (libc::SYS_fchmod as u32, no_setid(1, None)),
+        (libc::SYS_fchmodat as u32, no_setid(2, None)),
+        (libc::SYS_fchmodat2 as u32, no_setid(2, None)),
+        (libc::SYS_mknodat as u32, no_setid(2, None)),
+        (libc::SYS_openat as u32, no_setid(3, Some(2))),
+        (libc::SYS_openat2 as u32, Action::Errno(libc::ENOSYS)),
+        (libc::SYS_io_uring_setup as u32, Action::Errno(libc::EPERM)),
+        (libc::SYS_io_uring_enter as u32, Action::Errno(libc::EPERM)),
+        (
+            libc::SYS_io_uring_register as u32,
+            Action::Errno(libc::EPERM),
+        ),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    entries.extend([
+        (libc::SYS_chmod as u32, no_setid(1, None)),
+        (libc::SYS_mknod as u32, no_setid(1, None)),
+        (libc::SYS_creat as u32, no_setid(1, None)),
+        (libc::SYS_open as u32, no_setid(2, Some(1))),
+    ]);
+    entries.sort_by_key(|e| e.0);
+    f.extend(search(&entries));
+    let mut bytes = Vec::with_capacity(f.len() * 8);
+    for i in f {
+        bytes.extend_from_slice(&i.code.to_ne_bytes());
+        bytes.push(i.jt);
+        bytes.push(i.jf);
+        bytes.extend_from_slice(&i.k.to_ne_bytes());
+    }
+    bytes
+}
+
 /// The filter for this network setting, built once per process; `None` on
 /// architectures the filter does not know.
 fn seccomp_filter(network_off: bool) -> Option<&'static [libc::sock_filter]> {

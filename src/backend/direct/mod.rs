@@ -27,6 +27,11 @@ mod harden;
 mod mounts;
 #[cfg(target_os = "linux")]
 mod supervisor;
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+pub(crate) use harden::container_filter;
 #[cfg(target_os = "linux")]
 pub use harden::flush_private_tmps;
 #[cfg(target_os = "linux")]

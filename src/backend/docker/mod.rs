@@ -4,16 +4,18 @@
 //! Invariants: every container is created with no network (unless the plan
 //! allows it), all capabilities dropped, no-new-privileges, a read-only root,
 //! a size-limited tmpfs at /tmp, memory = memory+swap, a pids limit, CPU and
-//! file-size ulimits, a non-root user, an init process (so the tool gets
-//! normal signal semantics), and only the allowed dirs (and configured
-//! read-only extras) bind-mounted, each at its own path. Each container
+//! file-size ulimits, the user who owns the allowed dirs with toolhost's
+//! set-ID filter on the tool ([`user`]), an init process (so the tool gets
+//! normal signal semantics), `TMPDIR=/tmp`, and only the allowed dirs (and
+//! configured read-only extras, and toolhost's helper) bind-mounted, each at
+//! its own path. Each container
 //! carries toolhost's labels and is removed in every case: success, error,
 //! timeout, and a dropped call future (a removal is spawned). Containers left
 //! by a toolhost process that died are removed when the next one connects.
 //!
 //! Warm mode (`[docker] warm = true`) keeps one container per backend, with
 //! toolhost's command server as its init, and runs each call through it with
-//! the same limits ([`warm`]); see the README for what it gives up.
+//! the same limits ([`warm`]); see docs/src/docker.md for what it gives up.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,6 +37,7 @@ use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::output::CappedBuffer;
 use crate::sandbox::ExecPlan;
 
+mod user;
 pub mod warm;
 
 /// Label every toolhost container carries.
@@ -73,6 +76,8 @@ pub struct DockerBackend {
     client: tokio::sync::OnceCell<Result<Docker, String>>,
     image_ok: AtomicBool,
     warm: tokio::sync::Mutex<Option<warm::WarmContainer>>,
+    /// The engine's uid mapping and platform, asked once.
+    facts: tokio::sync::OnceCell<Result<user::EngineFacts, String>>,
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -181,6 +186,7 @@ impl DockerBackend {
             client: tokio::sync::OnceCell::new(),
             image_ok: AtomicBool::new(false),
             warm: tokio::sync::Mutex::new(None),
+            facts: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -277,7 +283,7 @@ impl DockerBackend {
     async fn ensure_image(&self, docker: &Docker) -> Result<String, Outcome> {
         let Some(image) = self.config.image.clone() else {
             return Err(unavailable(
-                "the docker backend needs an image: set [docker] image in the config (the README shows how to build a small one)",
+                "the docker backend needs an image: set [docker] image in the config (docs/src/docker.md shows how to build a small one)",
             ));
         };
         if self.image_ok.load(Ordering::Relaxed) {
@@ -348,23 +354,6 @@ impl DockerBackend {
             os: v.os.unwrap_or_default(),
             image,
         })
-    }
-
-    /// The user calls run as: the configured one, else toolhost's own uid:gid,
-    /// else (toolhost is root) nobody.
-    pub fn user(&self) -> String {
-        if let Some(u) = &self.config.user {
-            return u.clone();
-        }
-        #[cfg(unix)]
-        {
-            // SAFETY: getuid and getgid cannot fail.
-            let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-            if uid != 0 {
-                return format!("{uid}:{gid}");
-            }
-        }
-        "65534:65534".to_string()
     }
 
     fn labels(&self) -> HashMap<String, String> {
@@ -586,15 +575,18 @@ impl DockerBackend {
         }
         // The image defines PATH and HOME for its own layout: the host's
         // values would point at directories the container does not have.
-        let mut env = Vec::with_capacity(plan.env.len());
+        // TMPDIR names the container's own tmpfs: the host's temp dir is not
+        // there.
+        let mut env = Vec::with_capacity(plan.env.len() + 1);
         for (k, v) in &plan.env {
-            if k == "PATH" || k == "HOME" {
+            if k == "PATH" || k == "HOME" || k == "TMPDIR" {
                 continue;
             }
             if let (Some(k), Some(v)) = (k.to_str(), v.to_str()) {
                 env.push(format!("{k}={v}"));
             }
         }
+        env.push("TMPDIR=/tmp".to_string());
         if let Err(o) = self.check_mounts(plan) {
             return refuse(o);
         }
@@ -606,16 +598,45 @@ impl DockerBackend {
             Ok(i) => i,
             Err(o) => return refuse(o),
         };
+        let facts = match self.engine_facts(docker).await {
+            Ok(f) => f,
+            Err(o) => return refuse(o),
+        };
+        let user = match self.call_user(plan, &facts) {
+            Ok(u) => u,
+            Err(o) => return refuse(o),
+        };
         if self.config.warm {
-            return self.run_warm(docker, &image, plan, argv, env, start).await;
+            return self
+                .run_warm(docker, &image, plan, (argv, env), user, start)
+                .await;
         }
+        let mut host_config = self.host_config(plan);
+        // The tool runs under toolhost's filter, exec'd by the helper, where
+        // the helper runs (`user`).
+        let (entrypoint, cmd) = match (&facts.helper, user::filter_hex()) {
+            (Ok(()), Some(hex)) => {
+                let helper = match warm::helper_mount(plan) {
+                    Ok(m) => m,
+                    Err(o) => return refuse(o),
+                };
+                if let Some(m) = host_config.mounts.as_mut() {
+                    m.push(helper);
+                }
+                let mut cmd = vec!["--seccomp".to_string(), hex.to_string(), "--exec".into()];
+                cmd.extend(argv);
+                (Some(vec![warm::HELPER_TARGET.to_string()]), cmd)
+            }
+            _ => (None, argv),
+        };
         let name = self.next_name();
         let body = ContainerCreateBody {
             image: Some(image.clone()),
-            cmd: Some(argv),
+            entrypoint,
+            cmd: Some(cmd),
             env: Some(env),
             working_dir: Some(plan.cwd.to_string_lossy().into_owned()),
-            user: Some(self.user()),
+            user: Some(user),
             labels: Some(self.labels()),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
@@ -624,7 +645,7 @@ impl DockerBackend {
             stdin_once: Some(plan.stdin.is_some()),
             tty: Some(false),
             network_disabled: Some(!plan.allow_network),
-            host_config: Some(self.host_config(plan)),
+            host_config: Some(host_config),
             ..Default::default()
         };
         let (mut guard, created_id) = match create_guarded(docker, name, body, &image, plan).await {
@@ -860,7 +881,9 @@ fn launch_failure(code: i32, out: &CappedBuffer, err: &CappedBuffer) -> Option<O
     }
     let text = |b: &CappedBuffer| String::from_utf8_lossy(b.bytes()).into_owned();
     let all = format!("{}{}", text(out), text(err));
-    let from_init = all.starts_with("[FATAL tini") && all.contains(" failed: ");
+    let from_init = (all.starts_with("[FATAL tini")
+        || all.starts_with("[FATAL toolhost-helper] exec "))
+        && all.contains(" failed: ");
     let from_runtime = all.contains("OCI runtime exec failed");
     if !(from_init || from_runtime) {
         return None;

@@ -58,6 +58,8 @@ pub(super) struct WarmContainer {
     /// The protected-path mounts it was created with (`backend::protect`):
     /// a call that needs others gets a new container.
     held: Vec<crate::backend::protect::Held>,
+    /// The user it runs calls as.
+    user: String,
 }
 
 /// The helper's side of the attach stream, parsed into frames.
@@ -213,7 +215,7 @@ impl Reader {
 /// (just before a container mounts it) to be this build's helper, a regular
 /// file of this user that no one can write, and rewritten if not; every file
 /// operation refuses symlinks.
-fn helper_file() -> Result<PathBuf, String> {
+pub(super) fn helper_file() -> Result<PathBuf, String> {
     static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     if HELPER.is_empty() {
         return Err(
@@ -362,6 +364,49 @@ fn uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The read-only mount of the helper at [`HELPER_TARGET`]. A call must not be
+/// able to replace the helper of later containers: refused if a writable
+/// allowed dir holds it.
+pub(super) fn helper_mount(plan: &ExecPlan) -> Result<Mount, Outcome> {
+    let helper = helper_file().map_err(unavailable)?;
+    let real = std::fs::canonicalize(&helper).unwrap_or_else(|_| helper.clone());
+    if let Some(m) = plan
+        .mounts
+        .iter()
+        .find(|m| !m.read_only && real.starts_with(&m.path))
+    {
+        return Err(Outcome::new(
+            OutcomeKind::PermissionDenied,
+            format!(
+                "the writable allowed dir {} contains toolhost's docker helper {}; refused (allow a narrower dir)",
+                m.path.display(),
+                real.display()
+            ),
+        ));
+    }
+    Ok(Mount {
+        target: Some(HELPER_TARGET.into()),
+        source: Some(helper.to_string_lossy().into_owned()),
+        typ: Some(MountType::BIND),
+        read_only: Some(true),
+        ..Default::default()
+    })
+}
+
+/// Whether an engine of Docker architecture `arch` (Linux) runs this build's
+/// helper.
+pub(super) fn engine_runs_helper(arch: &str) -> bool {
+    cfg!(target_os = "linux") && arch == engine_arch()
+}
+
+/// Whether this build carries the helper, or why not.
+pub(super) fn helper_available() -> Result<(), String> {
+    if HELPER.is_empty() {
+        return Err("this build of toolhost has no docker helper (it is built for 64-bit x86_64 and aarch64 Linux with a static C library)".into());
+    }
+    Ok(())
+}
+
 /// Docker's name for this machine's architecture.
 fn engine_arch() -> &'static str {
     match std::env::consts::ARCH {
@@ -402,25 +447,15 @@ impl DockerBackend {
         docker: &Docker,
         image: &str,
         plan: &ExecPlan,
+        user: &str,
     ) -> Result<WarmContainer, Outcome> {
         self.check_warm_engine(docker).await?;
-        let helper = helper_file().map_err(unavailable)?;
-        // A call must not be able to replace the helper of later containers.
-        let real = std::fs::canonicalize(&helper).unwrap_or_else(|_| helper.clone());
-        if let Some(m) = plan
-            .mounts
-            .iter()
-            .find(|m| !m.read_only && real.starts_with(&m.path))
-        {
-            return Err(Outcome::new(
-                OutcomeKind::PermissionDenied,
-                format!(
-                    "the writable allowed dir {} contains the warm-mode helper {}; refused (allow a narrower dir, or set warm = false)",
-                    m.path.display(),
-                    real.display()
-                ),
+        let Some(filter) = super::user::filter_hex() else {
+            return Err(unavailable(
+                "toolhost has no seccomp filter for this platform, and warm mode needs it; set [docker] warm = false",
             ));
-        }
+        };
+        let helper = helper_mount(plan)?;
         let mut host = self.host_config(plan);
         // The helper is the init (it reaps, and kills what a call leaves).
         host.init = Some(false);
@@ -435,20 +470,15 @@ impl DockerBackend {
             super::nofile_ulimit(),
         ]);
         if let Some(m) = host.mounts.as_mut() {
-            m.push(Mount {
-                target: Some(HELPER_TARGET.into()),
-                source: Some(helper.to_string_lossy().into_owned()),
-                typ: Some(MountType::BIND),
-                read_only: Some(true),
-                ..Default::default()
-            });
+            m.push(helper);
         }
         let body = ContainerCreateBody {
             image: Some(image.to_string()),
             entrypoint: Some(vec![HELPER_TARGET.into()]),
-            cmd: Some(Vec::new()),
+            // On the helper, and so on every call it runs.
+            cmd: Some(vec!["--seccomp".into(), filter.into()]),
             working_dir: Some("/".into()),
-            user: Some(self.user()),
+            user: Some(user.to_string()),
             labels: Some(self.labels()),
             attach_stdin: Some(true),
             attach_stdout: Some(true),
@@ -494,6 +524,7 @@ impl DockerBackend {
             },
             oom_seen: false,
             held: crate::backend::protect::held(plan),
+            user: user.to_string(),
         };
         match tokio::time::timeout(HELPER_GRACE, warm.reader.next_frame()).await {
             Ok(Ok((b'H', v))) if v == HELLO => {}
@@ -521,8 +552,8 @@ impl DockerBackend {
         docker: &Docker,
         image: &str,
         plan: &ExecPlan,
-        argv: Vec<String>,
-        env: Vec<String>,
+        (argv, env): (Vec<String>, Vec<String>),
+        user: String,
         start: Instant,
     ) -> RunOutput {
         let refused = |o: Outcome| RunOutput::refused(BackendKind::Docker, o, start.elapsed());
@@ -544,14 +575,19 @@ impl DockerBackend {
         }
         // A protected path that appeared (or went) since the container was
         // made: its mounts are fixed, so it is replaced.
+        // So is one whose user is no longer the call's (the allowed dirs
+        // changed owner).
         let held = crate::backend::protect::held(plan);
-        if slot.slot.as_ref().is_some_and(|w| w.held != held)
+        if slot
+            .slot
+            .as_ref()
+            .is_some_and(|w| w.held != held || w.user != user)
             && let Some(old) = slot.slot.take()
         {
             remove(docker, &old.id).await;
         }
         if slot.slot.is_none() {
-            match self.start_warm(docker, image, plan).await {
+            match self.start_warm(docker, image, plan, &user).await {
                 Ok(w) => *slot.slot = Some(w),
                 Err(o) => {
                     slot.keep = true;

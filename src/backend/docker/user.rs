@@ -1,0 +1,208 @@
+//! Who a docker tool runs as, and the filter it runs under.
+//!
+//! - **The user.** `[docker] user` when set; else the owner (uid:gid) of the
+//!   read-write allowed dirs, read from the sandbox's handles on them (of all
+//!   the allowed dirs when none is writable; `65534:65534` when there are
+//!   none). So the tool can read and write its workspace whoever runs
+//!   toolhost, even a 0700 one, and what it creates belongs on the host to the
+//!   workspace's owner. It gets no more than that owner has over the mounted
+//!   files, and less: every capability is dropped, with no-new-privileges.
+//!   Refused before the call: writable dirs of different owners (one uid
+//!   cannot be both), and an engine that maps container uids to others on the
+//!   host (userns-remap, rootless), where the owner's uid would not be the
+//!   owner on the host; both say to set `[docker] user`.
+//! - **The filter.** The helper (`docker-helper/`, mounted read-only) puts
+//!   toolhost's seccomp filter on the tool before it execs it: no set-user-ID
+//!   or set-group-ID file, whatever the uid (a tool running as the
+//!   workspace's owner could otherwise leave a set-ID program of that owner,
+//!   of root when root owns it, for the host to run). Where the helper cannot
+//!   run (another OS or architecture, a build without it), calls of a uid
+//!   other than 0 run without it, as the engine's profile allows; a call that
+//!   would run as root is refused.
+
+use bollard::Docker;
+
+use super::{DockerBackend, engine_error, unavailable};
+use crate::outcome::{Outcome, OutcomeKind};
+use crate::sandbox::ExecPlan;
+
+/// What toolhost needs to know of the engine, asked once per backend.
+#[derive(Debug, Clone)]
+pub(super) struct EngineFacts {
+    /// How the engine maps container uids to host uids, when not one to one.
+    pub remap: Option<&'static str>,
+    /// Whether the helper can run there, or why not.
+    pub helper: Result<(), String>,
+}
+
+/// The uid mapping the engine's security options name: `userns` (the daemon's
+/// `userns-remap`) or `rootless`; `None` when uids are the host's.
+pub(super) fn uid_remap(security_options: &[String]) -> Option<&'static str> {
+    let named = |n: &str| {
+        security_options
+            .iter()
+            .any(|o| o.split(',').any(|kv| kv == format!("name={n}")))
+    };
+    if named("rootless") {
+        Some("rootless")
+    } else if named("userns") {
+        Some("userns-remap")
+    } else {
+        None
+    }
+}
+
+/// The owner the call runs as by default: of the writable allowed dirs, else
+/// of all of them; `None` when there is no allowed dir.
+#[cfg(unix)]
+pub(super) fn owner(plan: &ExecPlan) -> Result<Option<(u32, u32)>, Outcome> {
+    use cap_std::fs::MetadataExt as _;
+    let writable = plan.mounts.iter().any(|m| !m.read_only);
+    let mut found: Option<(u32, u32, &std::path::Path)> = None;
+    for (m, (_, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
+        if writable && m.read_only {
+            continue;
+        }
+        let meta = dir.dir_metadata().map_err(|e| {
+            Outcome::new(
+                OutcomeKind::PermissionDenied,
+                format!("allowed dir {}: {e}", m.path.display()),
+            )
+        })?;
+        match found {
+            None => found = Some((meta.uid(), meta.gid(), &m.path)),
+            Some((uid, _, first)) if uid != meta.uid() => {
+                return Err(Outcome::new(
+                    OutcomeKind::PermissionDenied,
+                    format!(
+                        "the {}allowed dirs {} (uid {uid}) and {} (uid {}) belong to different users, and a docker tool runs as one: set [docker] user to the uid:gid it should run as",
+                        if writable { "writable " } else { "" },
+                        first.display(),
+                        m.path.display(),
+                        meta.uid()
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(found.map(|(u, g, _)| (u, g)))
+}
+
+/// Host dirs carry no uid a container could take on this platform.
+#[cfg(not(unix))]
+pub(super) fn owner(_plan: &ExecPlan) -> Result<Option<(u32, u32)>, Outcome> {
+    Ok(None)
+}
+
+/// The filter the helper installs, as the hex it takes; `None` where
+/// toolhost has no filter for this platform.
+pub(super) fn filter_hex() -> Option<&'static str> {
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    {
+        static HEX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        Some(HEX.get_or_init(|| {
+            crate::backend::direct::container_filter()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        }))
+    }
+    #[cfg(not(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
+    None
+}
+
+impl DockerBackend {
+    /// The engine's uid mapping and whether the helper runs there.
+    pub(super) async fn engine_facts(&self, docker: &Docker) -> Result<EngineFacts, Outcome> {
+        let r = self
+            .facts
+            .get_or_init(|| async {
+                let info = docker
+                    .info()
+                    .await
+                    .map_err(|e| format!("Docker engine info: {}", engine_error(&e)))?;
+                let remap = uid_remap(info.security_options.as_deref().unwrap_or_default());
+                let v = docker
+                    .version()
+                    .await
+                    .map_err(|e| format!("Docker engine version: {}", engine_error(&e)))?;
+                let os = v.os.unwrap_or_default();
+                let arch = v.arch.unwrap_or_default();
+                let helper = if filter_hex().is_none() {
+                    Err("toolhost has no seccomp filter for this platform".to_string())
+                } else if os != "linux" || !super::warm::engine_runs_helper(&arch) {
+                    Err(format!(
+                        "the engine is {os}/{arch}, and the helper is built for linux/{}",
+                        std::env::consts::ARCH
+                    ))
+                } else {
+                    super::warm::helper_available()
+                };
+                Ok(EngineFacts { remap, helper })
+            })
+            .await;
+        r.clone().map_err(unavailable)
+    }
+
+    /// The user the call runs as (see the module's text), or why the call is
+    /// refused.
+    pub(super) fn call_user(
+        &self,
+        plan: &ExecPlan,
+        facts: &EngineFacts,
+    ) -> Result<String, Outcome> {
+        let refuse = |m: String| Outcome::new(OutcomeKind::PermissionDenied, m);
+        if let Some(u) = &self.config.user {
+            return Ok(u.clone());
+        }
+        let Some((uid, gid)) = owner(plan)? else {
+            return Ok("65534:65534".to_string());
+        };
+        if let Some(kind) = facts.remap {
+            return Err(refuse(format!(
+                "the Docker engine maps container uids to other host uids ({kind}), so a tool running as uid {uid} would not own its files as uid {uid} on the host: set [docker] user to the container uid:gid that the engine maps to {uid}:{gid}"
+            )));
+        }
+        if uid == 0
+            && let Err(why) = &facts.helper
+        {
+            return Err(refuse(format!(
+                "the allowed dirs belong to root, so the tool would run as root, and toolhost cannot put its set-ID filter in this container ({why}): set [docker] user to a non-root uid:gid that may write them"
+            )));
+        }
+        Ok(format!("{uid}:{gid}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_uid_mapping_is_read_from_the_security_options() {
+        let opts = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(uid_remap(&opts(&["name=seccomp,profile=default"])), None);
+        assert_eq!(uid_remap(&opts(&[])), None);
+        assert_eq!(
+            uid_remap(&opts(&["name=seccomp,profile=default", "name=userns"])),
+            Some("userns-remap")
+        );
+        assert_eq!(
+            uid_remap(&opts(&[
+                "name=seccomp,profile=default",
+                "name=rootless",
+                "name=cgroupns"
+            ])),
+            Some("rootless")
+        );
+        // A profile merely named so is not the option.
+        assert_eq!(uid_remap(&opts(&["name=seccomp,profile=userns"])), None);
+    }
+}

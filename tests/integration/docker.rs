@@ -1168,3 +1168,50 @@ async fn attack_42_no_set_id_file_from_a_container() {
         assert!(t.ws().join("fifo2").exists(), "warm={warm}");
     }
 }
+
+/// Never more than toolhost could do itself: a toolhost that is not root
+/// (the CLI run as 65534, on the engine's TCP socket) runs the tool of a
+/// root-owned, world-writable dir as its own uid, and the file it makes is
+/// its own; the twin, toolhost as root on the same dir, runs it as root.
+#[tokio::test]
+async fn a_toolhost_that_is_not_root_runs_tools_as_itself() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    let Some(image) = image() else { return };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("needs root to run the CLI as another user");
+        return;
+    }
+    let t = tmp();
+    let home = t.root.join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
+    let cfg = t.root.join("docker.toml");
+    std::fs::write(
+        &cfg,
+        format!("[docker]\nimage = \"{image}\"\nhost = \"tcp://127.0.0.1:2375\"\n"),
+    )
+    .unwrap();
+    let out = Command::new(toolhost_bin())
+        .args(["run", "--backend", "docker", "--config"])
+        .arg(&cfg)
+        .args(["--", "sh", "-c", "id -u; touch by-nobody"])
+        .current_dir(t.ws())
+        .env("HOME", &home)
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("TOOLHOST_CONFIG")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "65534\n", "{out:?}");
+    let m = std::fs::metadata(t.ws().join("by-nobody")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (65534, 65534));
+    let sb = t.sandbox(docker_config(&image));
+    let r = dsh(&sb, "id -u; touch by-root").await;
+    assert_eq!(r.stdout, "0\n", "{r:?}");
+    assert_eq!(std::fs::metadata(t.ws().join("by-root")).unwrap().uid(), 0);
+}

@@ -7,6 +7,8 @@
 //!   toolhost, even a 0700 one, and what it creates belongs on the host to the
 //!   workspace's owner. It gets no more than that owner has over the mounted
 //!   files, and less: every capability is dropped, with no-new-privileges.
+//!   Nor more than toolhost: a toolhost that is not root runs tools of a dir
+//!   someone else owns as its own uid:gid, as before.
 //!   Refused before the call: writable dirs of different owners (one uid
 //!   cannot be both), and an engine that maps container uids to others on the
 //!   host (userns-remap, rootless), where the owner's uid would not be the
@@ -165,6 +167,17 @@ impl DockerBackend {
         let Some((uid, gid)) = owner(plan)? else {
             return Ok("65534:65534".to_string());
         };
+        // Never more than toolhost itself could do: a toolhost that is not
+        // root cannot act as another owner (a shared dir of root's, such as
+        // /tmp), so its tools run as toolhost's own uid:gid there.
+        #[cfg(unix)]
+        {
+            // SAFETY: geteuid and getegid cannot fail.
+            let (me, my_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+            if me != 0 && me != uid {
+                return Ok(format!("{me}:{my_gid}"));
+            }
+        }
         if let Some(kind) = facts.remap {
             return Err(refuse(format!(
                 "the Docker engine maps container uids to other host uids ({kind}), so a tool running as uid {uid} would not own its files as uid {uid} on the host: set [docker] user to the container uid:gid that the engine maps to {uid}:{gid}"

@@ -1,5 +1,5 @@
 //! Protected paths: places inside a writable allowed dir that no tool may
-//! change (ATTACKS.md case 44), such as `.git/hooks` and `.git/config`, where a
+//! change (docs/src/attacks.md case 44), such as `.git/hooks` and `.git/config`, where a
 //! file written by a tool would run on the host at the user's next `git
 //! commit` or `git status`.
 //!

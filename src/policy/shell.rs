@@ -74,7 +74,7 @@ pub const INTERPRETERS: &[&str] = &[
 
 /// Programs that run another program named in their arguments. They run only
 /// when allowlisted by name, like any program, and allowlisting one is
-/// equivalent to allowing anything (so is `find`, through `-exec`); the README
+/// equivalent to allowing anything (so is `find`, through `-exec`); docs/src/security.md
 /// says so.
 pub const RUNNERS: &[&str] = &[
     "env", "xargs", "nice", "timeout", "nohup", "setsid", "stdbuf", "chroot", "sudo", "doas", "su",

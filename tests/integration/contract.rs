@@ -1,4 +1,4 @@
-//! The contract suite: ATTACKS.md as one table, run against every target each
+//! The contract suite: the attack corpus (docs/src/attacks.md) as one table, run against every target each
 //! case applies to.
 //!
 //! `EXPECTATIONS` has one row per target (the three backends, the file tools
@@ -9,13 +9,13 @@
 //! next to its positive control and checks precisely (a canary, a hash, a pid).
 //!
 //! Marks: `H` held: the case runs here and must hold; `-` not applicable
-//! (ATTACKS.md does not list the target); `d` held by a dedicated test of the
+//! (docs/src/attacks.md does not list the target); `d` held by a dedicated test of the
 //! target's own module (named in `DEDICATED`), not yet written against the
-//! driver; `p` pending: listed by ATTACKS.md for the target, not covered yet
-//! (printed as such, and in the README). No case is `d` or `p` now, and
+//! driver; `p` pending: listed by docs/src/attacks.md for the target, not covered yet
+//! (printed as such, and in docs/src/contract.md). No case is `d` or `p` now, and
 //! `the_expectations_cover_attacks_md_and_every_listed_target` wants every
 //! listed target held. The summary table is printed (`cargo test contract -- --nocapture`)
-//! and kept in the README.
+//! and kept in docs/src/contract.md.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -47,7 +47,7 @@ impl Target {
     }
 }
 
-/// What each target promises for cases 1 to 50 (ATTACKS.md numbering).
+/// What each target promises for cases 1 to 50 (docs/src/attacks.md numbering).
 ///                                    1         2         3         4         5
 ///                           12345678901234567890123456789012345678901234567890
 #[rustfmt::skip]
@@ -86,13 +86,8 @@ struct Ctx {
 }
 
 fn probe_wasm() -> PathBuf {
-    let p =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("guest-tools/dist-test/probe.wasm");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/build-guest-tools",
-        p.display()
-    );
+    let p = std::path::Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe.wasm");
+    assert!(p.exists(), "{} is missing: build.rs builds it", p.display());
     p
 }
 
@@ -2252,7 +2247,7 @@ fn contract_suite_every_case_on_every_target() {
     }
     rt.block_on(toolhost::backend::docker::flush_removals());
     // The summary table, case x target.
-    let mut out = String::from("\ncontract suite (ATTACKS.md)\ncase");
+    let mut out = String::from("\ncontract suite (docs/src/attacks.md)\ncase");
     for (t, _) in &table {
         out.push_str(&format!(" | {}", t.name()));
     }
@@ -2270,7 +2265,7 @@ fn contract_suite_every_case_on_every_target() {
 
 #[test]
 fn the_expectations_cover_attacks_md_and_every_listed_target() {
-    // ATTACKS.md's own target letters, per case: every listed target is held
+    // docs/src/attacks.md's own target letters, per case: every listed target is held
     // here (H or d), none is left n/a.
     let listed: [(&str, &[Target]); 43] = [
         ("1", &[Target::Files, Target::Wasm]),
@@ -2337,7 +2332,7 @@ fn the_expectations_cover_attacks_md_and_every_listed_target() {
             assert!(ok, "case {n} on {}: {m}", t.name());
         }
     }
-    // A pending mark only where ATTACKS.md lists the target.
+    // A pending mark only where docs/src/attacks.md lists the target.
     for &(t, row) in EXPECTATIONS {
         for (i, m) in row.chars().enumerate() {
             let n = i as u32 + 1;
@@ -2346,7 +2341,7 @@ fn the_expectations_cover_attacks_md_and_every_listed_target() {
                     listed
                         .iter()
                         .any(|(c, ts)| c.parse::<u32>() == Ok(n) && ts.contains(&t)),
-                    "case {n} pending on {}, which ATTACKS.md does not list",
+                    "case {n} pending on {}, which docs/src/attacks.md does not list",
                     t.name()
                 );
             }

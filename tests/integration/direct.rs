@@ -1,4 +1,4 @@
-//! The `direct` backend against ATTACKS.md D cases 11, 15, 17-21, 23-26, 32-35,
+//! The `direct` backend against docs/src/attacks.md D cases 11, 15, 17-21, 23-26, 32-35,
 //! launch failures, concurrency and cancellation. Each denied case has its
 //! allowed twin; process checks look at pids, not exit codes.
 

@@ -1,4 +1,4 @@
-//! Environment and secrets (ATTACKS.md 12-14, 16), through the real CLI with
+//! Environment and secrets (docs/src/attacks.md 12-14, 16), through the real CLI with
 //! canaries planted in its own environment.
 
 use crate::util::*;

@@ -3,6 +3,7 @@
 
 mod util;
 
+mod book;
 mod cli;
 mod contract;
 mod direct;

@@ -69,7 +69,7 @@ fn call_meta(r: &Value) -> &Value {
     &r["_meta"]["toolhost/call"]
 }
 
-/// The ATTACKS.md F and 36-40 cases through a real MCP client: tools listed
+/// The docs/src/attacks.md F and 36-40 cases through a real MCP client: tools listed
 /// with schemas; shell, file, WASI and typed tools called; denials, a failing
 /// tool, an unknown tool and bad argument types come back as tool errors with
 /// the reason; the rate limit admits exactly its budget (refused and failed
@@ -549,7 +549,7 @@ fn bad_input_gets_clear_errors_and_the_session_continues() {
 }
 
 /// Nothing a tool does reaches the server's stdin or stdout: a tool that
-/// reads stdin gets EOF at once (ATTACKS.md 35) and the requests behind it
+/// reads stdin gets EOF at once (docs/src/attacks.md 35) and the requests behind it
 /// stay the server's; the protocol's fds are not inherited; /proc/<server>/fd
 /// is closed to tools, so writing into the server's stdout or reading its
 /// stdin through it fails; the stream stays valid JSON throughout.

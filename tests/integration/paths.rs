@@ -1,4 +1,4 @@
-//! The path layer (ATTACKS.md F cases 1-4, 6, 7, 9, 10; case 5, the swap race,
+//! The path layer (docs/src/attacks.md F cases 1-4, 6, 7, 9, 10; case 5, the swap race,
 //! is in the contract suite): every denied case next to its
 //! allowed twin, and accesses made through the capability handle.
 

@@ -1,5 +1,5 @@
 //! The agent's tools (`Toolbox`): shell and file tools under policy, the
-//! permission cap, the rate limit, WASI and typed tools, bad input. ATTACKS.md
+//! permission cap, the rate limit, WASI and typed tools, bad input. docs/src/attacks.md
 //! cases marked F and 36-40, each next to its allowed twin.
 
 use std::sync::Arc;

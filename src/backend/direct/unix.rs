@@ -1,7 +1,7 @@
 //! Unix other than Linux: the tool leads its own session and process group,
 //! which is killed at the end of the call. There is no subreaper here, so a
 //! process that leaves the group (`setsid`) can outlive the call; `toolhost
-//! check` and the README say so.
+//! check` and docs/src/direct.md say so.
 
 use std::io;
 use std::os::fd::AsRawFd;

@@ -1,4 +1,4 @@
-//! Protected paths in wasm guests (ATTACKS.md case 44; the rule is in
+//! Protected paths in wasm guests (docs/src/attacks.md case 44; the rule is in
 //! [`crate::policy::protected`]). Held on Unix hosts.
 //!
 //! Two parts, both enforced by wasmtime-wasi's own permission checks:

@@ -1215,3 +1215,66 @@ async fn a_toolhost_that_is_not_root_runs_tools_as_itself() {
     assert_eq!(r.stdout, "0\n", "{r:?}");
     assert_eq!(std::fs::metadata(t.ws().join("by-root")).unwrap().uid(), 0);
 }
+
+/// The second engine `scripts/docker-setup` starts, with `--userns-remap`.
+const USERNS_ENGINE: &str = "unix:///run/toolhost-userns-docker.sock";
+
+/// An engine that maps container uids to other host uids (userns-remap): a
+/// tool running as the workspace's owner would not own its files as that
+/// owner on the host, so the call is refused before it runs, saying what to
+/// set; with `[docker] user` set, the same call runs, and its file belongs on
+/// the host to the uid the engine maps it to (dockremap's base + 1000).
+#[tokio::test]
+async fn an_engine_that_remaps_uids_is_refused_until_user_is_set() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(image) = image() else { return };
+    let answers = Command::new("docker")
+        .args([
+            "-H",
+            USERNS_ENGINE,
+            "info",
+            "--format",
+            "{{.SecurityOptions}}",
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("name=userns"))
+        .unwrap_or(false);
+    if !answers {
+        let why =
+            format!("no userns-remap engine at {USERNS_ENGINE} (scripts/docker-setup starts it)");
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{why}");
+        }
+        eprintln!("\n*** SKIPPED: {why} ***\n");
+        return;
+    }
+    let t = tmp();
+    let mut cfg = docker_config(&image);
+    cfg.docker.host = Some(USERNS_ENGINE.into());
+    let sb = t.sandbox(cfg.clone());
+    let r = dsh(&sb, "touch made").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::PermissionDenied, "{r:?}");
+    assert!(r.outcome.message.contains("userns-remap"), "{r:?}");
+    assert!(r.outcome.message.contains("[docker] user"), "{r:?}");
+    assert!(!t.ws().join("made").exists(), "the refused call ran");
+    cfg.docker.user = Some("1000:1000".into());
+    let sb = t.sandbox(cfg);
+    let r = dsh(&sb, "id -u; touch made").await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.stdout, "1000\n", "{r:?}");
+    let base: u32 = std::fs::read_to_string("/etc/subuid")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("dockremap:")?
+                .split(':')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .expect("dockremap's subuid range");
+    assert_eq!(
+        std::fs::metadata(t.ws().join("made")).unwrap().uid(),
+        base + 1000
+    );
+}

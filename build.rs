@@ -1,6 +1,7 @@
 //! The build script: two guest builds the library embeds.
 //!
-//! - **The docker warm-mode helper** (`docker-helper/src/main.rs`), built as a
+//! - **The docker helper** (`docker-helper/src/main.rs`: the seccomp launcher of
+//!   every container, and warm mode's command server), built as a
 //!   static binary for the target, so that it runs in any Linux image. Where
 //!   that cannot be done (not Linux, no static C library, a target other than
 //!   64-bit x86_64 or aarch64), an empty file is embedded, with a cargo
@@ -83,12 +84,12 @@ fn build(target: &str, out: &Path) -> bool {
             let err = String::from_utf8_lossy(&o.stderr);
             let first = err.lines().find(|l| l.contains("error")).unwrap_or("");
             println!(
-                "cargo::warning=docker warm-mode helper not built for {target} (warm mode will be unavailable): {first}"
+                "cargo::warning=docker helper not built for {target} (warm mode unavailable, root-owned workspaces refused on docker): {first}"
             );
             false
         }
         Err(e) => {
-            println!("cargo::warning=docker warm-mode helper not built: cannot run rustc: {e}");
+            println!("cargo::warning=docker helper not built: cannot run rustc: {e}");
             false
         }
     }

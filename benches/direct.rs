@@ -8,7 +8,7 @@
 //! 2. Peak RSS of `toolhost run` while the tool writes 300 MB to stdout under the
 //!    default cap, against `toolhost run -- true`.
 //!
-//! Run: `cargo bench --bench direct` (or `scripts/bench`). `BENCH_ITERS` sets the
+//! Run: `cargo bench --bench direct`. `BENCH_ITERS` sets the
 //! number of calls per series (default 2000).
 
 use std::process::{Command, Stdio};

@@ -113,7 +113,9 @@ impl DockerConfig {
             "user" => {
                 let u = string(v)?;
                 let name = u.split(':').next().unwrap_or("");
-                if name == "0" || name == "root" {
+                // `0`, `00`, `+0`...: any spelling of uid 0, as the engine
+                // parses it.
+                if name == "root" || name.parse::<u64>().is_ok_and(|n| n == 0) {
                     return Err(ConfigError::key(
                         full,
                         "must not be root: leave it unset, and a tool runs as the allowed dirs' owner (root only when root owns them, under toolhost's set-ID filter)",
@@ -907,6 +909,8 @@ mod tests {
             ("[docker]\ntmpfs_size_mb = 0", "docker.tmpfs_size_mb"),
             ("[docker]\nuser = \"0:0\"", "docker.user"),
             ("[docker]\nuser = \"root\"", "docker.user"),
+            ("[docker]\nuser = \"00:0\"", "docker.user"),
+            ("[docker]\nuser = \"0\"", "docker.user"),
             ("[docker]\ntls_ca = \"/ca.pem\"", "docker.tls_ca"),
             ("[wasm]\nfuel = 1", "wasm.fuel"),
             ("[wasm]\ncpu_meter = \"cycles\"", "wasm.cpu_meter"),

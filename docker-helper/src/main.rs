@@ -13,8 +13,17 @@
 //!   one engine `exec` per call; the filter is on the helper, so every call
 //!   inherits it.
 //!
-//! No filter, no tool: if the filter cannot be installed, the helper exits
-//! (125, or without its hello) before anything runs.
+//! Both take `--expect DEV:INO:PATH` (repeated, after `--seccomp`): each bind
+//! mount toolhost asked for, with the device and inode toolhost checked on the
+//! host. The engine resolves mount sources and targets by path when the
+//! container starts, after toolhost's checks, so a concurrent call that swaps
+//! a dir for a symlink could get another place mounted, or the right one
+//! mounted elsewhere. Before anything runs the helper checks that each PATH is
+//! a mount point here (`/proc/self/mountinfo`) showing that inode.
+//!
+//! No filter or a mount not as checked, no tool: the helper exits (125, and
+//! `[FATAL toolhost-helper] ...` on stderr; in warm mode before its hello)
+//! before anything runs.
 //!
 //! Built for 64-bit x86_64 and aarch64 Linux only: the syscall types and
 //! constants below are theirs.
@@ -719,6 +728,82 @@ fn install_filter(hex: &[u8]) {
     }
 }
 
+/// The mount points of this mount namespace, as `/proc/self/mountinfo`
+/// spells them (field 5, with `\ooo` escapes undone).
+fn mount_points() -> Vec<Vec<u8>> {
+    let Ok(text) = std::fs::read("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in text.split(|b| *b == b'\n') {
+        let Some(field) = line.split(|b| *b == b' ').nth(4) else {
+            continue;
+        };
+        let mut p = Vec::with_capacity(field.len());
+        let mut i = 0;
+        while i < field.len() {
+            let oct = |b: u8| (b'0'..=b'7').contains(&b).then(|| b - b'0');
+            if field[i] == b'\\'
+                && let (Some(a), Some(b), Some(c)) = (
+                    field.get(i + 1).copied().and_then(oct),
+                    field.get(i + 2).copied().and_then(oct),
+                    field.get(i + 3).copied().and_then(oct),
+                )
+            {
+                p.push(a << 6 | b << 3 | c);
+                i += 4;
+                continue;
+            }
+            p.push(field[i]);
+            i += 1;
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// Checks every `DEV:INO:PATH`: PATH is a mount point showing that device
+/// and inode (not followed if it is a symlink). Exits 125 if one is not.
+fn verify_mounts(expect: &[&std::ffi::OsStr]) {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    if expect.is_empty() {
+        return;
+    }
+    let fail = |what: &[u8], why: &str| -> ! {
+        eprintln!(
+            "[FATAL toolhost-helper] mount check failed: {}: {why}",
+            String::from_utf8_lossy(what)
+        );
+        std::process::exit(125);
+    };
+    let points = mount_points();
+    for e in expect {
+        let bytes = e.as_bytes();
+        let mut parts = bytes.splitn(3, |b| *b == b':');
+        let num = |p: Option<&[u8]>| {
+            p.and_then(|p| std::str::from_utf8(p).ok())
+                .and_then(|s| s.parse::<u64>().ok())
+        };
+        let (Some(dev), Some(ino), Some(path)) =
+            (num(parts.next()), num(parts.next()), parts.next())
+        else {
+            fail(bytes, "not DEV:INO:PATH");
+        };
+        if !points.iter().any(|p| p == path) {
+            fail(
+                path,
+                "not a mount point here (the engine mounted it elsewhere)",
+            );
+        }
+        match std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(path)) {
+            Ok(m) if (m.dev(), m.ino()) == (dev, ino) => {}
+            Ok(_) => fail(path, "another place is mounted there than toolhost checked"),
+            Err(e) => fail(path, &e.to_string()),
+        }
+    }
+}
+
 /// Execs the tool `args[0]` (found on `PATH`) with `args`; returns only if
 /// it cannot, by exiting as docker's init does.
 fn exec(args: &[std::ffi::OsString]) -> ! {
@@ -760,6 +845,14 @@ fn main() {
         install_filter(hex);
         rest = &rest[2.min(rest.len())..];
     }
+    let mut expect = Vec::new();
+    while rest.first().is_some_and(|a| a == "--expect") {
+        if let Some(e) = rest.get(1) {
+            expect.push(e.as_os_str());
+        }
+        rest = &rest[2.min(rest.len())..];
+    }
+    verify_mounts(&expect);
     if rest.first().is_some_and(|a| a == "--exec") {
         exec(&rest[1..]);
     }

@@ -53,7 +53,7 @@ impl Target {
 #[rustfmt::skip]
 const EXPECTATIONS: &[(Target, &str)] = &[
     (Target::Direct, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HHHH----H-"),
-    (Target::Docker, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----H--H----H-"),
+    (Target::Docker, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HH-H----H-"),
     (Target::Wasm,   "HHHHHH-HHHHHH--HHH-HHH-----HH-HHHHH-----H--HHHH-H-"),
     (Target::Files,  "HHHHHHHHHH-----H------------------------HHHH------"),
     (Target::Shell,  "-----------------------------------HHHHH----------"),
@@ -1048,6 +1048,7 @@ except OSError:
         36..=39 => shell_case(case),
         41 => planted_state_case(c).await,
         42 if d == Target::Files => replaced_setid_file_case(c),
+        42 if d == Target::Docker => setid_in_container_case(c).await,
         42 => privileges_left_behind_case(c).await,
         43 => planted_on_path_case(c).await,
         44 => protected_paths_case(c).await,
@@ -1438,8 +1439,53 @@ t("write", lambda: open("i", "a").write("more"))
 print(json.dumps(res))
 "#;
 
-/// Case 42 on the file tools: `file_write` over a set-ID file (one a docker
-/// tool may make for its own uid) keeps the permission bits but never the
+/// Case 42 on docker: the tool runs as the workspace's owner (root in CI),
+/// under toolhost's set-ID filter, per call and in warm mode: set-user-ID
+/// and set-group-ID modes by chmod and mknod fail, and the host sees no such
+/// bit; the plain modes work beside them.
+async fn setid_in_container_case(c: &Ctx) -> CaseResult {
+    use std::os::unix::fs::PermissionsExt;
+    for warm in [false, true] {
+        for f in ["s", "g", "p", "fifo", "fifo2"] {
+            let _ = std::fs::remove_file(c.t.ws().join(f));
+        }
+        let sb = c.sandbox_with(|cfg| cfg.docker.warm = warm);
+        let r = c
+            .run(
+                &sb,
+                "cp /bin/busybox s; cp /bin/busybox g; cp /bin/busybox p; \
+                 chmod 4755 s; echo s=$?; chmod 2755 g; echo g=$?; chmod u+s,g+s g; echo ug=$?; \
+                 mknod -m 4644 fifo p; echo fifo=$?; chmod 755 p; echo p=$?; \
+                 mknod -m 644 fifo2 p; echo fifo2=$?",
+                &[],
+            )
+            .await;
+        ensure(r.stdout == "s=1\ng=1\nug=1\nfifo=1\np=0\nfifo2=0\n", || {
+            format!("warm={warm}: {r:?}")
+        })?;
+        let mode = |f: &str| {
+            std::fs::metadata(c.t.ws().join(f))
+                .map(|m| m.permissions().mode() & 0o7777)
+                .ok()
+        };
+        for f in ["s", "g"] {
+            ensure(mode(f).is_some_and(|m| m & 0o6000 == 0), || {
+                format!("warm={warm}: {f} is {:o}", mode(f).unwrap_or(0))
+            })?;
+        }
+        ensure(mode("p") == Some(0o755), || {
+            format!("warm={warm}: p {:?}", mode("p"))
+        })?;
+        ensure(mode("fifo").is_none(), || format!("warm={warm}: fifo made"))?;
+        ensure(mode("fifo2").is_some(), || {
+            format!("warm={warm}: control fifo2")
+        })?;
+    }
+    Ok(())
+}
+
+/// Case 42 on the file tools: `file_write` over a set-ID file (one a tool
+/// could make where toolhost's filter does not run) keeps the permission bits but never the
 /// set-ID ones: the new file is toolhost's, root's in CI, and would be a
 /// set-ID program of root with the agent's content. Allowed twin: a 0755
 /// file stays 0755.
@@ -2313,7 +2359,7 @@ fn the_expectations_cover_attacks_md_and_every_listed_target() {
             "41",
             &[Target::Direct, Target::Docker, Target::Wasm, Target::Files],
         ),
-        ("42", &[Target::Direct]),
+        ("42", &[Target::Direct, Target::Docker, Target::Files]),
         ("43", &[Target::Direct, Target::Files]),
         (
             "44",

@@ -131,9 +131,9 @@ async fn runs_in_a_locked_down_container_and_leaves_nothing() {
     )
     .await;
     let out = &r.stdout;
-    // The workspace's owner (`docker::the_tool_runs_as_the_workspace_owner`).
-    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(t.ws()).unwrap());
-    assert!(out.starts_with(&format!("{owner}\n")), "{out}");
+    // A world-writable workspace is shared: nobody, not its owner
+    // (`docker::shared_and_read_only_dirs_run_as_nobody`).
+    assert!(out.starts_with("65534\n"), "{out}");
     assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
     assert!(out.contains("CapBnd:\t0000000000000000"), "{out}");
     assert!(out.contains("NoNewPrivs:\t1"), "{out}");
@@ -822,10 +822,8 @@ async fn warm_mode_runs_calls_in_one_container_with_the_same_limits() {
     )
     .await;
     assert!(r.success(), "{r:?}");
-    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(t.ws()).unwrap());
     assert_eq!(
-        r.stdout,
-        format!("warm\n{owner}\nCapEff:\t0000000000000000\n.toolhost-helpe\n"),
+        r.stdout, "warm\n65534\nCapEff:\t0000000000000000\n.toolhost-helpe\n",
         "{r:?}"
     );
     let label = session_label(&sb);
@@ -1105,11 +1103,12 @@ async fn writable_dirs_of_two_owners_are_refused_until_user_is_set() {
         eprintln!("needs root to chown a dir to another user");
         return;
     }
-    let t = tmp();
+    let t = Tmp::new();
+    std::fs::set_permissions(&t.root, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::os::unix::fs::chown(t.outside(), Some(1000), Some(1000)).unwrap();
-    std::fs::set_permissions(t.outside(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(t.outside(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let dirs = |cfg: SandboxConfig| Sandbox::new([t.ws(), t.outside()], cfg).expect("sandbox");
-    let marker = t.ws().join("ran");
+    let marker = t.outside().join("ran");
     let script = format!("touch {}", marker.display());
     let sb = dirs(docker_config(&image));
     let r = dsh(&sb, &script).await;
@@ -1170,9 +1169,10 @@ async fn attack_42_no_set_id_file_from_a_container() {
 }
 
 /// Never more than toolhost could do itself: a toolhost that is not root
-/// (the CLI run as 65534, on the engine's TCP socket) runs the tool of a
-/// root-owned, world-writable dir as its own uid, and the file it makes is
-/// its own; the twin, toolhost as root on the same dir, runs it as root.
+/// (the CLI run as 65534, on the engine's TCP socket) runs the tool of a dir
+/// that 1000 owns (group nogroup, group-writable) as its own uid and gid,
+/// and the file it makes is its own; the twin, toolhost as root on the same
+/// dir, runs it as the owner, 1000.
 #[tokio::test]
 async fn a_toolhost_that_is_not_root_runs_tools_as_itself() {
     use std::os::unix::fs::MetadataExt;
@@ -1184,6 +1184,8 @@ async fn a_toolhost_that_is_not_root_runs_tools_as_itself() {
         return;
     }
     let t = tmp();
+    std::os::unix::fs::chown(t.ws(), Some(1000), Some(65534)).unwrap();
+    std::fs::set_permissions(t.ws(), std::fs::Permissions::from_mode(0o775)).unwrap();
     let home = t.root.join("home");
     std::fs::create_dir(&home).unwrap();
     std::os::unix::fs::chown(&home, Some(65534), Some(65534)).unwrap();
@@ -1196,7 +1198,7 @@ async fn a_toolhost_that_is_not_root_runs_tools_as_itself() {
     let out = Command::new(toolhost_bin())
         .args(["run", "--backend", "docker", "--config"])
         .arg(&cfg)
-        .args(["--", "sh", "-c", "id -u; touch by-nobody"])
+        .args(["--", "sh", "-c", "id -u; id -g; touch by-nobody"])
         .current_dir(t.ws())
         .env("HOME", &home)
         .env_remove("XDG_CACHE_HOME")
@@ -1207,13 +1209,136 @@ async fn a_toolhost_that_is_not_root_runs_tools_as_itself() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "65534\n", "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "65534\n65534\n",
+        "{out:?}"
+    );
     let m = std::fs::metadata(t.ws().join("by-nobody")).unwrap();
     assert_eq!((m.uid(), m.gid()), (65534, 65534));
     let sb = t.sandbox(docker_config(&image));
     let r = dsh(&sb, "id -u; touch by-root").await;
-    assert_eq!(r.stdout, "0\n", "{r:?}");
-    assert_eq!(std::fs::metadata(t.ws().join("by-root")).unwrap().uid(), 0);
+    assert_eq!(r.stdout, "1000\n", "{r:?}");
+    assert_eq!(
+        std::fs::metadata(t.ws().join("by-root")).unwrap().uid(),
+        1000
+    );
+}
+
+/// A shared writable dir (world-writable, or sticky like `/var/tmp`) is not
+/// its owner's to lend: the tool runs as nobody there, even when root owns
+/// it; so it does with only read-only dirs (a root-owned `:ro` dir must not
+/// be read as root). Twin: a 0755 root-owned workspace runs as root.
+#[tokio::test]
+async fn shared_and_read_only_dirs_run_as_nobody() {
+    let Some(image) = image() else { return };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("needs root: the twin is a root-owned workspace");
+        return;
+    }
+    for (mode, want) in [
+        (0o1777, "65534"),
+        (0o777, "65534"),
+        (0o1755, "65534"),
+        (0o755, "0"),
+    ] {
+        let t = Tmp::new();
+        std::fs::set_permissions(t.ws(), std::fs::Permissions::from_mode(mode)).unwrap();
+        let sb = t.sandbox(docker_config(&image));
+        let r = dsh(&sb, "id -u").await;
+        assert_eq!(r.stdout, format!("{want}\n"), "mode {mode:o}: {r:?}");
+    }
+    // Only a read-only dir: a 0700 root dir with a secret in it.
+    let t = Tmp::new();
+    std::fs::set_permissions(t.ws(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    t.write("secret", CANARY);
+    std::fs::set_permissions(
+        t.ws().join("secret"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let sb = Sandbox::new(
+        [toolhost::AllowedDirSpec::read_only(t.ws())],
+        docker_config(&image),
+    )
+    .expect("sandbox");
+    let r = sb
+        .run(RunRequest::new(["sh", "-c", "id -u; cat secret"]).cwd(t.ws()))
+        .await;
+    assert!(r.stdout.starts_with("65534\n"), "{r:?}");
+    assert!(!r.stdout.contains(CANARY), "{r:?}");
+}
+
+/// The helper checks the mounts before anything runs: `--expect DEV:INO:PATH`
+/// with the workspace's real device and inode lets the tool run; with another
+/// inode, or for a path that is no mount point, it exits 125 naming the
+/// path, and the tool never runs. The helper file is the one toolhost wrote.
+#[tokio::test]
+async fn the_helper_refuses_a_mount_other_than_checked() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(image) = image() else { return };
+    let t = Tmp::new();
+    let sb = t.sandbox(docker_config(&image));
+    assert!(dsh(&sb, "true").await.success());
+    let helper = std::fs::read_dir(
+        std::env::var("XDG_CACHE_HOME")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|_| {
+                std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache")
+            })
+            .join("toolhost/docker"),
+    )
+    .expect("toolhost's helper dir")
+    .flatten()
+    .map(|e| e.path())
+    .find(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("toolhost-docker-helper-"))
+    })
+    .expect("the helper file");
+    let ws = t.ws();
+    let m = std::fs::metadata(&ws).unwrap();
+    let marker = ws.join("ran");
+    let run = |expect: String| {
+        Command::new("docker")
+            .args(["run", "--rm", "--mount"])
+            .arg(format!(
+                "type=bind,source={},target=/.toolhost-helper,readonly",
+                helper.display()
+            ))
+            .arg("--mount")
+            .arg(format!("type=bind,source={0},target={0}", ws.display()))
+            .args([
+                "--entrypoint",
+                "/.toolhost-helper",
+                &image,
+                "--expect",
+                &expect,
+                "--exec",
+                "touch",
+            ])
+            .arg(&marker)
+            .output()
+            .expect("docker run")
+    };
+    let wrong = run(format!("{}:{}:{}", m.dev(), m.ino() + 1, ws.display()));
+    assert_eq!(wrong.status.code(), Some(125), "{wrong:?}");
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        err.contains("mount check failed") && err.contains("another place"),
+        "{err}"
+    );
+    assert!(!marker.exists(), "the tool ran");
+    let parent = ws.parent().unwrap();
+    let pm = std::fs::metadata(parent).unwrap();
+    let not_mounted = run(format!("{}:{}:{}", pm.dev(), pm.ino(), parent.display()));
+    assert_eq!(not_mounted.status.code(), Some(125), "{not_mounted:?}");
+    assert!(String::from_utf8_lossy(&not_mounted.stderr).contains("not a mount point"));
+    assert!(!marker.exists(), "the tool ran");
+    let right = run(format!("{}:{}:{}", m.dev(), m.ino(), ws.display()));
+    assert!(right.status.success(), "{right:?}");
+    assert!(marker.exists(), "the tool did not run");
 }
 
 /// The second engine `scripts/docker-setup` starts, with `--userns-remap`.
@@ -1248,7 +1373,21 @@ async fn an_engine_that_remaps_uids_is_refused_until_user_is_set() {
         eprintln!("\n*** SKIPPED: {why} ***\n");
         return;
     }
-    let t = tmp();
+    // A workspace of the host uid that container uid 1000 becomes.
+    let base: u32 = std::fs::read_to_string("/etc/subuid")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("dockremap:")?
+                .split(':')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .expect("dockremap's subuid range");
+    let t = Tmp::new();
+    std::fs::set_permissions(&t.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(t.ws(), Some(base + 1000), Some(base + 1000)).unwrap();
     let mut cfg = docker_config(&image);
     cfg.docker.host = Some(USERNS_ENGINE.into());
     let sb = t.sandbox(cfg.clone());
@@ -1262,17 +1401,6 @@ async fn an_engine_that_remaps_uids_is_refused_until_user_is_set() {
     let r = dsh(&sb, "id -u; touch made").await;
     assert!(r.success(), "{r:?}");
     assert_eq!(r.stdout, "1000\n", "{r:?}");
-    let base: u32 = std::fs::read_to_string("/etc/subuid")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("dockremap:")?
-                .split(':')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("dockremap's subuid range");
     assert_eq!(
         std::fs::metadata(t.ws().join("made")).unwrap().uid(),
         base + 1000

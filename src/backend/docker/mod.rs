@@ -5,7 +5,7 @@
 //! allows it), all capabilities dropped, no-new-privileges, a read-only root,
 //! a size-limited tmpfs at /tmp, memory = memory+swap, a pids limit, CPU and
 //! file-size ulimits, the user who owns the allowed dirs with toolhost's
-//! set-ID filter on the tool ([`user`]), an init process (so the tool gets
+//! set-ID filter on the tool (`user.rs`), an init process (so the tool gets
 //! normal signal semantics), `TMPDIR=/tmp`, and only the allowed dirs (and
 //! configured read-only extras, and toolhost's helper) bind-mounted, each at
 //! its own path. Each container
@@ -616,14 +616,18 @@ impl DockerBackend {
         // the helper runs (`user`).
         let (entrypoint, cmd) = match (&facts.helper, user::filter_hex()) {
             (Ok(()), Some(hex)) => {
-                let helper = match warm::helper_mount(plan) {
+                let (helper, expect) = match warm::helper_mount(plan)
+                    .and_then(|h| Ok((h, warm::expected_mounts(plan)?)))
+                {
                     Ok(m) => m,
                     Err(o) => return refuse(o),
                 };
                 if let Some(m) = host_config.mounts.as_mut() {
                     m.push(helper);
                 }
-                let mut cmd = vec!["--seccomp".to_string(), hex.to_string(), "--exec".into()];
+                let mut cmd = vec!["--seccomp".to_string(), hex.to_string()];
+                cmd.extend(expect);
+                cmd.push("--exec".into());
                 cmd.extend(argv);
                 (Some(vec![warm::HELPER_TARGET.to_string()]), cmd)
             }
@@ -645,6 +649,9 @@ impl DockerBackend {
             stdin_once: Some(plan.stdin.is_some()),
             tty: Some(false),
             network_disabled: Some(!plan.allow_network),
+            // An image's HEALTHCHECK would run a command of the image's in
+            // the container, beside the tool and outside the helper's filter.
+            healthcheck: Some(no_healthcheck()),
             host_config: Some(host_config),
             ..Default::default()
         };
@@ -836,7 +843,24 @@ fn finish(
                 )
             } else if let Some(kind) = launch_failure(code, &out, &err).filter(|_| by_init) {
                 // The program could not be started: docker's init (or, for an
-                // exec, the runtime) said so and exited 126/127.
+                // exec, the runtime) said so and exited 126/127; or the
+                // helper refused to start it (125).
+                if code == 125 {
+                    let said = String::from_utf8_lossy(err.bytes());
+                    let said = said
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .trim_start_matches("[FATAL toolhost-helper] ");
+                    return RunOutput::refused(
+                        BackendKind::Docker,
+                        Outcome::new(
+                            kind,
+                            format!("toolhost's helper refused to start the tool: {said}"),
+                        ),
+                        start.elapsed(),
+                    );
+                }
                 let why = if kind == OutcomeKind::NotFound {
                     "not found"
                 } else {
@@ -872,10 +896,23 @@ fn finish(
     }
 }
 
+/// The health check that turns off the image's own.
+pub(super) fn no_healthcheck() -> bollard::models::HealthConfig {
+    bollard::models::HealthConfig {
+        test: Some(vec!["NONE".to_string()]),
+        ..Default::default()
+    }
+}
+
 /// Whether exit code 126/127 came from docker's init (`[FATAL tini ...] exec
 /// PROGRAM failed`) or the runtime (`OCI runtime exec failed`) rather than
 /// from the tool: then the program never ran.
 fn launch_failure(code: i32, out: &CappedBuffer, err: &CappedBuffer) -> Option<OutcomeKind> {
+    // The helper refused before the tool ran: a mount not as checked, or
+    // no filter.
+    if code == 125 && String::from_utf8_lossy(err.bytes()).starts_with("[FATAL toolhost-helper] ") {
+        return Some(OutcomeKind::PermissionDenied);
+    }
     if code != 126 && code != 127 {
         return None;
     }

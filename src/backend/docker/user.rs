@@ -1,14 +1,15 @@
 //! Who a docker tool runs as, and the filter it runs under.
 //!
 //! - **The user.** `[docker] user` when set; else the owner (uid:gid) of the
-//!   read-write allowed dirs, read from the sandbox's handles on them (of all
-//!   the allowed dirs when none is writable; `65534:65534` when there are
-//!   none). So the tool can read and write its workspace whoever runs
+//!   read-write allowed dirs, read from the sandbox's handles on them;
+//!   `65534:65534` when none is writable (a read-only `/etc` must not be read
+//!   as root) or one is shared (world-writable or sticky, like `/var/tmp`:
+//!   its owner's rights there reach other users' files). So the tool can read and write its workspace whoever runs
 //!   toolhost, even a 0700 one, and what it creates belongs on the host to the
 //!   workspace's owner. It gets no more than that owner has over the mounted
 //!   files, and less: every capability is dropped, with no-new-privileges.
-//!   Nor more than toolhost: a toolhost that is not root runs tools of a dir
-//!   someone else owns as its own uid:gid, as before.
+//!   Nor more than toolhost: a toolhost that is not root runs its tools with
+//!   its own gid, and those of a dir someone else owns as its own uid too.
 //!   Refused before the call: writable dirs of different owners (one uid
 //!   cannot be both), and an engine that maps container uids to others on the
 //!   host (userns-remap, rootless), where the owner's uid would not be the
@@ -54,15 +55,14 @@ pub(super) fn uid_remap(security_options: &[String]) -> Option<&'static str> {
     }
 }
 
-/// The owner the call runs as by default: of the writable allowed dirs, else
-/// of all of them; `None` when there is no allowed dir.
+/// The owner the call runs as by default: of the writable allowed dirs;
+/// `None` when there is none, or one is shared (world-writable or sticky).
 #[cfg(unix)]
 pub(super) fn owner(plan: &ExecPlan) -> Result<Option<(u32, u32)>, Outcome> {
     use cap_std::fs::MetadataExt as _;
-    let writable = plan.mounts.iter().any(|m| !m.read_only);
     let mut found: Option<(u32, u32, &std::path::Path)> = None;
     for (m, (_, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
-        if writable && m.read_only {
+        if m.read_only {
             continue;
         }
         let meta = dir.dir_metadata().map_err(|e| {
@@ -71,14 +71,16 @@ pub(super) fn owner(plan: &ExecPlan) -> Result<Option<(u32, u32)>, Outcome> {
                 format!("allowed dir {}: {e}", m.path.display()),
             )
         })?;
+        if meta.mode() & 0o1002 != 0 {
+            return Ok(None);
+        }
         match found {
             None => found = Some((meta.uid(), meta.gid(), &m.path)),
             Some((uid, _, first)) if uid != meta.uid() => {
                 return Err(Outcome::new(
                     OutcomeKind::PermissionDenied,
                     format!(
-                        "the {}allowed dirs {} (uid {uid}) and {} (uid {}) belong to different users, and a docker tool runs as one: set [docker] user to the uid:gid it should run as",
-                        if writable { "writable " } else { "" },
+                        "the writable allowed dirs {} (uid {uid}) and {} (uid {}) belong to different users, and a docker tool runs as one: set [docker] user to the uid:gid it should run as",
                         first.display(),
                         m.path.display(),
                         meta.uid()
@@ -167,21 +169,22 @@ impl DockerBackend {
         let Some((uid, gid)) = owner(plan)? else {
             return Ok("65534:65534".to_string());
         };
+        if let Some(kind) = facts.remap {
+            return Err(refuse(format!(
+                "the Docker engine maps container uids to other host uids ({kind}), so a tool running as uid {uid} would not own its files as uid {uid} on the host: set [docker] user to the container uid:gid that the engine maps to the owner {uid}:{gid}"
+            )));
+        }
         // Never more than toolhost itself could do: a toolhost that is not
-        // root cannot act as another owner (a shared dir of root's, such as
-        // /tmp), so its tools run as toolhost's own uid:gid there.
+        // root cannot act as another owner, nor take a group it is not in,
+        // so its tools run with its own gid, and as its own uid for a dir
+        // someone else owns.
         #[cfg(unix)]
         {
             // SAFETY: geteuid and getegid cannot fail.
             let (me, my_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-            if me != 0 && me != uid {
+            if me != 0 {
                 return Ok(format!("{me}:{my_gid}"));
             }
-        }
-        if let Some(kind) = facts.remap {
-            return Err(refuse(format!(
-                "the Docker engine maps container uids to other host uids ({kind}), so a tool running as uid {uid} would not own its files as uid {uid} on the host: set [docker] user to the container uid:gid that the engine maps to {uid}:{gid}"
-            )));
         }
         if uid == 0
             && let Err(why) = &facts.helper

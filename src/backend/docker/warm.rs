@@ -219,7 +219,7 @@ pub(super) fn helper_file() -> Result<PathBuf, String> {
     static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     if HELPER.is_empty() {
         return Err(
-            "this build of toolhost has no docker warm-mode helper (it is built for 64-bit x86_64 and aarch64 Linux with a static C library); set [docker] warm = false".into(),
+            "this build of toolhost has no docker helper (it is built for 64-bit x86_64 and aarch64 Linux with a static C library); set [docker] warm = false, and [docker] user to a non-root uid for a root-owned workspace".into(),
         );
     }
     let dir = DIR.get_or_init(helper_dir).clone()?;
@@ -231,17 +231,13 @@ pub(super) fn helper_file() -> Result<PathBuf, String> {
     if is_our_helper(&path) {
         return Ok(path);
     }
-    write_helper(&dir, &name).map_err(|e| {
-        format!(
-            "cannot write the docker warm-mode helper to {}: {e}",
-            dir.display()
-        )
-    })?;
+    write_helper(&dir, &name)
+        .map_err(|e| format!("cannot write the docker helper to {}: {e}", dir.display()))?;
     if is_our_helper(&path) {
         Ok(path)
     } else {
         Err(format!(
-            "the docker warm-mode helper at {} does not check out after writing it",
+            "the docker helper at {} does not check out after writing it",
             path.display()
         ))
     }
@@ -393,6 +389,62 @@ pub(super) fn helper_mount(plan: &ExecPlan) -> Result<Mount, Outcome> {
     })
 }
 
+/// The helper's `--expect DEV:INO:PATH` arguments: every allowed dir and
+/// every protected-path mount, with the device and inode toolhost sees now.
+/// The helper checks, before anything runs, that each is a mount point
+/// showing that inode: the engine resolves the paths again when it mounts
+/// them, and a concurrent call may have swapped one for a symlink since.
+pub(super) fn expected_mounts(plan: &ExecPlan) -> Result<Vec<String>, Outcome> {
+    #[cfg_attr(not(unix), allow(unused_mut))]
+    let mut out = Vec::new();
+    #[cfg(unix)]
+    {
+        use cap_std::fs::MetadataExt as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let changed = |p: &std::path::Path, why: String| {
+            Outcome::new(
+                OutcomeKind::PermissionDenied,
+                format!(
+                    "{}: {why} (something was renamed or replaced while the call was being made); refused",
+                    p.display()
+                ),
+            )
+        };
+        for (m, (_, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
+            let meta = dir
+                .dir_metadata()
+                .map_err(|e| changed(&m.path, e.to_string()))?;
+            out.push("--expect".to_string());
+            out.push(format!(
+                "{}:{}:{}",
+                meta.dev(),
+                meta.ino(),
+                m.path.display()
+            ));
+        }
+        for h in crate::backend::protect::held(plan) {
+            if h.link {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&h.source)
+                .map_err(|e| changed(&h.source, e.to_string()))?;
+            if meta.file_type().is_symlink() {
+                return Err(changed(&h.source, "now a symlink".into()));
+            }
+            out.push("--expect".to_string());
+            out.push(format!(
+                "{}:{}:{}",
+                meta.dev(),
+                meta.ino(),
+                h.target.display()
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = plan;
+    Ok(out)
+}
+
 /// Whether an engine of Docker architecture `arch` (Linux) runs this build's
 /// helper.
 pub(super) fn engine_runs_helper(arch: &str) -> bool {
@@ -456,6 +508,7 @@ impl DockerBackend {
             ));
         };
         let helper = helper_mount(plan)?;
+        let expect = expected_mounts(plan)?;
         let mut host = self.host_config(plan);
         // The helper is the init (it reaps, and kills what a call leaves).
         host.init = Some(false);
@@ -476,7 +529,12 @@ impl DockerBackend {
             image: Some(image.to_string()),
             entrypoint: Some(vec![HELPER_TARGET.into()]),
             // On the helper, and so on every call it runs.
-            cmd: Some(vec!["--seccomp".into(), filter.into()]),
+            cmd: Some(
+                ["--seccomp".to_string(), filter.to_string()]
+                    .into_iter()
+                    .chain(expect)
+                    .collect(),
+            ),
             working_dir: Some("/".into()),
             user: Some(user.to_string()),
             labels: Some(self.labels()),
@@ -489,6 +547,7 @@ impl DockerBackend {
             stdin_once: Some(true),
             tty: Some(false),
             network_disabled: Some(!plan.allow_network),
+            healthcheck: Some(super::no_healthcheck()),
             host_config: Some(host),
             ..Default::default()
         };

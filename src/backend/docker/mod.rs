@@ -365,7 +365,7 @@ impl DockerBackend {
     }
 
     /// The container's host config: isolation and limits from the plan.
-    fn host_config(&self, plan: &ExecPlan) -> HostConfig {
+    fn host_config(&self, plan: &ExecPlan, held: &[crate::backend::protect::Held]) -> HostConfig {
         let limits = &plan.limits;
         let mut mounts: Vec<Mount> = plan
             .mounts
@@ -380,10 +380,7 @@ impl DockerBackend {
             .collect();
         // Protected paths (`backend::protect`): read-only binds over those
         // that exist, and writable ones over the dirs on the way to them.
-        for h in crate::backend::protect::held(plan)
-            .into_iter()
-            .filter(|h| !h.link)
-        {
+        for h in held.iter().filter(|h| !h.link) {
             mounts.push(Mount {
                 target: Some(h.target.to_string_lossy().into_owned()),
                 source: Some(h.source.to_string_lossy().into_owned()),
@@ -463,7 +460,11 @@ impl DockerBackend {
     /// the sandbox holds handles on, since a call can rename an ancestor of a
     /// nested allowed dir and put a symlink in its place; paths must be UTF-8
     /// (the API takes strings); and no mount may expose the engine's socket.
-    fn check_mounts(&self, plan: &ExecPlan) -> Result<(), Outcome> {
+    fn check_mounts(
+        &self,
+        plan: &ExecPlan,
+        held: &[crate::backend::protect::Held],
+    ) -> Result<(), Outcome> {
         let refuse = |m: String| Outcome::new(OutcomeKind::PermissionDenied, m);
         for (path, dir) in &plan.mount_dirs {
             if path.to_str().is_none() {
@@ -500,7 +501,6 @@ impl DockerBackend {
         // A protected path the engine could not be told about is not held;
         // nor one reached through a symlink, which a bind cannot cover here
         // (the engine resolves mount targets): the call could replace the link.
-        let held = crate::backend::protect::held(plan);
         if let Some(h) = held.iter().find(|h| h.link) {
             return Err(refuse(format!(
                 "protected path {} is a symlink (or lies through one), which the docker backend cannot hold; refused (make it a directory, or change protected_paths)",
@@ -531,6 +531,20 @@ impl DockerBackend {
             .filter_map(|p| std::fs::canonicalize(p).ok())
             .collect();
         sockets.extend(resolved);
+        // An extra mount inside a writable allowed dir could be swapped for
+        // a symlink by a call, and the engine would mount where it leads.
+        if let Some((p, m)) = self.config.extra_ro_mounts.iter().find_map(|p| {
+            plan.mounts
+                .iter()
+                .find(|m| !m.read_only && p.starts_with(&m.path))
+                .map(|m| (p, m))
+        }) {
+            return Err(refuse(format!(
+                "[docker] extra_ro_mounts {} lies inside the writable allowed dir {}, where a call could replace it; refused",
+                p.display(),
+                m.path.display()
+            )));
+        }
         let mounts = plan
             .mounts
             .iter()
@@ -587,7 +601,10 @@ impl DockerBackend {
             }
         }
         env.push("TMPDIR=/tmp".to_string());
-        if let Err(o) = self.check_mounts(plan) {
+        // The protected-path mounts of this call, resolved once: the checks,
+        // the binds and the helper's mount check all see this one list.
+        let held = crate::backend::protect::held(plan);
+        if let Err(o) = self.check_mounts(plan, &held) {
             return refuse(o);
         }
         let docker = match self.client().await {
@@ -608,16 +625,16 @@ impl DockerBackend {
         };
         if self.config.warm {
             return self
-                .run_warm(docker, &image, plan, (argv, env), user, start)
+                .run_warm(docker, &image, plan, (argv, env), (user, &held), start)
                 .await;
         }
-        let mut host_config = self.host_config(plan);
+        let mut host_config = self.host_config(plan, &held);
         // The tool runs under toolhost's filter, exec'd by the helper, where
         // the helper runs (`user`).
         let (entrypoint, cmd) = match (&facts.helper, user::filter_hex()) {
             (Ok(()), Some(hex)) => {
                 let (helper, expect) = match warm::helper_mount(plan)
-                    .and_then(|h| Ok((h, warm::expected_mounts(plan)?)))
+                    .and_then(|h| Ok((h, warm::expected_mounts(plan, &held)?)))
                 {
                     Ok(m) => m,
                     Err(o) => return refuse(o),
@@ -630,6 +647,21 @@ impl DockerBackend {
                 cmd.push("--exec".into());
                 cmd.extend(argv);
                 (Some(vec![warm::HELPER_TARGET.to_string()]), cmd)
+            }
+            // Without the helper nothing checks what the engine mounted, and
+            // a protected path's bind is what a concurrent call can redirect
+            // (a dir swapped for a symlink): refused, not run unchecked.
+            (helper, _) if held.iter().any(|h| !h.link) => {
+                let why = match helper {
+                    Err(why) => why.clone(),
+                    Ok(()) => "toolhost has no seccomp filter for this platform".to_string(),
+                };
+                return refuse(Outcome::new(
+                    OutcomeKind::PermissionDenied,
+                    format!(
+                        "toolhost's docker helper cannot run here ({why}), and without it nothing checks that the engine mounted the protected paths where toolhost held them; refused (set protected_paths = [] to go without them on docker)"
+                    ),
+                ));
             }
             _ => (None, argv),
         };

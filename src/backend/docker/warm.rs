@@ -394,7 +394,10 @@ pub(super) fn helper_mount(plan: &ExecPlan) -> Result<Mount, Outcome> {
 /// The helper checks, before anything runs, that each is a mount point
 /// showing that inode: the engine resolves the paths again when it mounts
 /// them, and a concurrent call may have swapped one for a symlink since.
-pub(super) fn expected_mounts(plan: &ExecPlan) -> Result<Vec<String>, Outcome> {
+pub(super) fn expected_mounts(
+    plan: &ExecPlan,
+    held: &[crate::backend::protect::Held],
+) -> Result<Vec<String>, Outcome> {
     #[cfg_attr(not(unix), allow(unused_mut))]
     let mut out = Vec::new();
     #[cfg(unix)]
@@ -422,9 +425,15 @@ pub(super) fn expected_mounts(plan: &ExecPlan) -> Result<Vec<String>, Outcome> {
                 m.path.display()
             ));
         }
-        for h in crate::backend::protect::held(plan) {
-            if h.link {
-                continue;
+        for h in held.iter().filter(|h| !h.link) {
+            // With no symlink on the way (a link is refused), the place is
+            // its own path: the engine resolves both ends from that path,
+            // and what it finds there must be what is found now.
+            if h.source != h.target {
+                return Err(changed(
+                    &h.target,
+                    format!("resolves to {}", h.source.display()),
+                ));
             }
             let meta = std::fs::symlink_metadata(&h.source)
                 .map_err(|e| changed(&h.source, e.to_string()))?;
@@ -500,6 +509,7 @@ impl DockerBackend {
         image: &str,
         plan: &ExecPlan,
         user: &str,
+        held: &[crate::backend::protect::Held],
     ) -> Result<WarmContainer, Outcome> {
         self.check_warm_engine(docker).await?;
         let Some(filter) = super::user::filter_hex() else {
@@ -508,8 +518,8 @@ impl DockerBackend {
             ));
         };
         let helper = helper_mount(plan)?;
-        let expect = expected_mounts(plan)?;
-        let mut host = self.host_config(plan);
+        let expect = expected_mounts(plan, held)?;
+        let mut host = self.host_config(plan, held);
         // The helper is the init (it reaps, and kills what a call leaves).
         host.init = Some(false);
         // No container-wide CPU or file-size limit: it would end the helper,
@@ -582,7 +592,7 @@ impl DockerBackend {
                 buf: Vec::new(),
             },
             oom_seen: false,
-            held: crate::backend::protect::held(plan),
+            held: held.to_vec(),
             user: user.to_string(),
         };
         match tokio::time::timeout(HELPER_GRACE, warm.reader.next_frame()).await {
@@ -612,7 +622,7 @@ impl DockerBackend {
         image: &str,
         plan: &ExecPlan,
         (argv, env): (Vec<String>, Vec<String>),
-        user: String,
+        (user, held): (String, &[crate::backend::protect::Held]),
         start: Instant,
     ) -> RunOutput {
         let refused = |o: Outcome| RunOutput::refused(BackendKind::Docker, o, start.elapsed());
@@ -636,7 +646,6 @@ impl DockerBackend {
         // made: its mounts are fixed, so it is replaced.
         // So is one whose user is no longer the call's (the allowed dirs
         // changed owner).
-        let held = crate::backend::protect::held(plan);
         if slot
             .slot
             .as_ref()
@@ -646,7 +655,7 @@ impl DockerBackend {
             remove(docker, &old.id).await;
         }
         if slot.slot.is_none() {
-            match self.start_warm(docker, image, plan, &user).await {
+            match self.start_warm(docker, image, plan, &user, held).await {
                 Ok(w) => *slot.slot = Some(w),
                 Err(o) => {
                     slot.keep = true;

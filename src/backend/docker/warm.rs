@@ -450,7 +450,7 @@ pub(super) fn expected_mounts(
         }
     }
     #[cfg(not(unix))]
-    let _ = plan;
+    let _ = (plan, held);
     Ok(out)
 }
 

@@ -470,10 +470,10 @@ fn search(entries: &[(u32, Action)]) -> Vec<libc::sock_filter> {
     f
 }
 
-/// The tool's seccomp filter; with `network_off`, sockets of any family but
-/// `AF_UNIX` are refused too.
+/// The start of both filters: the architecture check, then the syscall
+/// number loaded.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn build_filter(network_off: bool) -> Vec<libc::sock_filter> {
+fn prologue() -> Vec<libc::sock_filter> {
     let mut f = vec![
         // A load the kernel cannot treat as constant, first. When a filter is
         // attached, the kernel runs it in an emulator for every syscall
@@ -496,6 +496,39 @@ fn build_filter(network_off: bool) -> Vec<libc::sock_filter> {
         f.push(jump(BPF_JMP_JGE_K, 0x4000_0000, 0, 1));
         f.push(stmt(BPF_RET_K, ret_errno(libc::EPERM)));
     }
+    f
+}
+
+/// No set-user-ID or set-group-ID file: not by chmod, nor created so.
+/// openat2 passes its mode in memory: ENOSYS makes libc and runtimes fall
+/// back to openat.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn no_setid_entries() -> Vec<(u32, Action)> {
+    let no_setid = |mode, flags| Action::NoSetId { mode, flags };
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+    let mut entries = vec![
+        (libc::SYS_fchmod as u32, no_setid(1, None)),
+        (libc::SYS_fchmodat as u32, no_setid(2, None)),
+        (libc::SYS_fchmodat2 as u32, no_setid(2, None)),
+        (libc::SYS_mknodat as u32, no_setid(2, None)),
+        (libc::SYS_openat as u32, no_setid(3, Some(2))),
+        (libc::SYS_openat2 as u32, Action::Errno(libc::ENOSYS)),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    entries.extend([
+        (libc::SYS_chmod as u32, no_setid(1, None)),
+        (libc::SYS_mknod as u32, no_setid(1, None)),
+        (libc::SYS_creat as u32, no_setid(1, None)),
+        (libc::SYS_open as u32, no_setid(2, Some(1))),
+    ]);
+    entries
+}
+
+/// The tool's seccomp filter; with `network_off`, sockets of any family but
+/// `AF_UNIX` are refused too.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn build_filter(network_off: bool) -> Vec<libc::sock_filter> {
+    let mut f = prologue();
     let mut entries: Vec<(u32, Action)> = DENIED_SYSCALLS
         .iter()
         .map(|&nr| (nr as u32, Action::Errno(libc::EPERM)))
@@ -504,25 +537,7 @@ fn build_filter(network_off: bool) -> Vec<libc::sock_filter> {
     // makes libc fall back to clone, whose flags are checked.
     entries.push((libc::SYS_clone3 as u32, Action::Errno(libc::ENOSYS)));
     entries.push((libc::SYS_clone as u32, Action::CloneFlags));
-    // No set-user-ID or set-group-ID file: not by chmod, nor created so.
-    // openat2 passes its mode in memory: ENOSYS makes libc and runtimes fall
-    // back to openat.
-    let no_setid = |mode, flags| Action::NoSetId { mode, flags };
-    entries.extend([
-        (libc::SYS_fchmod as u32, no_setid(1, None)),
-        (libc::SYS_fchmodat as u32, no_setid(2, None)),
-        (libc::SYS_fchmodat2 as u32, no_setid(2, None)),
-        (libc::SYS_mknodat as u32, no_setid(2, None)),
-        (libc::SYS_openat as u32, no_setid(3, Some(2))),
-        (libc::SYS_openat2 as u32, Action::Errno(libc::ENOSYS)),
-    ]);
-    #[cfg(target_arch = "x86_64")]
-    entries.extend([
-        (libc::SYS_chmod as u32, no_setid(1, None)),
-        (libc::SYS_mknod as u32, no_setid(1, None)),
-        (libc::SYS_creat as u32, no_setid(1, None)),
-        (libc::SYS_open as u32, no_setid(2, Some(1))),
-    ]);
+    entries.extend(no_setid_entries());
     if network_off {
         entries.push((libc::SYS_socket as u32, Action::UnixOnly));
         // Only unix sockets exist then, and connecting one reaches a host
@@ -544,38 +559,15 @@ fn build_filter(network_off: bool) -> Vec<libc::sock_filter> {
 /// As the kernel takes it: 8-byte `sock_filter` records, native byte order.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) fn container_filter() -> Vec<u8> {
-    let mut f = vec![
-        stmt(BPF_LD_W_ABS, OFFSET_IP),
-        stmt(BPF_LD_W_ABS, OFFSET_ARCH),
-        jump(BPF_JMP_JEQ_K, AUDIT_ARCH, 1, 0),
-        stmt(BPF_RET_K, RET_KILL),
-        stmt(BPF_LD_W_ABS, OFFSET_NR),
-    ];
-    if cfg!(target_arch = "x86_64") {
-        f.push(jump(BPF_JMP_JGE_K, 0x4000_0000, 0, 1));
-        f.push(stmt(BPF_RET_K, ret_errno(libc::EPERM)));
-    }
-    let no_setid = |mode, flags| Action::NoSetId { mode, flags };
-    let mut entries: Vec<(u32, Action)> = vec![
-        (libc::SYS_fchmod as u32, no_setid(1, None)),
-        (libc::SYS_fchmodat as u32, no_setid(2, None)),
-        (libc::SYS_fchmodat2 as u32, no_setid(2, None)),
-        (libc::SYS_mknodat as u32, no_setid(2, None)),
-        (libc::SYS_openat as u32, no_setid(3, Some(2))),
-        (libc::SYS_openat2 as u32, Action::Errno(libc::ENOSYS)),
+    let mut f = prologue();
+    let mut entries = no_setid_entries();
+    entries.extend([
         (libc::SYS_io_uring_setup as u32, Action::Errno(libc::EPERM)),
         (libc::SYS_io_uring_enter as u32, Action::Errno(libc::EPERM)),
         (
             libc::SYS_io_uring_register as u32,
             Action::Errno(libc::EPERM),
         ),
-    ];
-    #[cfg(target_arch = "x86_64")]
-    entries.extend([
-        (libc::SYS_chmod as u32, no_setid(1, None)),
-        (libc::SYS_mknod as u32, no_setid(1, None)),
-        (libc::SYS_creat as u32, no_setid(1, None)),
-        (libc::SYS_open as u32, no_setid(2, Some(1))),
     ]);
     entries.sort_by_key(|e| e.0);
     f.extend(search(&entries));

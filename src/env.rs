@@ -1,7 +1,9 @@
 //! Child environments: built from an allowlist, with a deny list that always wins.
 //!
 //! Invariant: no name matched by [`is_denied`] reaches a tool, whatever the
-//! allowlist says, and `PATH` is always set. Names are compared case-insensitively
+//! allowlist says, and `PATH` is always set for native tools
+//! ([`build_env_from`]); a wasm guest gets only what it is given
+//! ([`given_env_from`]). Names are compared case-insensitively
 //! (`http_proxy` and `HTTP_PROXY` are the same rule), because Windows treats them
 //! so and because proxies are honoured in both cases by common tools.
 
@@ -83,27 +85,50 @@ where
     K: AsRef<OsStr>,
     V: AsRef<OsStr>,
 {
-    let mut out: Vec<(OsString, OsString)> = Vec::new();
-    let mut path: Option<OsString> = None;
-    for (k, v) in host {
-        let Some(name) = k.as_ref().to_str() else {
-            continue;
-        };
-        if name == "PATH" {
-            path = Some(v.as_ref().to_os_string());
-        }
-        if is_denied(name, allow_network) || !allowlist.iter().any(|a| a == name) {
-            continue;
-        }
-        if name != "PATH" {
-            out.push((name.into(), v.as_ref().to_os_string()));
-        }
-    }
+    let host: Vec<(OsString, OsString)> = host
+        .into_iter()
+        .map(|(k, v)| (k.as_ref().to_os_string(), v.as_ref().to_os_string()))
+        .collect();
+    let mut out = given_env_from(host.iter().map(|(k, v)| (k, v)), allowlist, allow_network);
+    let path = host
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone());
+    out.retain(|(k, _)| k != "PATH");
     out.push((
         "PATH".into(),
         path.filter(|p| !p.is_empty())
             .unwrap_or_else(|| DEFAULT_PATH.into()),
     ));
+    out.sort();
+    out
+}
+
+/// The variables of `host` a tool is given: each allowlisted name the host
+/// has, minus every denied name, and nothing else (no `PATH` unless it is
+/// allowlisted). What a wasm guest gets. Sorted by name.
+pub fn given_env_from<I, K, V>(
+    host: I,
+    allowlist: &[String],
+    allow_network: bool,
+) -> Vec<(OsString, OsString)>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
+{
+    let mut out: Vec<(OsString, OsString)> = Vec::new();
+    for (k, v) in host {
+        let Some(name) = k.as_ref().to_str() else {
+            continue;
+        };
+        if is_denied(name, allow_network) || !allowlist.iter().any(|a| a == name) {
+            continue;
+        }
+        if !out.iter().any(|(n, _)| n == name) {
+            out.push((name.into(), v.as_ref().to_os_string()));
+        }
+    }
     out.sort();
     out
 }
@@ -198,6 +223,30 @@ mod tests {
                 ("FOO".into(), "bar".into()),
                 ("PATH".into(), DEFAULT_PATH.into())
             ]
+        );
+    }
+
+    #[test]
+    fn a_guest_is_given_only_allowlisted_names_and_no_path_seed() {
+        let host = [
+            ("HOME", "/h"),
+            ("FOO", "bar"),
+            ("PATH", "/p"),
+            ("GITHUB_TOKEN", "t"),
+        ];
+        assert_eq!(given_env_from(host, &s(&[]), false), vec![]);
+        assert_eq!(
+            given_env_from(host, &s(&["HOME", "GITHUB_TOKEN"]), false),
+            vec![("HOME".into(), "/h".into())]
+        );
+        assert_eq!(
+            given_env_from(host, &s(&["PATH"]), false),
+            vec![("PATH".into(), "/p".into())]
+        );
+        // The native environment of the same host and list has the seed.
+        assert_eq!(
+            build_env_from(host, &s(&[]), false),
+            vec![("PATH".into(), "/p".into())]
         );
     }
 }

@@ -15,13 +15,24 @@ use std::sync::Arc;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
-/// How an allowed dir is given: a host path and whether tools may write in it.
+/// How an allowed dir is given: a host path, whether tools may write in it,
+/// and the path tools see it at.
+///
+/// Defaults: read-write, and seen at its own (canonical) host path in every
+/// backend. A guest path (`HOST::GUEST`, as wasmtime's `--dir` spells it)
+/// presents it elsewhere: `wasm` preopens it under that name and `docker`
+/// mounts it there; `direct`, which runs native programs at host paths,
+/// refuses calls while a dir is mapped. Agents then name it (and the cwd)
+/// by the guest path only, and no message shows them the host path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowedDirSpec {
     /// Host path of the dir. It is canonicalized when the sandbox is built.
     pub path: PathBuf,
     /// Whether the dir is read-only for tools.
     pub read_only: bool,
+    /// Where tools see it: an absolute, normalized path (`/`, `/data`);
+    /// `None` (the default): at its canonical host path.
+    pub guest: Option<PathBuf>,
 }
 
 impl AllowedDirSpec {
@@ -30,6 +41,7 @@ impl AllowedDirSpec {
         AllowedDirSpec {
             path: path.into(),
             read_only: false,
+            guest: None,
         }
     }
 
@@ -38,17 +50,36 @@ impl AllowedDirSpec {
         AllowedDirSpec {
             path: path.into(),
             read_only: true,
+            guest: None,
         }
     }
 
-    /// Parses the CLI form `PATH` or `PATH:ro` (also `PATH:rw`).
+    /// The same dir, seen by tools at `guest` (checked when the sandbox is
+    /// built: absolute, without `.`, `..`, empty components or a trailing
+    /// slash).
+    pub fn at(mut self, guest: impl Into<PathBuf>) -> Self {
+        self.guest = Some(guest.into());
+        self
+    }
+
+    /// Parses the CLI form `HOST[::GUEST][:ro|:rw]`: `PATH`, `PATH:ro`,
+    /// `PATH::/`, `PATH::/data:ro`. The first `::` separates the guest path.
     pub fn parse(s: &str) -> Self {
-        if let Some(p) = s.strip_suffix(":ro") {
-            AllowedDirSpec::read_only(p)
+        let (rest, read_only) = if let Some(p) = s.strip_suffix(":ro") {
+            (p, true)
         } else if let Some(p) = s.strip_suffix(":rw") {
-            AllowedDirSpec::read_write(p)
+            (p, false)
         } else {
-            AllowedDirSpec::read_write(s)
+            (s, false)
+        };
+        let (host, guest) = match rest.split_once("::") {
+            Some((h, g)) => (h, Some(PathBuf::from(g))),
+            None => (rest, None),
+        };
+        AllowedDirSpec {
+            path: PathBuf::from(host),
+            read_only,
+            guest,
         }
     }
 }
@@ -59,10 +90,38 @@ impl<P: Into<PathBuf>> From<P> for AllowedDirSpec {
     }
 }
 
-/// One allowed dir: its canonical host path and the capability handle on it.
+/// Why `guest` is not a usable guest path, if it is not.
+fn guest_path_problem(guest: &Path) -> Option<&'static str> {
+    let Some(s) = guest.to_str() else {
+        return Some("is not valid UTF-8");
+    };
+    if !s.starts_with('/') {
+        return Some("is not absolute (it must start with `/`)");
+    }
+    if s.contains('\0') {
+        return Some("contains a NUL byte");
+    }
+    if s == "/" {
+        return None;
+    }
+    if s.ends_with('/') {
+        return Some("ends with `/`");
+    }
+    if s[1..]
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Some("has an empty, `.` or `..` component");
+    }
+    None
+}
+
+/// One allowed dir: its canonical host path, the path tools see it at, and
+/// the capability handle on it.
 #[derive(Debug, Clone)]
 pub struct AllowedDir {
     path: PathBuf,
+    guest: Option<PathBuf>,
     read_only: bool,
     dir: Arc<Dir>,
 }
@@ -71,6 +130,15 @@ impl AllowedDir {
     /// Canonical absolute host path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+    /// The path tools and agents see it at: its guest path when it has one,
+    /// else its host path.
+    pub fn guest_path(&self) -> &Path {
+        self.guest.as_deref().unwrap_or(&self.path)
+    }
+    /// Whether it is seen at a path other than its host path.
+    pub fn is_mapped(&self) -> bool {
+        self.guest.is_some()
     }
     /// Whether tools may only read in it.
     pub fn read_only(&self) -> bool {
@@ -123,6 +191,7 @@ pub struct ResolvedPath {
     root: usize,
     rel: PathBuf,
     host_path: PathBuf,
+    guest_path: PathBuf,
     read_only: bool,
 }
 
@@ -135,9 +204,14 @@ impl ResolvedPath {
     pub fn relative(&self) -> &Path {
         &self.rel
     }
-    /// Absolute host path (the same inside every backend, by invariant 2).
+    /// Absolute host path.
     pub fn host_path(&self) -> &Path {
         &self.host_path
+    }
+    /// The path tools see: below the allowed dir's guest path (the host path
+    /// when the dir is not mapped). The one to show an agent.
+    pub fn guest_path(&self) -> &Path {
+        &self.guest_path
     }
     /// Whether the allowed dir it lies in is read-only.
     pub fn read_only(&self) -> bool {
@@ -154,9 +228,38 @@ pub struct AllowedDirs {
 /// Why the allowed dirs themselves could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum AllowedDirsError {
-    /// At least one dir is needed: the first is the default workspace.
-    #[error("no allowed directory was given")]
-    NoDirs,
+    /// A guest path that cannot be used.
+    #[error("allowed directory {path}: guest path {guest:?} {reason}")]
+    GuestPath {
+        /// The host path as given by the operator.
+        path: PathBuf,
+        /// The guest path as given.
+        guest: PathBuf,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// One dir given at two places.
+    #[error(
+        "allowed directory {path} is given twice, seen at {first} and at {second}; give it once"
+    )]
+    TwoGuestPaths {
+        /// The host path.
+        path: PathBuf,
+        /// Where the first is seen.
+        first: PathBuf,
+        /// Where the second is seen.
+        second: PathBuf,
+    },
+    /// Two dirs would be seen at the same path.
+    #[error("allowed directories {first} and {second} would both be seen at {guest}")]
+    SameGuestPath {
+        /// The host path of the first.
+        first: PathBuf,
+        /// The host path of the second.
+        second: PathBuf,
+        /// The path both would be seen at.
+        guest: PathBuf,
+    },
     /// The dir could not be opened (missing, not a directory, no permission).
     #[error("allowed directory {path}: {source}")]
     Open {
@@ -185,28 +288,63 @@ fn is_escape(e: &io::Error) -> bool {
 }
 
 impl AllowedDirs {
-    /// Opens a handle on each dir.
+    /// Opens a handle on each dir and checks the guest paths. No dir at all
+    /// is allowed: a sandbox without one gives tools no file system (`wasm`
+    /// preopens nothing; `direct` then refuses calls, as it needs a cwd).
     ///
     /// # Ambient Authority
     /// Opens the given host paths with the process's own authority. They must
     /// come from the operator (config, CLI flags), never from an agent.
     pub fn open(specs: impl IntoIterator<Item = AllowedDirSpec>) -> Result<Self, AllowedDirsError> {
-        let mut dirs = Vec::new();
+        let mut dirs: Vec<AllowedDir> = Vec::new();
         for spec in specs {
             let open_err = |source| AllowedDirsError::Open {
                 path: spec.path.clone(),
                 source,
             };
+            if let Some(g) = &spec.guest
+                && let Some(reason) = guest_path_problem(g)
+            {
+                return Err(AllowedDirsError::GuestPath {
+                    path: spec.path.clone(),
+                    guest: g.clone(),
+                    reason,
+                });
+            }
             let path = std::fs::canonicalize(&spec.path).map_err(open_err)?;
             let dir = Dir::open_ambient_dir(&path, ambient_authority()).map_err(open_err)?;
-            dirs.push(AllowedDir {
+            // A guest path equal to the host path is no mapping at all.
+            let guest = spec.guest.filter(|g| *g != path);
+            let d = AllowedDir {
                 path,
+                guest,
                 read_only: spec.read_only,
                 dir: Arc::new(dir),
-            });
-        }
-        if dirs.is_empty() {
-            return Err(AllowedDirsError::NoDirs);
+            };
+            // The same host dir may be given twice at one place (read-only
+            // wins), not at two: a tool would write through the other.
+            if let Some(other) = dirs
+                .iter()
+                .find(|o| o.path == d.path && o.guest_path() != d.guest_path())
+            {
+                return Err(AllowedDirsError::TwoGuestPaths {
+                    path: d.path.clone(),
+                    first: other.guest_path().to_path_buf(),
+                    second: d.guest_path().to_path_buf(),
+                });
+            }
+            // Two different dirs may not be seen at one path.
+            if let Some(other) = dirs
+                .iter()
+                .find(|o| o.guest_path() == d.guest_path() && o.path != d.path)
+            {
+                return Err(AllowedDirsError::SameGuestPath {
+                    first: other.path.clone(),
+                    second: d.path.clone(),
+                    guest: d.guest_path().to_path_buf(),
+                });
+            }
+            dirs.push(d);
         }
         Ok(AllowedDirs { dirs })
     }
@@ -216,20 +354,43 @@ impl AllowedDirs {
         &self.dirs
     }
 
+    /// Whether there is no dir at all.
+    pub fn is_empty(&self) -> bool {
+        self.dirs.is_empty()
+    }
+
+    /// Whether some dir is seen at a path other than its host path.
+    pub fn any_mapped(&self) -> bool {
+        self.dirs.iter().any(AllowedDir::is_mapped)
+    }
+
     /// The capability handle of the dir `r` lies in.
     pub fn dir_of(&self, r: &ResolvedPath) -> &Dir {
         &self.dirs[r.root].dir
     }
 
-    /// The most specific allowed dir containing the absolute path `p`, and the rest.
-    fn split_root(&self, p: &Path) -> Option<(usize, PathBuf)> {
+    /// The most specific allowed dir whose path (host path, or the path
+    /// tools see with `guest`) contains the absolute path `p`, and the rest.
+    fn split_root(&self, p: &Path, guest: bool) -> Option<(usize, PathBuf)> {
+        let base = |d: &AllowedDir| -> PathBuf {
+            if guest {
+                d.guest_path().to_path_buf()
+            } else {
+                d.path.clone()
+            }
+        };
         self.dirs
             .iter()
             .enumerate()
-            .filter_map(|(i, d)| p.strip_prefix(&d.path).ok().map(|rest| (i, d, rest)))
+            .filter_map(|(i, d)| {
+                let b = base(d);
+                p.strip_prefix(&b)
+                    .ok()
+                    .map(|rest| (i, b.components().count(), d.read_only, rest.to_path_buf()))
+            })
             // Most specific first; for the same dir given twice, read-only wins.
-            .max_by_key(|(_, d, _)| (d.path.components().count(), d.read_only))
-            .map(|(i, _, rest)| (i, rest.to_path_buf()))
+            .max_by_key(|(_, depth, ro, _)| (*depth, *ro))
+            .map(|(i, _, _, rest)| (i, rest))
     }
 
     /// Resolves `user_path` inside the sandbox.
@@ -255,7 +416,7 @@ impl AllowedDirs {
             return Err(PathError::Url(shown));
         }
         let (root, rel) = if user_path.is_absolute() {
-            self.split_root(user_path)
+            self.split_root(user_path, true)
                 .ok_or_else(|| PathError::Outside(shown.clone()))?
         } else {
             let (root, base_rel) = match base_dir {
@@ -263,6 +424,7 @@ impl AllowedDirs {
                     let b = self.resolve(b, None)?;
                     (b.root, b.rel)
                 }
+                None if self.dirs.is_empty() => return Err(PathError::Outside(shown)),
                 None => (0, PathBuf::new()),
             };
             (root, base_rel.join(user_path))
@@ -274,12 +436,21 @@ impl AllowedDirs {
         let canon = self.canonicalize_in(root, &rel, &shown)?;
         let host_path = self.dirs[root].path.join(&canon);
         // A nested allowed dir is more specific (it may be read-only).
-        let (root, rel) = self.split_root(&host_path).unwrap_or((root, canon));
+        let (root, rel) = self.split_root(&host_path, false).unwrap_or((root, canon));
+        let d = &self.dirs[root];
+        let below = |base: &Path| {
+            if rel.as_os_str().is_empty() {
+                base.to_path_buf()
+            } else {
+                base.join(&rel)
+            }
+        };
         Ok(ResolvedPath {
             root,
-            read_only: self.dirs[root].read_only,
+            read_only: d.read_only,
+            host_path: below(&d.path),
+            guest_path: below(d.guest_path()),
             rel,
-            host_path,
         })
     }
 

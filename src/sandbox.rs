@@ -16,7 +16,7 @@ use crate::backend::docker::DockerBackend;
 use crate::backend::wasm::{WasmBackend, WasmTarget};
 use crate::backend::{Backend, BackendKind};
 use crate::config::{ConfigError, SandboxConfig};
-use crate::env::{build_env_from, is_denied};
+use crate::env::{build_env_from, given_env_from, is_denied};
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::paths::{
     AllowedDir, AllowedDirSpec, AllowedDirs, AllowedDirsError, PathError, ResolvedPath,
@@ -122,13 +122,28 @@ impl Limits {
     }
 }
 
-/// A directory visible to the call, at the same absolute path in every backend.
+/// A directory visible to the call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
-    /// Absolute host path (and path inside the backend).
+    /// Absolute host path.
     pub path: PathBuf,
+    /// Where the tool sees it: its guest path, or the host path when the dir
+    /// is not mapped (the default).
+    pub guest: PathBuf,
     /// Whether the call may only read it.
     pub read_only: bool,
+}
+
+/// The working directory of a call.
+#[derive(Debug, Clone)]
+pub struct WorkDir {
+    /// Absolute host path.
+    pub path: PathBuf,
+    /// The path the tool sees (below its allowed dir's guest path).
+    pub guest: PathBuf,
+    /// Capability handle on it (backends enter it by handle, so a symlink
+    /// swapped in after planning cannot move the call outside).
+    pub dir: Arc<Dir>,
 }
 
 /// Everything a backend needs to run one call, fixed by [`Sandbox::plan`].
@@ -140,11 +155,9 @@ pub struct ExecPlan {
     pub argv: Vec<OsString>,
     /// The complete environment of the tool.
     pub env: Vec<(OsString, OsString)>,
-    /// Working directory, as an absolute path inside the sandbox.
-    pub cwd: PathBuf,
-    /// Capability handle on the working directory (backends enter it by handle,
-    /// so a symlink swapped in after planning cannot move the call outside).
-    pub cwd_dir: Arc<Dir>,
+    /// Working directory, inside an allowed dir; `None` only in a sandbox
+    /// without allowed dirs (`direct` never gets such a plan).
+    pub cwd: Option<WorkDir>,
     /// Standard input; `None` is empty input.
     pub stdin: Option<Arc<[u8]>>,
     /// Limits.
@@ -164,6 +177,49 @@ pub struct ExecPlan {
     pub mount_dirs: Vec<(PathBuf, Arc<Dir>)>,
     /// The WASI tool to run, when the backend is `wasm`.
     pub wasm: Option<WasmTarget>,
+}
+
+impl ExecPlan {
+    /// Every place the tool sees the host path `host` at: below the guest
+    /// path of each allowed dir that holds it (one place unless dirs nest
+    /// and are mapped apart), most specific dir first.
+    pub fn guest_places(&self, host: &Path) -> Vec<PathBuf> {
+        let mut holders: Vec<(&Mount, &Path)> = self
+            .mounts
+            .iter()
+            .filter_map(|m| host.strip_prefix(&m.path).ok().map(|rest| (m, rest)))
+            .collect();
+        holders.sort_by_key(|(m, _)| std::cmp::Reverse(m.path.components().count()));
+        let mut out: Vec<PathBuf> = Vec::new();
+        for (m, rest) in holders {
+            let p = if rest.as_os_str().is_empty() {
+                m.guest.clone()
+            } else {
+                m.guest.join(rest)
+            };
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// Where the tool sees the host path `host`: below the guest path of the
+    /// most specific allowed dir (by host path) that holds it; `None` when
+    /// none does.
+    pub fn guest_of(&self, host: &Path) -> Option<PathBuf> {
+        self.mounts
+            .iter()
+            .filter_map(|m| host.strip_prefix(&m.path).ok().map(|rest| (m, rest)))
+            .max_by_key(|(m, _)| m.path.components().count())
+            .map(|(m, rest)| {
+                if rest.as_os_str().is_empty() {
+                    m.guest.clone()
+                } else {
+                    m.guest.join(rest)
+                }
+            })
+    }
 }
 
 /// A typed tool (`toolhost:tool` world) as it describes itself.
@@ -229,8 +285,11 @@ pub struct Sandbox {
     direct: DirectBackend,
     /// The host environment, read once when the sandbox was built.
     host_env: Vec<(OsString, OsString)>,
-    /// `build_env(&[])`, computed once: every call gets this environment.
+    /// `build_env(&[])`, computed once: every native call gets this environment.
     base_env: Vec<(OsString, OsString)>,
+    /// The allowlisted host variables alone (no `PATH` seed): what a wasm
+    /// guest gets.
+    given_env: Vec<(OsString, OsString)>,
     registry: Registry,
     /// Created on first use: the engine costs a thread and some memory.
     wasm: OnceLock<Result<WasmBackend, String>>,
@@ -273,6 +332,11 @@ impl Sandbox {
             &config.env_allowlist,
             config.allow_network,
         );
+        let given_env = given_env_from(
+            host_env.iter().map(|(k, v)| (k, v)),
+            &config.env_allowlist,
+            config.allow_network,
+        );
         let registry =
             Registry::open(&config.wasm).map_err(|e| SandboxError::ToolDirs(e.to_string()))?;
         Ok(Sandbox {
@@ -283,6 +347,7 @@ impl Sandbox {
             direct: DirectBackend::new(),
             host_env,
             base_env,
+            given_env,
             registry,
             wasm: OnceLock::new(),
             docker: OnceLock::new(),
@@ -357,30 +422,20 @@ impl Sandbox {
                 format!("argv[{i}] contains a NUL byte"),
             ));
         }
-        let cwd_path = request.cwd.as_deref().unwrap_or(Path::new(""));
-        let (cwd, cwd_dir) = if request.cwd.is_none() {
-            let root = &self.dirs.as_slice()[0];
-            let dir = root
-                .dir()
-                .try_clone()
-                .map_err(|e| cwd_refusal(&e.to_string()))?;
-            (root.path().to_path_buf(), dir)
+        let cwd = self.plan_cwd(request.cwd.as_deref())?;
+        let kind = request.backend.unwrap_or(self.config.backend);
+        let guest_cwd = cwd.as_ref().map(|c| c.guest.as_path());
+        let (backend, wasm) = self.choose_backend(kind, program, guest_cwd)?;
+        if backend == BackendKind::Direct {
+            self.refuse_for_direct()?;
+        }
+        // A wasm guest gets exactly the variables it is given; `PATH` is a
+        // native concern, set for `direct` and `docker` when not given.
+        let mut env = if backend == BackendKind::Wasm {
+            self.given_env.clone()
         } else {
-            let shown = cwd_path.to_string_lossy();
-            let resolved = self
-                .dirs
-                .resolve(cwd_path, None)
-                .map_err(|e| cwd_refusal(&e.to_string()))?;
-            let dir = self.dirs.open_dir(&resolved).map_err(|e| {
-                let reason = match e.raw_os_error() {
-                    Some(c) => std::io::Error::from_raw_os_error(c).to_string(),
-                    None => "outside the sandbox".to_string(),
-                };
-                cwd_refusal(&format!("{shown:?}: {reason}"))
-            })?;
-            (resolved.host_path().to_path_buf(), dir)
+            self.build_env(&[])
         };
-        let mut env = self.build_env(&[]);
         for (k, v) in &request.env {
             if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
                 return Err(Outcome::new(
@@ -397,15 +452,12 @@ impl Sandbox {
             env.retain(|(name, _)| name != k.as_str());
             env.push((k.into(), v.into()));
         }
-        let kind = request.backend.unwrap_or(self.config.backend);
-        let (backend, wasm) = self.choose_backend(kind, program, &cwd)?;
         Ok(ExecPlan {
             backend,
             wasm,
             argv: request.argv.clone(),
             env,
             cwd,
-            cwd_dir: Arc::new(cwd_dir),
             stdin: request.stdin.as_deref().map(Arc::from),
             limits: Limits::from_config(&self.config),
             allow_network: self.config.allow_network,
@@ -418,6 +470,7 @@ impl Sandbox {
                 .iter()
                 .map(|d| Mount {
                     path: d.path().to_path_buf(),
+                    guest: d.guest_path().to_path_buf(),
                     read_only: d.read_only(),
                 })
                 .collect(),
@@ -430,12 +483,71 @@ impl Sandbox {
         })
     }
 
+    /// The working directory a request asks for (default: the first allowed
+    /// dir), by the path tools see; `None` when there is no allowed dir and
+    /// none was asked for.
+    fn plan_cwd(&self, asked: Option<&Path>) -> Result<Option<WorkDir>, Outcome> {
+        let Some(asked) = asked else {
+            let Some(root) = self.dirs.as_slice().first() else {
+                return Ok(None);
+            };
+            let dir = root
+                .dir()
+                .try_clone()
+                .map_err(|e| cwd_refusal(&os_reason(&e)))?;
+            return Ok(Some(WorkDir {
+                path: root.path().to_path_buf(),
+                guest: root.guest_path().to_path_buf(),
+                dir: Arc::new(dir),
+            }));
+        };
+        let shown = asked.to_string_lossy();
+        let resolved = self
+            .dirs
+            .resolve(asked, None)
+            .map_err(|e| cwd_refusal(&e.to_string()))?;
+        let dir = self.dirs.open_dir(&resolved).map_err(|e| {
+            let reason = match e.raw_os_error() {
+                Some(_) => os_reason(&e),
+                None => "outside the sandbox".to_string(),
+            };
+            cwd_refusal(&format!("{shown:?}: {reason}"))
+        })?;
+        Ok(Some(WorkDir {
+            path: resolved.host_path().to_path_buf(),
+            guest: resolved.guest_path().to_path_buf(),
+            dir: Arc::new(dir),
+        }))
+    }
+
+    /// Why a `direct` call cannot run in this sandbox, if it cannot: it runs
+    /// native programs at host paths, in a cwd. The message names only the
+    /// path tools see.
+    fn refuse_for_direct(&self) -> Result<(), Outcome> {
+        if self.dirs.is_empty() {
+            return Err(Outcome::new(
+                OutcomeKind::InvalidRequest,
+                "the direct backend needs an allowed dir for its working directory, and this sandbox has none (run on wasm or docker, or allow a dir)",
+            ));
+        }
+        if let Some(d) = self.dirs.as_slice().iter().find(|d| d.is_mapped()) {
+            return Err(Outcome::new(
+                OutcomeKind::InvalidRequest,
+                format!(
+                    "allowed dir {} is given a guest path: the direct backend runs native programs at host paths and cannot present a dir elsewhere (run on wasm or docker, or allow the dir without `::GUEST`)",
+                    d.guest_path().display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The WASI tool `program` names: a registered tool, or a `.wasm` file (or any
     /// path with a slash) inside the sandbox, relative to the cwd.
     fn wasm_target(
         &self,
         program: &std::ffi::OsStr,
-        cwd: &Path,
+        cwd: Option<&Path>,
     ) -> Result<Option<ToolFile>, Outcome> {
         let shown = program.to_string_lossy();
         let is_path = shown.contains('/') || shown.ends_with(".wasm");
@@ -444,7 +556,7 @@ impl Sandbox {
         }
         let resolved = self
             .dirs
-            .resolve(Path::new(program), Some(cwd))
+            .resolve(Path::new(program), cwd)
             .map_err(|e| Outcome::new(OutcomeKind::NotFound, e.to_string()))?;
         let name = resolved
             .host_path()
@@ -465,7 +577,7 @@ impl Sandbox {
         &self,
         kind: BackendKind,
         program: &std::ffi::OsStr,
-        cwd: &Path,
+        cwd: Option<&Path>,
     ) -> Result<(BackendKind, Option<WasmTarget>), Outcome> {
         match kind {
             BackendKind::Direct => Ok((BackendKind::Direct, None)),
@@ -587,21 +699,20 @@ impl Sandbox {
         };
         let mut request = RunRequest::new([name]);
         request.cwd = cwd.map(Path::to_path_buf);
-        let mut plan = match self.plan(&request) {
+        // Planned for wasm whatever the configured backend, with its
+        // environment: the plan carries the tool.
+        request.backend = Some(BackendKind::Wasm);
+        let is_path = name.contains('/') || name.ends_with(".wasm");
+        let plan = match self.plan(&request) {
             Ok(p) => p,
-            Err(o) => return refused(o),
-        };
-        match self.wasm_target(std::ffi::OsStr::new(name), &plan.cwd) {
-            Ok(Some(t)) => plan.wasm = Some(t),
-            Ok(None) => {
+            Err(o) if o.kind == OutcomeKind::NotFound && !is_path => {
                 return refused(Outcome::new(
                     OutcomeKind::NotFound,
                     format!("{name}: no typed tool of that name (`toolhost tools` lists them)"),
                 ));
             }
             Err(o) => return refused(o),
-        }
-        plan.backend = BackendKind::Wasm;
+        };
         let call = backend.call_typed(&plan, &input.to_string()).await;
         let mut run = call.run;
         let cap = plan.limits.stdout_cap;
@@ -704,6 +815,14 @@ impl Sandbox {
                 Duration::ZERO,
             ),
         }
+    }
+}
+
+/// The OS reason of an error, without any path.
+fn os_reason(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(c) => std::io::Error::from_raw_os_error(c).to_string(),
+        None => e.kind().to_string(),
     }
 }
 

@@ -59,9 +59,16 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
     /// A directory the tool may use, read-write, or read-only with a ":ro" suffix.
-    /// Repeatable; the first is the default cwd. Default: the current directory.
-    #[arg(long = "allow-dir", value_name = "PATH[:ro]")]
+    /// HOST::GUEST shows it to the tool at GUEST instead (wasm preopens it
+    /// there, docker mounts it there, direct refuses it). Repeatable; the first
+    /// is the default cwd. Default: the current directory.
+    #[arg(long = "allow-dir", value_name = "PATH[::GUEST][:ro]")]
     allow_dirs: Vec<String>,
+
+    /// No directory at all: a wasm guest gets no preopened dir, a container no
+    /// mount; direct refuses to run without a working directory.
+    #[arg(long, conflicts_with = "allow_dirs")]
+    no_dirs: bool,
 
     /// Working directory of the tool: inside an allowed dir, absolute or relative
     /// to the first one.
@@ -177,7 +184,9 @@ pub(crate) fn build_sandbox_with(
     args: &SandboxArgs,
     config: SandboxConfig,
 ) -> anyhow::Result<Sandbox> {
-    let dirs: Vec<AllowedDirSpec> = if args.allow_dirs.is_empty() {
+    let dirs: Vec<AllowedDirSpec> = if args.no_dirs {
+        Vec::new()
+    } else if args.allow_dirs.is_empty() {
         vec![AllowedDirSpec::read_write(
             std::env::current_dir().context("cannot determine the current directory")?,
         )]

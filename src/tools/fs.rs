@@ -145,7 +145,7 @@ fn refuse_protected(
     {
         return refused(format!(
             "is (or holds) the allowed dir {}",
-            d.path().display()
+            d.guest_path().display()
         ));
     }
     for d in dirs.as_slice().iter().filter(|d| !d.read_only()) {

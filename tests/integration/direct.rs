@@ -540,7 +540,9 @@ fn plan_is_pure_and_complete() {
         !t.ws().join("sub/should-not-exist").exists(),
         "plan ran something"
     );
-    assert_eq!(plan.cwd, t.ws().join("sub"));
+    let cwd = plan.cwd.as_ref().unwrap();
+    assert_eq!(cwd.path, t.ws().join("sub"));
+    assert_eq!(cwd.guest, cwd.path);
     assert_eq!(plan.limits.memory_bytes, None);
     assert_eq!(plan.limits.cpu_seconds, Some(30));
     assert_eq!(

@@ -1406,3 +1406,109 @@ async fn an_engine_that_remaps_uids_is_refused_until_user_is_set() {
         base + 1000
     );
 }
+
+#[tokio::test]
+async fn a_guest_path_is_where_the_container_sees_the_dir() {
+    let Some(image) = image() else { return };
+    let t = Tmp::new();
+    t.write("sub/f", "in-sub");
+    t.write(".git/HEAD", "ref: refs/heads/main\n");
+    let head = t.ws().join(".git/HEAD");
+    let before = sha256_file(&head);
+    let mapped = |guest: &str| {
+        Sandbox::new(
+            [toolhost::AllowedDirSpec::read_write(t.ws()).at(guest)],
+            docker_config(&image),
+        )
+        .unwrap()
+    };
+    let sb = mapped("/data");
+    let r = sb
+        .run(
+            RunRequest::new([
+                "sh",
+                "-c",
+                "pwd; cat f; echo; echo w > new; echo x > /data/.git/HEAD; echo $?",
+            ])
+            .cwd("/data/sub"),
+        )
+        .await;
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines, ["/data/sub", "in-sub", "1"], "{r:?}");
+    // The write below the guest path landed in the host dir; the protected
+    // path held at its guest place did not change.
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("sub/new")).unwrap(),
+        "w\n"
+    );
+    assert_eq!(sha256_file(&head), before);
+    // The host path is not a path in the container.
+    let r = dsh(
+        &sb,
+        &format!("test -e {} && echo there || echo absent", t.ws().display()),
+    )
+    .await;
+    assert_eq!(r.stdout, "absent\n", "{r:?}");
+    // Places a container cannot give a workspace are refused, clearly; the
+    // mapped twin above ran.
+    for guest in [
+        "/",
+        "/tmp",
+        "/proc/x",
+        "/dev",
+        "/etc",
+        "/etc/x",
+        "/bin",
+        "/usr/local/bin",
+        "/.toolhost-helper/x",
+    ] {
+        let r = dsh(&mapped(guest), "echo ran").await;
+        assert_eq!(
+            r.outcome.kind,
+            OutcomeKind::InvalidRequest,
+            "{guest}: {r:?}"
+        );
+        assert!(
+            r.outcome.message.contains("cannot be mounted there"),
+            "{r:?}"
+        );
+        assert!(r.stdout.is_empty());
+    }
+    // No dir at all: nothing mounted, the image's working directory.
+    let none = Sandbox::new(
+        Vec::<toolhost::AllowedDirSpec>::new(),
+        docker_config(&image),
+    )
+    .unwrap();
+    let r = dsh(&none, "pwd; grep -c ' /data ' /proc/self/mountinfo").await;
+    assert_eq!(r.stdout, "/\n0\n", "{r:?}");
+}
+
+#[tokio::test]
+async fn a_protected_path_seen_at_two_places_is_held_at_both() {
+    let Some(image) = image() else { return };
+    let t = Tmp::new();
+    t.write("sub/.git/HEAD", "ref: refs/heads/main\n");
+    let head = t.ws().join("sub/.git/HEAD");
+    let before = sha256_file(&head);
+    // The nested dir is seen at /b and, through its parent, at /a/sub.
+    let sb = Sandbox::new(
+        [
+            toolhost::AllowedDirSpec::read_write(t.ws()).at("/a"),
+            toolhost::AllowedDirSpec::read_write(t.ws().join("sub")).at("/b"),
+        ],
+        docker_config(&image),
+    )
+    .unwrap();
+    let r = dsh(
+        &sb,
+        "for p in /a/sub/.git/HEAD /b/.git/HEAD; do echo x > $p; echo $?; done; echo y > /a/sub/free; echo y > /b/free2; cat /a/sub/free2",
+    )
+    .await;
+    assert_eq!(r.stdout, "1\n1\ny\n", "{r:?}");
+    assert_eq!(sha256_file(&head), before);
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("sub/free")).unwrap(),
+        "y\n"
+    );
+}

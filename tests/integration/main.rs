@@ -9,6 +9,7 @@ mod contract;
 mod direct;
 mod docker;
 mod env;
+mod guest_view;
 mod install;
 mod invariants;
 mod isolation;

@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use toolhost::{PathError, Sandbox, SandboxConfig};
+use toolhost::{AllowedDirSpec, PathError, Sandbox, SandboxConfig};
 
 use crate::util::*;
 
@@ -253,9 +253,126 @@ fn nested_read_only_dir_is_the_most_specific() {
 }
 
 #[test]
-fn sandbox_needs_an_existing_dir() {
+fn sandbox_dirs_must_exist_and_none_at_all_reaches_nothing() {
     let t = Tmp::new();
-    assert!(Sandbox::new(Vec::<PathBuf>::new(), SandboxConfig::default()).is_err());
     let e = Sandbox::new([t.root.join("nope")], SandboxConfig::default()).unwrap_err();
     assert!(e.to_string().contains("nope"), "{e}");
+    // No dir at all: a sandbox with no file system, where every path is
+    // outside; its twin with the workspace resolves the same path.
+    std::fs::write(t.ws().join("f"), "x").unwrap();
+    let none = Sandbox::new(Vec::<PathBuf>::new(), SandboxConfig::default()).unwrap();
+    for p in [PathBuf::from("f"), t.ws().join("f"), PathBuf::from("/")] {
+        assert!(
+            matches!(none.resolve_path(&p, None), Err(PathError::Outside(_))),
+            "{p:?}"
+        );
+    }
+    let some = t.sandbox(SandboxConfig::default());
+    assert!(some.resolve_path("f", None).is_ok());
+}
+
+#[test]
+fn a_guest_path_is_how_agents_name_a_mapped_dir() {
+    let t = Tmp::new();
+    std::fs::create_dir(t.ws().join("sub")).unwrap();
+    std::fs::write(t.ws().join("sub/f"), "x").unwrap();
+    let ws = std::fs::canonicalize(t.ws()).unwrap();
+    let sb = Sandbox::new(
+        [AllowedDirSpec::read_write(t.ws()).at("/data")],
+        SandboxConfig::default(),
+    )
+    .unwrap();
+    let d = &sb.allowed_dirs()[0];
+    assert_eq!(
+        (d.path(), d.guest_path(), d.is_mapped()),
+        (ws.as_path(), Path::new("/data"), true)
+    );
+    let r = sb.resolve_path("/data/sub/f", None).unwrap();
+    assert_eq!(r.guest_path(), Path::new("/data/sub/f"));
+    assert_eq!(r.host_path(), ws.join("sub/f"));
+    assert_eq!(
+        sb.resolve_path("sub/f", None).unwrap().guest_path(),
+        Path::new("/data/sub/f")
+    );
+    // The host path is not a name the agent can use for it any more.
+    assert!(matches!(
+        sb.resolve_path(ws.join("sub/f"), None),
+        Err(PathError::Outside(_))
+    ));
+    // Unmapped (and mapped to its own path): the host path, as before.
+    for spec in [
+        AllowedDirSpec::read_write(t.ws()),
+        AllowedDirSpec::read_write(t.ws()).at(&ws),
+    ] {
+        let sb = Sandbox::new([spec], SandboxConfig::default()).unwrap();
+        assert!(!sb.allowed_dirs()[0].is_mapped());
+        let r = sb.resolve_path(ws.join("sub/f"), None).unwrap();
+        assert_eq!(r.guest_path(), r.host_path());
+    }
+}
+
+#[test]
+fn bad_guest_paths_are_refused_when_the_sandbox_is_built() {
+    let t = Tmp::new();
+    std::fs::create_dir(t.ws().join("a")).unwrap();
+    for (guest, why) in [
+        ("data", "not absolute"),
+        ("/data/", "ends with `/`"),
+        ("/a/../b", "`..`"),
+        ("/a/./b", "`.`"),
+        ("//a", "empty"),
+        ("", "not absolute"),
+    ] {
+        let e = Sandbox::new(
+            [AllowedDirSpec::read_write(t.ws()).at(guest)],
+            SandboxConfig::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("guest path") && e.contains(why),
+            "{guest:?}: {e}"
+        );
+    }
+    // Two dirs seen at one path; the same dir twice is fine.
+    let e = Sandbox::new(
+        [
+            AllowedDirSpec::read_write(t.ws()).at("/w"),
+            AllowedDirSpec::read_only(t.ws().join("a")).at("/w"),
+        ],
+        SandboxConfig::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("would both be seen at /w"), "{e}");
+    // One dir at two places: refused (a tool would write through the
+    // read-write one what the read-only one shows).
+    let e = Sandbox::new(
+        [
+            AllowedDirSpec::read_write(t.ws()).at("/w"),
+            AllowedDirSpec::read_only(t.ws()).at("/r"),
+        ],
+        SandboxConfig::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("seen at /w and at /r"), "{e}");
+    Sandbox::new(
+        [
+            AllowedDirSpec::read_write(t.ws()).at("/w"),
+            AllowedDirSpec::read_only(t.ws()).at("/w"),
+        ],
+        SandboxConfig::default(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_cli_spelling_of_a_guest_path_parses() {
+    let p = |s: &str| AllowedDirSpec::parse(s);
+    assert_eq!(p("/h"), AllowedDirSpec::read_write("/h"));
+    assert_eq!(p("/h:ro"), AllowedDirSpec::read_only("/h"));
+    assert_eq!(p("/h::/"), AllowedDirSpec::read_write("/h").at("/"));
+    assert_eq!(p("/h::/g:ro"), AllowedDirSpec::read_only("/h").at("/g"));
+    assert_eq!(p("/h::/g:rw"), AllowedDirSpec::read_write("/h").at("/g"));
 }

@@ -165,6 +165,10 @@ fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::Result<Spawned> {
+    let cwd = plan
+        .cwd
+        .as_ref()
+        .ok_or_else(|| io::Error::other("no working directory"))?;
     let (read, write) = status_pipe()?;
     let l = &plan.limits;
     let limit = |resource: libc::__rlimit_resource_t, v: Option<u64>| {
@@ -177,7 +181,7 @@ pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::Re
         // SAFETY: getpid cannot fail.
         unsafe { libc::getpid() },
         write.as_raw_fd(),
-        plan.cwd_dir.as_raw_fd(),
+        cwd.dir.as_raw_fd(),
         [
             limit(libc::RLIMIT_AS, l.memory_bytes),
             limit(libc::RLIMIT_CPU, l.cpu_seconds),

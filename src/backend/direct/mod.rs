@@ -113,6 +113,17 @@ pub(crate) struct Finished {
 
 async fn run(plan: &ExecPlan) -> RunOutput {
     let start = Instant::now();
+    // `Sandbox::plan` refuses these for direct; a plan built by hand is too.
+    if plan.cwd.is_none() || plan.mounts.iter().any(|m| m.guest != m.path) {
+        return RunOutput::refused(
+            BackendKind::Direct,
+            Outcome::new(
+                OutcomeKind::InvalidRequest,
+                "the direct backend runs native programs at host paths, in a working directory: it needs an allowed dir and cannot present one at a guest path",
+            ),
+            start.elapsed(),
+        );
+    }
     // Arguments and environment are the platform layer's business: on Linux
     // the supervisor execs the tool itself.
     let mut cmd = Command::new(&plan.argv[0]);

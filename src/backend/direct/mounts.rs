@@ -79,7 +79,7 @@ impl MountPlan {
             }
         }
         binds.sort_by_key(|(c, _, _)| c.as_bytes().iter().filter(|&&b| b == b'/').count());
-        let cwd = CString::new(plan.cwd.as_os_str().as_bytes()).ok()?;
+        let cwd = CString::new(plan.cwd.as_ref()?.path.as_os_str().as_bytes()).ok()?;
         Some(MountPlan { binds, cwd })
     }
 

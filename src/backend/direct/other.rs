@@ -37,10 +37,14 @@ impl Control {
 }
 
 pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan, _h: &Hardening) -> io::Result<Spawned> {
+    let cwd = plan
+        .cwd
+        .as_ref()
+        .ok_or_else(|| io::Error::other("no working directory"))?;
     cmd.args(&plan.argv[1..])
         .env_clear()
         .envs(plan.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&plan.cwd)
+        .current_dir(&cwd.path)
         .kill_on_drop(true);
     let child = cmd.spawn()?;
     Ok(Spawned {

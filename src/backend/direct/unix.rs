@@ -71,7 +71,12 @@ pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan, _h: &Hardening) -> io::R
     cmd.args(&plan.argv[1..])
         .env_clear()
         .envs(plan.env.iter().map(|(k, v)| (k, v)));
-    let cwd_fd = plan.cwd_dir.as_raw_fd();
+    let cwd_fd = plan
+        .cwd
+        .as_ref()
+        .ok_or_else(|| io::Error::other("no working directory"))?
+        .dir
+        .as_raw_fd();
     let l = plan.limits;
     let limits = [
         (libc::RLIMIT_AS, l.memory_bytes),

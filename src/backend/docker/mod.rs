@@ -371,7 +371,7 @@ impl DockerBackend {
             .mounts
             .iter()
             .map(|m| Mount {
-                target: Some(m.path.to_string_lossy().into_owned()),
+                target: Some(m.guest.to_string_lossy().into_owned()),
                 source: Some(m.path.to_string_lossy().into_owned()),
                 typ: Some(MountType::BIND),
                 read_only: Some(m.read_only),
@@ -380,14 +380,19 @@ impl DockerBackend {
             .collect();
         // Protected paths (`backend::protect`): read-only binds over those
         // that exist, and writable ones over the dirs on the way to them.
+        // Held at every place the container sees it (dirs nested on the
+        // host and mapped apart show one path at two places); `check_mounts`
+        // refused one outside every mount.
         for h in held.iter().filter(|h| !h.link) {
-            mounts.push(Mount {
-                target: Some(h.target.to_string_lossy().into_owned()),
-                source: Some(h.source.to_string_lossy().into_owned()),
-                typ: Some(MountType::BIND),
-                read_only: Some(h.read_only),
-                ..Default::default()
-            });
+            for target in held_places(plan, h) {
+                mounts.push(Mount {
+                    target: Some(target.to_string_lossy().into_owned()),
+                    source: Some(h.source.to_string_lossy().into_owned()),
+                    typ: Some(MountType::BIND),
+                    read_only: Some(h.read_only),
+                    ..Default::default()
+                });
+            }
         }
         for p in &self.config.extra_ro_mounts {
             mounts.push(Mount {
@@ -466,33 +471,54 @@ impl DockerBackend {
         held: &[crate::backend::protect::Held],
     ) -> Result<(), Outcome> {
         let refuse = |m: String| Outcome::new(OutcomeKind::PermissionDenied, m);
-        for (path, dir) in &plan.mount_dirs {
+        for m in &plan.mounts {
+            if let Some(why) = unmountable_guest_path(&m.guest) {
+                return Err(Outcome::new(
+                    OutcomeKind::InvalidRequest,
+                    format!(
+                        "allowed dir {} cannot be mounted there in a container: {why}; give it another guest path",
+                        m.guest.display()
+                    ),
+                ));
+            }
+        }
+        for (m, (path, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
+            let shown = m.guest.display();
             if path.to_str().is_none() {
                 return Err(Outcome::new(
                     OutcomeKind::InvalidRequest,
-                    format!("allowed dir {path:?} is not valid UTF-8 (the Docker API takes UTF-8)"),
+                    format!(
+                        "allowed dir {shown} is not valid UTF-8 on the host (the Docker API takes UTF-8)"
+                    ),
                 ));
             }
             #[cfg(unix)]
             {
                 use cap_std::fs::MetadataExt as _;
                 use std::os::unix::fs::MetadataExt as _;
+                let reason = |e: std::io::Error| match e.raw_os_error() {
+                    Some(c) => std::io::Error::from_raw_os_error(c).to_string(),
+                    None => e.kind().to_string(),
+                };
                 let held = dir
                     .dir_metadata()
-                    .map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+                    .map_err(|e| refuse(format!("{shown}: {}", reason(e))))?;
                 let now = std::fs::metadata(path)
-                    .map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+                    .map_err(|e| refuse(format!("{shown}: {}", reason(e))))?;
                 if (held.dev(), held.ino()) != (now.dev(), now.ino()) {
                     return Err(refuse(format!(
-                        "allowed dir {} is no longer the directory the sandbox opened (something was renamed or replaced by a symlink); refused",
-                        path.display()
+                        "allowed dir {shown} is no longer the directory the sandbox opened (something was renamed or replaced by a symlink); refused"
                     )));
                 }
             }
             #[cfg(not(unix))]
             let _ = dir;
         }
-        if plan.cwd.to_str().is_none() {
+        if plan
+            .cwd
+            .as_ref()
+            .is_some_and(|c| c.guest.to_str().is_none())
+        {
             return Err(Outcome::new(
                 OutcomeKind::InvalidRequest,
                 "the cwd is not valid UTF-8 (the Docker API takes UTF-8)",
@@ -501,9 +527,17 @@ impl DockerBackend {
         // A protected path the engine could not be told about is not held;
         // nor one reached through a symlink, which a bind cannot cover here
         // (the engine resolves mount targets): the call could replace the link.
+        let seen = |p: &std::path::Path| plan.guest_of(p).unwrap_or_else(|| p.to_path_buf());
         if let Some(h) = held.iter().find(|h| h.link) {
             return Err(refuse(format!(
                 "protected path {} is a symlink (or lies through one), which the docker backend cannot hold; refused (make it a directory, or change protected_paths)",
+                seen(&h.target).display()
+            )));
+        }
+        // Each held path must be seen inside the container.
+        if let Some(h) = held.iter().find(|h| plan.guest_of(&h.target).is_none()) {
+            return Err(refuse(format!(
+                "protected path {} lies outside every allowed dir; refused",
                 h.target.display()
             )));
         }
@@ -515,7 +549,7 @@ impl DockerBackend {
                 OutcomeKind::InvalidRequest,
                 format!(
                     "protected path {:?} leads to a path that is not valid UTF-8 (the Docker API takes UTF-8); refused",
-                    h.target
+                    seen(&h.target)
                 ),
             ));
         }
@@ -540,9 +574,9 @@ impl DockerBackend {
                 .map(|m| (p, m))
         }) {
             return Err(refuse(format!(
-                "[docker] extra_ro_mounts {} lies inside the writable allowed dir {}, where a call could replace it; refused",
+                "[docker] extra_ro_mounts {} lies inside a writable allowed dir ({}), where a call could replace it; refused",
                 p.display(),
-                m.path.display()
+                m.guest.display()
             )));
         }
         let mounts = plan
@@ -671,7 +705,11 @@ impl DockerBackend {
             entrypoint,
             cmd: Some(cmd),
             env: Some(env),
-            working_dir: Some(plan.cwd.to_string_lossy().into_owned()),
+            // No allowed dir: the image's own working directory.
+            working_dir: plan
+                .cwd
+                .as_ref()
+                .map(|c| c.guest.to_string_lossy().into_owned()),
             user: Some(user),
             labels: Some(self.labels()),
             attach_stdout: Some(true),
@@ -972,6 +1010,76 @@ fn launch_failed(e: &bollard::errors::Error) -> Outcome {
     )
 }
 
+/// The places in the container where `h` is bound: each place it is seen
+/// at, except one that is an allowed dir's own mount point (a writable bind
+/// over a dir on the way to a protected path, when that dir is a nested
+/// allowed dir: its own mount already pins it, and a second mount at one
+/// point is refused by the engine).
+pub(super) fn held_places(
+    plan: &ExecPlan,
+    h: &crate::backend::protect::Held,
+) -> Vec<std::path::PathBuf> {
+    plan.guest_places(&h.target)
+        .into_iter()
+        .filter(|p| h.read_only || !plan.mounts.iter().any(|m| &m.guest == p))
+        .collect()
+}
+
+/// Why a container cannot have an allowed dir mounted at `guest`, if it
+/// cannot: the container's own root, its kernel file systems, `/etc`, its
+/// tmpfs, the image's program dirs and the helper's place are not for the
+/// workspace.
+fn unmountable_guest_path(guest: &std::path::Path) -> Option<&'static str> {
+    if guest == std::path::Path::new("/") {
+        return Some("`/` is the container's own root file system");
+    }
+    for (reserved, why) in [
+        ("/proc", "`/proc` is the container's process file system"),
+        ("/sys", "`/sys` is the container's kernel file system"),
+        ("/dev", "`/dev` holds the container's devices"),
+        (
+            "/etc",
+            "`/etc` is where the engine and the tool's programs read users, groups and libraries from, which a tool could then write",
+        ),
+        (
+            warm::HELPER_TARGET,
+            "that is where toolhost's helper is mounted",
+        ),
+    ] {
+        if guest.starts_with(reserved) {
+            return Some(why);
+        }
+    }
+    if guest == std::path::Path::new("/tmp") {
+        return Some("`/tmp` is the container's own tmpfs");
+    }
+    // Over a dir of the image's programs, a tool would choose what the next
+    // program run by name is.
+    const PROGRAM_DIRS: &[&str] = &[
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/usr",
+        "/usr/bin",
+        "/usr/sbin",
+        "/usr/lib",
+        "/usr/lib64",
+        "/usr/local",
+        "/usr/local/bin",
+        "/usr/local/sbin",
+    ];
+    if PROGRAM_DIRS
+        .iter()
+        .any(|d| guest == std::path::Path::new(d))
+    {
+        return Some("it is one of the image's program or library dirs");
+    }
+    None
+}
+
 /// Why the engine refused to create a container, in terms a user can act on.
 fn create_refusal(e: &bollard::errors::Error, image: &str, plan: &ExecPlan) -> Outcome {
     let msg = engine_error(e);
@@ -984,7 +1092,7 @@ fn create_refusal(e: &bollard::errors::Error, image: &str, plan: &ExecPlan) -> O
         let dirs: Vec<String> = plan
             .mounts
             .iter()
-            .map(|m| m.path.display().to_string())
+            .map(|m| m.guest.display().to_string())
             .collect();
         return unavailable(format!(
             "the Docker engine cannot bind-mount the allowed dirs ({}): bind mounts need an engine that shares this machine's filesystem ({msg})",

@@ -105,7 +105,12 @@ fn run_request(plan: &ExecPlan, argv: &[String], env: &[String]) -> Result<Vec<u
     let mut p = Vec::new();
     put_strs(&mut p, argv);
     put_strs(&mut p, env);
-    put_str(&mut p, &plan.cwd.to_string_lossy());
+    // A plan without allowed dirs runs in the container's root.
+    let cwd = plan
+        .cwd
+        .as_ref()
+        .map_or_else(|| "/".into(), |c| c.guest.to_string_lossy());
+    put_str(&mut p, &cwd);
     let l = &plan.limits;
     p.extend_from_slice(&l.cpu_seconds.unwrap_or(u64::MAX).to_le_bytes());
     p.extend_from_slice(&l.file_size_bytes.unwrap_or(u64::MAX).to_le_bytes());
@@ -416,37 +421,49 @@ pub(super) fn expected_mounts(
         for (m, (_, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
             let meta = dir
                 .dir_metadata()
-                .map_err(|e| changed(&m.path, e.to_string()))?;
+                .map_err(|e| changed(&m.guest, e.to_string()))?;
             out.push("--expect".to_string());
             out.push(format!(
                 "{}:{}:{}",
                 meta.dev(),
                 meta.ino(),
-                m.path.display()
+                m.guest.display()
             ));
         }
         for h in held.iter().filter(|h| !h.link) {
             // With no symlink on the way (a link is refused), the place is
             // its own path: the engine resolves both ends from that path,
             // and what it finds there must be what is found now.
+            let seen = |p: &std::path::Path| plan.guest_of(p).unwrap_or_else(|| p.to_path_buf());
             if h.source != h.target {
                 return Err(changed(
-                    &h.target,
-                    format!("resolves to {}", h.source.display()),
+                    &seen(&h.target),
+                    format!("resolves to {}", seen(&h.source).display()),
+                ));
+            }
+            // Every place the container sees it (refused before if none).
+            let places = plan.guest_places(&h.target);
+            let bound = super::held_places(plan, h);
+            if places.is_empty() {
+                return Err(changed(
+                    &seen(&h.target),
+                    "lies outside every allowed dir".into(),
                 ));
             }
             let meta = std::fs::symlink_metadata(&h.source)
-                .map_err(|e| changed(&h.source, e.to_string()))?;
+                .map_err(|e| changed(&seen(&h.target), e.to_string()))?;
             if meta.file_type().is_symlink() {
-                return Err(changed(&h.source, "now a symlink".into()));
+                return Err(changed(&seen(&h.target), "now a symlink".into()));
             }
-            out.push("--expect".to_string());
-            out.push(format!(
-                "{}:{}:{}",
-                meta.dev(),
-                meta.ino(),
-                h.target.display()
-            ));
+            for target in bound {
+                out.push("--expect".to_string());
+                out.push(format!(
+                    "{}:{}:{}",
+                    meta.dev(),
+                    meta.ino(),
+                    target.display()
+                ));
+            }
         }
     }
     #[cfg(not(unix))]
@@ -793,7 +810,12 @@ impl DockerBackend {
                 } else if exit.value == STAGE_CWD {
                     Outcome::new(
                         OutcomeKind::LaunchFailed,
-                        format!("cannot enter {} in the container: {e}", plan.cwd.display()),
+                        format!(
+                            "cannot enter {} in the container: {e}",
+                            plan.cwd
+                                .as_ref()
+                                .map_or_else(|| "/".into(), |c| c.guest.display().to_string())
+                        ),
                     )
                 } else if exit.errno == 2 {
                     Outcome::new(

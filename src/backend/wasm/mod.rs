@@ -1,9 +1,11 @@
 //! The `wasm` backend: WASI tools in wasmtime.
 //!
-//! Invariants: a guest sees only what the plan gives it: its argv, the plan's
-//! environment, its stdin bytes (or EOF), capped stdout/stderr, and each allowed
-//! dir preopened at its own absolute path (read-only ones read-only) plus the cwd
-//! as `.`; in them it opens only files, directories and symlinks (`special`).
+//! Invariants: a guest sees only what the plan gives it: its argv, exactly the
+//! plan's environment, its stdin bytes (or EOF), capped stdout/stderr, and each
+//! allowed dir preopened under its guest path (read-only ones read-only) plus
+//! the cwd as `.` unless the cwd is the dir preopened as `/` (`build_wasi`);
+//! with no allowed dir, no preopen at all. In them it opens only files,
+//! directories and symlinks (`special`).
 //! There are no sockets and no name lookup. Memory is held by a resource
 //! limiter that ends the call on a failed grow; CPU by epoch deadlines or fuel;
 //! bytes written to files by the host, per call; the whole call by a wall-clock
@@ -1663,7 +1665,8 @@ impl WasmBackend {
 }
 
 /// The WASI context of a call: argv (argv[0] the tool's name), env, stdin,
-/// capped stdout/stderr, the allowed dirs and the cwd as `.`.
+/// capped stdout/stderr, the allowed dirs under their guest paths and the
+/// cwd as `.` (none when it is the dir preopened as `/`).
 fn build_wasi(
     plan: &ExecPlan,
     name: &str,
@@ -1709,9 +1712,9 @@ fn build_wasi(
     let guard = protect::Guard::new(plan);
     for m in &plan.mounts {
         let guest = m
-            .path
+            .guest
             .to_str()
-            .ok_or_else(|| invalid(format!("allowed dir {:?} is not valid UTF-8", m.path)))?;
+            .ok_or_else(|| invalid(format!("allowed dir {:?} is not valid UTF-8", m.guest)))?;
         let dir = plan.mount_dirs.iter().find(|(p, _)| p == &m.path);
         let host = dir
             .map(|(_, d)| preopen_path(d, &m.path))
@@ -1724,34 +1727,53 @@ fn build_wasi(
                 )
             })?;
     }
-    let cwd_ro = plan
-        .mounts
-        .iter()
-        .filter(|m| plan.cwd.starts_with(&m.path))
-        .max_by_key(|m| m.path.components().count())
-        .is_some_and(|m| m.read_only)
-        || cwd_inside(&guard, plan);
-    b.preopened_dir(preopen_path(&plan.cwd_dir, &plan.cwd), ".", perms(cwd_ro))
-        .map_err(|e| {
-            Outcome::new(
-                OutcomeKind::LaunchFailed,
-                format!("cannot preopen the cwd: {}", first_line(&e)),
-            )
-        })?;
-    if let Some(cwd) = plan.cwd.to_str() {
-        b.env("PWD", cwd);
+    if let Some(cwd) = &plan.cwd
+        && !cwd_is_guest_root(plan, cwd)
+    {
+        // wasi-libc gives a `.` preopen every path no longer prefix takes,
+        // as it does a `/` one: with both, `/f` would open the cwd's `f`.
+        if plan.mounts.iter().any(|m| m.guest == Path::new("/")) {
+            return Err(invalid(format!(
+                "cwd {}: a wasm guest starts in `/`, and with an allowed dir preopened as `/` its cwd can only be `/` (a `.` preopen for another dir would also take absolute paths); run in `/`, or give that dir another guest path",
+                cwd.guest.display()
+            )));
+        }
+        let cwd_ro = plan
+            .mounts
+            .iter()
+            .filter(|m| cwd.path.starts_with(&m.path))
+            .max_by_key(|m| m.path.components().count())
+            .is_some_and(|m| m.read_only)
+            || cwd_inside(&guard, plan, cwd);
+        b.preopened_dir(preopen_path(&cwd.dir, &cwd.path), ".", perms(cwd_ro))
+            .map_err(|e| {
+                Outcome::new(
+                    OutcomeKind::LaunchFailed,
+                    format!("cannot preopen the cwd: {}", first_line(&e)),
+                )
+            })?;
     }
     Ok((b, guard))
+}
+
+/// Whether the cwd is the allowed dir preopened as `/`. A guest's relative
+/// paths then already reach it (wasi-libc starts in `/` and resolves them
+/// from there), so it gets no `.` preopen of its own and sees exactly the
+/// dirs it was given.
+fn cwd_is_guest_root(plan: &ExecPlan, cwd: &crate::sandbox::WorkDir) -> bool {
+    plan.mounts
+        .iter()
+        .any(|m| m.guest == Path::new("/") && m.path == cwd.path)
 }
 
 /// Whether the cwd lies at or under a protected dir (its preopen is then
 /// read-only). An allowed dir itself cannot (`Sandbox::new` refuses one
 /// inside another's protected path), so only a cwd below one is walked.
-fn cwd_inside(guard: &protect::Guard, plan: &ExecPlan) -> bool {
+fn cwd_inside(guard: &protect::Guard, plan: &ExecPlan, cwd: &crate::sandbox::WorkDir) -> bool {
     guard.active()
-        && !plan.mounts.iter().any(|m| m.path == plan.cwd)
-        && plan
-            .cwd_dir
+        && !plan.mounts.iter().any(|m| m.path == cwd.path)
+        && cwd
+            .dir
             .try_clone()
             .map_or(true, |d| guard.inside(&d.into_std_file()))
 }

@@ -22,6 +22,37 @@ fn symlink(target: &str, link: &str) -> std::io::Result<()> {
     }
 }
 
+/// preopens: one line per preopened dir, `FD NAME`, from fd 3 up to the
+/// first fd that is not one (preview 1 only).
+#[cfg(target_env = "p1")]
+fn preopens() {
+    #[link(wasm_import_module = "wasi_snapshot_preview1")]
+    unsafe extern "C" {
+        fn fd_prestat_get(fd: u32, buf: *mut u32) -> u16;
+        fn fd_prestat_dir_name(fd: u32, path: *mut u8, len: u32) -> u16;
+    }
+    for fd in 3u32.. {
+        // A prestat is a tag (0: dir) and the name's length, 4 bytes each.
+        let mut st = [0u32; 2];
+        // SAFETY: the host writes 8 bytes into `st`, which has 8.
+        let errno = unsafe { fd_prestat_get(fd, st.as_mut_ptr()) };
+        if errno != 0 {
+            println!("end {fd} errno {errno}");
+            return;
+        }
+        let mut name = vec![0u8; st[1] as usize];
+        // SAFETY: the host writes at most `len` bytes into `name`.
+        let errno = unsafe { fd_prestat_dir_name(fd, name.as_mut_ptr(), st[1]) };
+        println!("{fd} {} {errno}", String::from_utf8_lossy(&name));
+    }
+}
+
+#[cfg(not(target_env = "p1"))]
+fn preopens() {
+    println!("preopens: preview 1 only");
+    std::process::exit(2);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
@@ -198,6 +229,7 @@ fn main() {
                 std::process::exit(3);
             }
         },
+        "preopens" => preopens(),
         "env" => {
             for (k, v) in std::env::vars() {
                 println!("{k}={v}");

@@ -90,6 +90,15 @@ impl<P: Into<PathBuf>> From<P> for AllowedDirSpec {
     }
 }
 
+/// Whether `inner`, if it is seen below `outer`'s guest path, lies at the
+/// same place below `outer` on the host (true when it is not seen below it).
+fn nests_alike(outer: &AllowedDir, inner: &AllowedDir) -> bool {
+    match inner.guest_path().strip_prefix(outer.guest_path()) {
+        Ok(rest) if !rest.as_os_str().is_empty() => inner.path == outer.path.join(rest),
+        _ => true,
+    }
+}
+
 /// Why `guest` is not a usable guest path, if it is not.
 fn guest_path_problem(guest: &Path) -> Option<&'static str> {
     let Some(s) = guest.to_str() else {
@@ -238,6 +247,17 @@ pub enum AllowedDirsError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A dir seen below another's guest path, but not at that place on the
+    /// host.
+    #[error(
+        "allowed directory seen at {inner} lies below the one seen at {outer} in the guest but not at that place on the host; give it a guest path outside {outer}"
+    )]
+    NestedApart {
+        /// The outer dir's guest path.
+        outer: PathBuf,
+        /// The inner dir's guest path.
+        inner: PathBuf,
+    },
     /// One dir given at two places.
     #[error(
         "allowed directory {path} is given twice, seen at {first} and at {second}; give it once"
@@ -343,6 +363,24 @@ impl AllowedDirs {
                     second: d.path.clone(),
                     guest: d.guest_path().to_path_buf(),
                 });
+            }
+            // A dir seen below another's guest path must lie at that place
+            // on the host too: else its mount point would be a plain dir of
+            // the other, which a tool could replace or redirect.
+            if let Some(other) = dirs
+                .iter()
+                .find(|o| !nests_alike(o, &d) || !nests_alike(&d, o))
+            {
+                return Err(AllowedDirsError::NestedApart {
+                    outer: other.guest_path().to_path_buf(),
+                    inner: d.guest_path().to_path_buf(),
+                });
+            }
+            // The same dir twice at one place is one dir, read-only if
+            // either is (each is preopened or mounted once).
+            if let Some(same) = dirs.iter_mut().find(|o| o.path == d.path) {
+                same.read_only |= d.read_only;
+                continue;
             }
             dirs.push(d);
         }

@@ -24,6 +24,11 @@ use crate::paths::{
 use crate::policy::protected::ProtectedPaths;
 use crate::tools::registry::{Registry, ToolFile, ToolInfo, ToolSource};
 
+/// Host variables that name places of the host's layout, which a wasm
+/// guest does not see: not passed from the host to a guest, even when
+/// allowlisted (a call may set them).
+const HOST_LAYOUT_VARS: &[&str] = &["PATH", "HOME", "TMPDIR"];
+
 /// One call: a program with its arguments, an optional working directory and
 /// optional standard input.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -430,9 +435,14 @@ impl Sandbox {
             self.refuse_for_direct()?;
         }
         // A wasm guest gets exactly the variables it is given; `PATH` is a
-        // native concern, set for `direct` and `docker` when not given.
+        // native concern, set for `direct` and `docker` when not given. The
+        // host's layout variables (PATH, HOME, TMPDIR: host paths a guest
+        // does not have) pass to it only when set for the call, as docker
+        // takes them from its image.
         let mut env = if backend == BackendKind::Wasm {
-            self.given_env.clone()
+            let mut e = self.given_env.clone();
+            e.retain(|(k, _)| !HOST_LAYOUT_VARS.iter().any(|v| k == v));
+            e
         } else {
             self.build_env(&[])
         };

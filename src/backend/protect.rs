@@ -260,7 +260,7 @@ pub(crate) fn absent(plan: &ExecPlan) -> Vec<Absent> {
                 .any(|w| !w.read_only && parent.starts_with(&w.path));
             if !inside
                 || std::fs::symlink_metadata(&first).is_ok()
-                || out.iter().any(|a| a.path == first)
+                || out.iter().any(|a| a.host == first)
             {
                 continue;
             }
@@ -276,7 +276,9 @@ pub(crate) fn absent(plan: &ExecPlan) -> Vec<Absent> {
                 .unwrap_or((&m.path, root));
             let rel = first.strip_prefix(outer.0).ok().map(Path::to_path_buf);
             out.push(Absent {
-                path: first.clone(),
+                // What the call's stderr names: where the tool sees it.
+                path: plan.guest_of(&first).unwrap_or_else(|| first.clone()),
+                host: first.clone(),
                 dir,
                 name: name.to_os_string(),
                 root: std::sync::Arc::clone(outer.1),
@@ -290,7 +292,10 @@ pub(crate) fn absent(plan: &ExecPlan) -> Vec<Absent> {
 /// A protected name that does not exist, and where to look for it after.
 #[derive(Debug)]
 pub(crate) struct Absent {
+    /// Where the tool sees it (its guest path): only shown.
     path: PathBuf,
+    /// Its host path.
+    host: PathBuf,
     /// The dir it would be made in, and the name.
     dir: cap_std::fs::Dir,
     name: std::ffi::OsString,

@@ -1460,6 +1460,8 @@ async fn a_guest_path_is_where_the_container_sees_the_dir() {
         "/etc/x",
         "/bin",
         "/usr/local/bin",
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr",
         "/.toolhost-helper/x",
     ] {
         let r = dsh(&mapped(guest), "echo ran").await;
@@ -1511,4 +1513,28 @@ async fn a_protected_path_seen_at_two_places_is_held_at_both() {
         std::fs::read_to_string(t.ws().join("sub/free")).unwrap(),
         "y\n"
     );
+}
+
+#[tokio::test]
+async fn a_read_only_dir_is_read_only_where_a_writable_one_shows_it() {
+    let Some(image) = image() else { return };
+    let t = Tmp::new();
+    t.write("sub/f", "orig\n");
+    let f = t.ws().join("sub/f");
+    let sb = Sandbox::new(
+        [
+            toolhost::AllowedDirSpec::read_write(t.ws()).at("/a"),
+            toolhost::AllowedDirSpec::read_only(t.ws().join("sub")).at("/b"),
+        ],
+        docker_config(&image),
+    )
+    .unwrap();
+    let r = dsh(
+        &sb,
+        "echo x > /b/f; echo $?; echo x > /a/sub/f; echo $?; echo y > /a/free; echo $?",
+    )
+    .await;
+    assert_eq!(r.stdout, "1\n1\n0\n", "{r:?}");
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "orig\n");
+    assert_eq!(std::fs::read_to_string(t.ws().join("free")).unwrap(), "y\n");
 }

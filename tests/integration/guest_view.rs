@@ -132,7 +132,7 @@ async fn a_guest_sees_exactly_the_preopens_it_was_given() {
 }
 
 #[tokio::test]
-async fn a_read_only_guest_path_is_read_only() {
+async fn a_read_only_guest_path_is_read_only_wherever_it_is_seen() {
     let t = Tmp::new();
     t.write("data/in.txt", CANARY);
     let data = t.ws().join("data");
@@ -150,10 +150,78 @@ async fn a_read_only_guest_path_is_read_only() {
     assert_eq!(sha256_file(&data.join("in.txt")), before);
     let r = probe(&sb, &["read", "/ro/in.txt"], None).await;
     assert_eq!(r.stdout, CANARY);
+    // Nor through the writable dir that holds it, by its path there or
+    // relative to the cwd (`.`); nor renamed away.
+    for (path, cwd) in [
+        ("/w/data/in.txt", None),
+        ("data/in.txt", None),
+        ("in.txt", Some("/w/data")),
+    ] {
+        let r = probe(&sb, &["write", path, "10"], cwd).await;
+        assert_ne!(r.stdout, "wrote 10\n", "{path} {cwd:?}: {r:?}");
+    }
+    let r = probe(&sb, &["rename", "/w/data", "/w/moved"], None).await;
+    assert!(
+        t.ws().join("data").is_dir() && !t.ws().join("moved").exists(),
+        "{r:?}"
+    );
+    assert_eq!(sha256_file(&data.join("in.txt")), before);
     // The read-write twin.
     let r = probe(&sb, &["write", "/w/out.bin", "10"], None).await;
     assert_eq!(r.stdout, "wrote 10\n", "{r:?}");
     assert_eq!(std::fs::metadata(t.ws().join("out.bin")).unwrap().len(), 10);
+}
+
+#[tokio::test]
+async fn one_dir_twice_is_one_preopen_read_only_if_either_is() {
+    let t = Tmp::new();
+    t.write("f", CANARY);
+    let before = sha256_file(&t.ws().join("f"));
+    let sb = sandbox(
+        vec![
+            AllowedDirSpec::read_only(t.ws()).at("/a"),
+            AllowedDirSpec::read_write(t.ws()).at("/a"),
+        ],
+        wasm_config(),
+    );
+    assert_eq!(preopens(&sb, None).await, ["3 /a 0", "4 . 0"]);
+    let r = probe(&sb, &["write", "/a/f", "3"], None).await;
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    assert_eq!(sha256_file(&t.ws().join("f")), before);
+    // Given once read-write, it is writable.
+    let sb = sandbox(
+        vec![AllowedDirSpec::read_write(t.ws()).at("/a")],
+        wasm_config(),
+    );
+    let r = probe(&sb, &["write", "/a/g", "3"], None).await;
+    assert_eq!(r.stdout, "wrote 3\n", "{r:?}");
+}
+
+#[test]
+fn a_dir_seen_below_another_must_lie_there_on_the_host() {
+    let t = Tmp::new();
+    std::fs::create_dir_all(t.ws().join("sub")).unwrap();
+    let e = Sandbox::new(
+        [
+            AllowedDirSpec::read_write(t.ws()).at("/a"),
+            AllowedDirSpec::read_write(t.outside()).at("/a/l"),
+        ],
+        SandboxConfig::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("below the one seen at /a"), "{e}");
+    // Nested alike, or mapped apart, is fine.
+    for inner in ["/a/sub", "/b"] {
+        Sandbox::new(
+            [
+                AllowedDirSpec::read_write(t.ws()).at("/a"),
+                AllowedDirSpec::read_only(t.ws().join("sub")).at(inner),
+            ],
+            SandboxConfig::default(),
+        )
+        .unwrap();
+    }
 }
 
 #[tokio::test]
@@ -178,15 +246,23 @@ async fn a_guest_sees_exactly_the_environment_it_was_given() {
         )
         .await;
     assert_eq!(env_of(&r), ["FOO=bar", "PWD=/asked"]);
-    // Allowlisted PATH comes from the host, as asked.
-    let path = SandboxConfig {
-        env_allowlist: vec!["PATH".into()],
+    // An allowlisted host variable passes; the host's layout (PATH, HOME,
+    // TMPDIR: host paths) does not, even allowlisted, unless set for the call.
+    // (cargo sets CARGO_PKG_NAME for the test process.)
+    let host = SandboxConfig {
+        env_allowlist: ["PATH", "HOME", "TMPDIR", "CARGO_PKG_NAME"]
+            .map(String::from)
+            .to_vec(),
         ..wasm_config()
     };
-    let sb = sandbox(vec![AllowedDirSpec::read_write(t.ws())], path);
+    assert!(std::env::var("HOME").is_ok() && std::env::var("PATH").is_ok());
+    let sb = sandbox(vec![AllowedDirSpec::read_write(t.ws())], host);
     let r = probe(&sb, &["env"], None).await;
-    let host_path = std::env::var("PATH").unwrap();
-    assert_eq!(env_of(&r), [format!("PATH={host_path}")]);
+    assert_eq!(env_of(&r), ["CARGO_PKG_NAME=toolhost"]);
+    let r = sb
+        .run(RunRequest::new(["probe", "env"]).env("HOME", "/home/guest"))
+        .await;
+    assert_eq!(env_of(&r), ["CARGO_PKG_NAME=toolhost", "HOME=/home/guest"]);
     // A native call of the same empty allowlist still gets its PATH.
     let sb = sandbox(
         vec![AllowedDirSpec::read_write(t.ws())],

@@ -380,6 +380,17 @@ impl DockerBackend {
             .collect();
         // Protected paths (`backend::protect`): read-only binds over those
         // that exist, and writable ones over the dirs on the way to them.
+        // A read-only dir nested (on the host) in a writable one mapped
+        // apart is seen through the writable one too: read-only there also.
+        for (target, m) in ro_elsewhere(plan) {
+            mounts.push(Mount {
+                target: Some(target.to_string_lossy().into_owned()),
+                source: Some(m.path.to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
         // Held at every place the container sees it (dirs nested on the
         // host and mapped apart show one path at two places); `check_mounts`
         // refused one outside every mount.
@@ -529,9 +540,13 @@ impl DockerBackend {
         // (the engine resolves mount targets): the call could replace the link.
         let seen = |p: &std::path::Path| plan.guest_of(p).unwrap_or_else(|| p.to_path_buf());
         if let Some(h) = held.iter().find(|h| h.link) {
+            // A link may lead anywhere: name it only where the tool sees it.
+            let place = plan
+                .guest_of(&h.target)
+                .map(|p| format!(" ({})", p.display()))
+                .unwrap_or_default();
             return Err(refuse(format!(
-                "protected path {} is a symlink (or lies through one), which the docker backend cannot hold; refused (make it a directory, or change protected_paths)",
-                seen(&h.target).display()
+                "a protected path is a symlink (or lies through one){place}, which the docker backend cannot hold; refused (make it a directory, or change protected_paths)"
             )));
         }
         // Each held path must be seen inside the container.
@@ -605,8 +620,15 @@ impl DockerBackend {
     }
 
     /// Runs the plan in a container (or, in warm mode, through the helper in
-    /// the session's container).
+    /// the session's container). An engine's message that names a mapped
+    /// dir's host path names its guest path instead.
     pub async fn run(&self, plan: &ExecPlan) -> RunOutput {
+        let mut out = self.run_unscrubbed(plan).await;
+        out.outcome.message = to_guest_paths(plan, &out.outcome.message);
+        out
+    }
+
+    async fn run_unscrubbed(&self, plan: &ExecPlan) -> RunOutput {
         let start = Instant::now();
         let refuse = |o: Outcome| RunOutput::refused(BackendKind::Docker, o, start.elapsed());
         let mut argv = Vec::with_capacity(plan.argv.len());
@@ -1010,6 +1032,20 @@ fn launch_failed(e: &bollard::errors::Error) -> Outcome {
     )
 }
 
+/// Each read-only allowed dir's places in the container other than its own
+/// guest path (where a writable dir holding it on the host shows it).
+pub(super) fn ro_elsewhere(plan: &ExecPlan) -> Vec<(std::path::PathBuf, &crate::sandbox::Mount)> {
+    let mut out = Vec::new();
+    for m in plan.mounts.iter().filter(|m| m.read_only) {
+        for p in plan.guest_places(&m.path) {
+            if p != m.guest && !plan.mounts.iter().any(|o| o.guest == p) {
+                out.push((p, m));
+            }
+        }
+    }
+    out
+}
+
 /// The places in the container where `h` is bound: each place it is seen
 /// at, except one that is an allowed dir's own mount point (a writable bind
 /// over a dir on the way to a protected path, when that dir is a nested
@@ -1053,31 +1089,52 @@ fn unmountable_guest_path(guest: &std::path::Path) -> Option<&'static str> {
     if guest == std::path::Path::new("/tmp") {
         return Some("`/tmp` is the container's own tmpfs");
     }
-    // Over a dir of the image's programs, a tool would choose what the next
-    // program run by name is.
-    const PROGRAM_DIRS: &[&str] = &[
+    // Over a dir of the image's programs or libraries, a tool would choose
+    // what the next program run by name, or the next library loaded, is.
+    const PROGRAM_TREES: &[&str] = &[
         "/bin",
         "/sbin",
         "/lib",
         "/lib32",
         "/lib64",
         "/libx32",
-        "/usr",
         "/usr/bin",
         "/usr/sbin",
         "/usr/lib",
+        "/usr/lib32",
         "/usr/lib64",
-        "/usr/local",
+        "/usr/libx32",
+        "/usr/libexec",
         "/usr/local/bin",
         "/usr/local/sbin",
+        "/usr/local/lib",
     ];
-    if PROGRAM_DIRS
+    if ["/usr", "/usr/local"]
         .iter()
         .any(|d| guest == std::path::Path::new(d))
+        || PROGRAM_TREES.iter().any(|d| guest.starts_with(d))
     {
-        return Some("it is one of the image's program or library dirs");
+        return Some("it is (or lies in) one of the image's program or library dirs");
     }
     None
+}
+
+/// `msg` with each mapped dir's host path written as its guest path (the
+/// longest host path first, so a nested dir's is replaced whole).
+fn to_guest_paths(plan: &ExecPlan, msg: &str) -> String {
+    let mut mapped: Vec<&crate::sandbox::Mount> =
+        plan.mounts.iter().filter(|m| m.guest != m.path).collect();
+    if mapped.is_empty() {
+        return msg.to_string();
+    }
+    mapped.sort_by_key(|m| std::cmp::Reverse(m.path.as_os_str().len()));
+    let mut out = msg.to_string();
+    for m in mapped {
+        if let (Some(host), Some(guest)) = (m.path.to_str(), m.guest.to_str()) {
+            out = out.replace(host, guest);
+        }
+    }
+    out
 }
 
 /// Why the engine refused to create a container, in terms a user can act on.

@@ -430,6 +430,21 @@ pub(super) fn expected_mounts(
                 m.guest.display()
             ));
         }
+        for (target, m) in super::ro_elsewhere(plan) {
+            let Some((_, dir)) = plan.mount_dirs.iter().find(|(p, _)| p == &m.path) else {
+                return Err(changed(&m.guest, "has no handle".into()));
+            };
+            let meta = dir
+                .dir_metadata()
+                .map_err(|e| changed(&m.guest, e.to_string()))?;
+            out.push("--expect".to_string());
+            out.push(format!(
+                "{}:{}:{}",
+                meta.dev(),
+                meta.ino(),
+                target.display()
+            ));
+        }
         for h in held.iter().filter(|h| !h.link) {
             // With no symlink on the way (a link is refused), the place is
             // its own path: the engine resolves both ends from that path,

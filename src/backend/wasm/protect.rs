@@ -68,6 +68,15 @@ struct Inner {
     walked: HashMap<Id, bool>,
 }
 
+/// Whether `m` is a read-only allowed dir inside a writable one.
+#[cfg(unix)]
+fn ro_inside_writable(m: &crate::sandbox::Mount, mounts: &[crate::sandbox::Mount]) -> bool {
+    m.read_only
+        && mounts
+            .iter()
+            .any(|w| !w.read_only && w.path != m.path && m.path.starts_with(&w.path))
+}
+
 /// The identity hash wasmtime-wasi reports as a preview-1 `ino` and a
 /// preview-2 `metadata-hash` (its `MetadataHashValue::new` on Unix: the
 /// standard library's default hasher over `(dev, ino)`). The contract tests
@@ -86,10 +95,15 @@ impl Guard {
     pub(crate) fn new(plan: &ExecPlan) -> Self {
         #[cfg(unix)]
         {
-            if plan.protected.is_empty() {
+            if !plan.mounts.iter().any(|m| !m.read_only) {
                 return Guard::default();
             }
-            if !plan.mounts.iter().any(|m| !m.read_only) {
+            if plan.protected.is_empty()
+                && !plan
+                    .mounts
+                    .iter()
+                    .any(|m| ro_inside_writable(m, &plan.mounts))
+            {
                 return Guard::default();
             }
             let inner = Inner {
@@ -190,6 +204,18 @@ impl Inner {
         mounts: &[crate::sandbox::Mount],
         protected: &crate::policy::protected::ProtectedPaths,
     ) {
+        // A read-only allowed dir inside a writable one is held like a
+        // protected dir: the writable one's preopen (or the cwd's `.`) must
+        // not reach it for writing, nor rename it away.
+        for m in mounts.iter().filter(|m| ro_inside_writable(m, mounts)) {
+            use std::os::unix::fs::MetadataExt as _;
+            if let Ok(meta) = std::fs::metadata(&m.path) {
+                self.dirs.insert((meta.dev(), meta.ino()));
+            }
+            if let Some(outer) = crate::backend::protect::outermost_writable(mounts, &m.path) {
+                self.name_chain(&m.path, outer);
+            }
+        }
         for m in mounts.iter().filter(|m| !m.read_only) {
             self.add_root(&m.path, mounts, protected);
             // A writable dir inside another: its name, and that of each dir

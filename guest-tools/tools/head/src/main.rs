@@ -1,24 +1,63 @@
+use std::io::Read;
+
 common::describe!(b"head: print the first lines (-n N, default 10) or bytes (-c N) of files");
 
 const HELP: &str = "Usage: head [-n N | -c N] [FILE]...\nPrint the first 10 lines of each FILE (or standard input).\n  -n N  print the first N lines\n  -c N  print the first N bytes\n";
+
+/// Copies the first `bytes` bytes, or else the first `lines` lines, of
+/// `input`, and stops reading there.
+fn head(
+    input: &mut impl Read,
+    bytes: Option<usize>,
+    lines: usize,
+    buf: &mut [u8],
+    out: &mut common::Out,
+) -> std::io::Result<()> {
+    match bytes {
+        Some(mut left) => {
+            while left > 0 {
+                let want = left.min(buf.len());
+                let n = common::read_some(input, &mut buf[..want])?;
+                if n == 0 {
+                    break;
+                }
+                out.put(&buf[..n]);
+                left -= n;
+            }
+        }
+        None => {
+            let mut left = lines;
+            while left > 0 {
+                let n = common::read_some(input, buf)?;
+                if n == 0 {
+                    break;
+                }
+                let data = &buf[..n];
+                // Up to the end of the `left`-th line, if it is in this block.
+                let mut seen = 0;
+                let mut cut = n;
+                for i in memchr::memchr_iter(b'\n', data) {
+                    seen += 1;
+                    if seen == left {
+                        cut = i + 1;
+                        break;
+                    }
+                }
+                out.put(&data[..cut]);
+                left -= seen;
+            }
+        }
+    }
+    Ok(())
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     common::help(&args, HELP);
     let span = common::span_args("head", &args);
-    let status = common::each_input("head", &span.files, |data| {
-        let end = match span.bytes {
-            Some(n) => n.min(data.len()),
-            None if span.lines == 0 => 0,
-            None => data
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| **b == b'\n')
-                .nth(span.lines - 1)
-                .map(|(i, _)| i + 1)
-                .unwrap_or(data.len()),
-        };
-        &data[..end]
+    let mut buf = vec![0u8; common::BLOCK];
+    let (status, out) = common::each_input("head", &span.files, |input, out| {
+        head(input, span.bytes, span.lines, &mut buf, out)
     });
-    std::process::exit(status);
+    out.exit(status);
 }

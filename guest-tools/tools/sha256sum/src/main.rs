@@ -1,4 +1,4 @@
-use std::io::{Read, Write};
+use std::io::Write;
 
 use sha2::{Digest, Sha256};
 
@@ -6,22 +6,13 @@ common::describe!(b"sha256sum: print the SHA-256 digest of files (or stdin)");
 
 const HELP: &str = "Usage: sha256sum [FILE]...\nPrint the SHA-256 checksum of each FILE (or standard input, also for -).\n";
 
+/// The digest of a file (or stdin for `-`), read a block at a time.
 fn digest(name: &str) -> std::io::Result<String> {
     let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut input: Box<dyn Read> = if name == "-" {
-        Box::new(std::io::stdin().lock())
-    } else {
-        if std::fs::metadata(name)?.is_dir() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::IsADirectory,
-                "Is a directory",
-            ));
-        }
-        Box::new(std::fs::File::open(name)?)
-    };
+    let mut buf = vec![0u8; common::BLOCK];
+    let mut input = common::open_input(name)?;
     loop {
-        let n = input.read(&mut buf)?;
+        let n = common::read_some(&mut input, &mut buf)?;
         if n == 0 {
             break;
         }

@@ -1,16 +1,25 @@
-use std::io::Write;
+use std::io::{Read, Write};
 
 common::describe!(b"wc: count lines (-l), words (-w) and bytes (-c) of files");
 
 const HELP: &str = "Usage: wc [-l] [-w] [-c] [FILE]...\nPrint newline, word and byte counts for each FILE (or standard input),\nand a total line when more than one FILE is given.\n  -l  lines   -w  words   -c  bytes\n";
 
-fn counts(data: &[u8]) -> [u64; 3] {
-    let lines = data.iter().filter(|&&b| b == b'\n').count() as u64;
-    let words = data
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|w| !w.is_empty())
-        .count() as u64;
-    [lines, words, data.len() as u64]
+/// Counts lines, words and bytes of `input`, a block at a time (a word that
+/// spans two blocks counts once).
+fn counts(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<[u64; 3]> {
+    let (mut lines, mut words, mut bytes) = (0u64, 0u64, 0u64);
+    let mut in_word = false;
+    loop {
+        let n = common::read_some(input, buf)?;
+        if n == 0 {
+            return Ok([lines, words, bytes]);
+        }
+        let data = &buf[..n];
+        bytes += n as u64;
+        let (l, w) = common::count_lines_words(data, &mut in_word);
+        lines += l;
+        words += w;
+    }
 }
 
 fn main() {
@@ -28,10 +37,19 @@ fn main() {
     let mut rows: Vec<([u64; 3], String)> = Vec::new();
     let mut total = [0u64; 3];
     let mut status = 0;
+    let mut buf = vec![0u8; common::BLOCK];
     for f in &files {
-        match common::read_input(f) {
-            Ok(data) => {
-                let c = counts(&data);
+        let counted = common::open_input(f).and_then(|mut input| {
+            // Bytes alone: a regular file's size is its count, nothing to read.
+            if show == [false, false, true]
+                && let Some((_, len)) = input.regular_file()
+            {
+                return Ok([0, 0, len]);
+            }
+            counts(&mut input, &mut buf)
+        });
+        match counted {
+            Ok(c) => {
                 for i in 0..3 {
                     total[i] += c[i];
                 }

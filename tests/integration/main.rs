@@ -16,5 +16,6 @@ mod isolation;
 mod mcp;
 mod paths;
 mod props;
+mod streaming;
 mod toolbox;
 mod wasm;

@@ -248,21 +248,27 @@ async fn a_guest_sees_exactly_the_environment_it_was_given() {
     assert_eq!(env_of(&r), ["FOO=bar", "PWD=/asked"]);
     // An allowlisted host variable passes; the host's layout (PATH, HOME,
     // TMPDIR: host paths) does not, even allowlisted, unless set for the call.
-    // (cargo sets CARGO_PKG_NAME for the test process.)
+    // Any variable of this process that is neither host layout nor denied.
+    let (name, value) = std::env::vars()
+        .filter(|(k, _)| !["PATH", "HOME", "TMPDIR"].contains(&k.as_str()))
+        .filter(|(k, v)| !v.contains('\n') && !toolhost::env::is_denied(k, false))
+        .min()
+        .expect("a plain variable in the test's environment");
     let host = SandboxConfig {
-        env_allowlist: ["PATH", "HOME", "TMPDIR", "CARGO_PKG_NAME"]
-            .map(String::from)
-            .to_vec(),
+        env_allowlist: vec!["PATH".into(), "HOME".into(), "TMPDIR".into(), name.clone()],
         ..wasm_config()
     };
     assert!(std::env::var("HOME").is_ok() && std::env::var("PATH").is_ok());
     let sb = sandbox(vec![AllowedDirSpec::read_write(t.ws())], host);
     let r = probe(&sb, &["env"], None).await;
-    assert_eq!(env_of(&r), ["CARGO_PKG_NAME=toolhost"]);
+    assert_eq!(env_of(&r), [format!("{name}={value}")]);
     let r = sb
         .run(RunRequest::new(["probe", "env"]).env("HOME", "/home/guest"))
         .await;
-    assert_eq!(env_of(&r), ["CARGO_PKG_NAME=toolhost", "HOME=/home/guest"]);
+    assert_eq!(
+        env_of(&r),
+        [format!("{name}={value}"), "HOME=/home/guest".to_string()]
+    );
     // A native call of the same empty allowlist still gets its PATH.
     let sb = sandbox(
         vec![AllowedDirSpec::read_write(t.ws())],

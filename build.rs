@@ -10,8 +10,10 @@
 //!   wasm32-wasip1 and the typed tools for wasm32-wasip2, embedded by
 //!   `src/tools/builtin.rs` through `$OUT_DIR/builtin_tools.rs`, so that an
 //!   installed binary carries them. The test guests (the probe, as a
-//!   preview-1 module and as a preview-2 component) are built with them and
-//!   named to the tests by `TOOLHOST_BUILD_GUEST_TESTS`, the tools' own dir by
+//!   preview-1 module and as a preview-2 component; and the preview-3
+//!   commands of `guest-tools/p3-guests`, components for wasm32-wasip2 that
+//!   export `wasi:cli/run@0.3.0`) are built with them and named to the tests
+//!   by `TOOLHOST_BUILD_GUEST_TESTS`, the tools' own dir by
 //!   `TOOLHOST_BUILD_GUEST_DIST`. The wasm targets come from
 //!   `rust-toolchain.toml`; without them the build stops and says so. The
 //!   guests build in one target dir beside the host's (`target/guest-tools`),
@@ -103,6 +105,7 @@ const GUEST_INPUTS: &[&str] = &[
     "guest-tools/tools",
     "guest-tools/typed",
     "guest-tools/test-guests",
+    "guest-tools/p3-guests",
     "wit",
 ];
 
@@ -113,18 +116,20 @@ fn guest_tools(out_dir: &Path) {
     let tools = crate_dirs("guest-tools/tools");
     let typed = crate_dirs("guest-tools/typed");
     let tests = crate_dirs("guest-tools/test-guests");
+    let p3 = crate_dirs("guest-tools/p3-guests");
     let target_dir = guest_target_dir(out_dir);
 
     // Preview-1 command modules: the tools and the test guests.
     let mut p1 = vec!["--workspace".to_string()];
-    for t in &typed {
+    for t in typed.iter().chain(&p3) {
         p1.push("--exclude".into());
         p1.push(t.clone());
     }
     cargo_guest("wasm32-wasip1", &p1, &target_dir);
-    // Preview-2 components: the typed tools and the probe as a command.
+    // Components: the typed tools, the probe as a preview-2 command, and the
+    // preview-3 commands.
     let mut p2 = vec!["-p".to_string(), "probe".to_string()];
-    for t in &typed {
+    for t in typed.iter().chain(&p3) {
         p2.push("-p".into());
         p2.push(t.clone());
     }
@@ -159,6 +164,10 @@ fn guest_tools(out_dir: &Path) {
         );
     }
     copy(&built2.join("probe.wasm"), &dist_test.join("probe-p2.wasm"));
+    for name in &p3 {
+        let file = format!("{}.wasm", name.replace('-', "_"));
+        copy(&built2.join(file), &dist_test.join(format!("{name}.wasm")));
+    }
     embedded.sort();
 
     let mut code = String::from(

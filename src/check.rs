@@ -166,16 +166,25 @@ pub async fn check(sandbox: &Sandbox) -> CheckReport {
     // wasm
     let uses_wasm = matches!(backend, BackendKind::Wasm | BackendKind::Auto);
     match sandbox.wasm_backend() {
-        Ok(_) => push(
-            &mut checks,
-            "wasm",
-            "engine",
-            Status::Ok,
-            format!(
-                "wasmtime 48, CPU meter {:?}, memory limit {} MiB, no sockets (WASI networking is not linked)",
-                config.wasm.cpu_meter, config.max_memory_mb
-            ),
-        ),
+        Ok(_) => {
+            push(
+                &mut checks,
+                "wasm",
+                "engine",
+                Status::Ok,
+                format!(
+                    "wasmtime 48, CPU meter {:?}, memory limit {} MiB, no sockets (none can be created, no name lookup)",
+                    config.wasm.cpu_meter, config.max_memory_mb
+                ),
+            );
+            push(
+                &mut checks,
+                "wasm",
+                "wasi versions",
+                Status::Ok,
+                "p1 command modules (wasi_snapshot_preview1); p2 command components (wasi:cli/run@0.2) and typed tools (toolhost:tool); p3 command components (wasi:cli/run@0.3.0 on component-model-async; wasmtime-wasi marks its p3 experimental)",
+            );
+        }
         Err(e) => {
             if uses_wasm {
                 problems.push(format!("wasm: the engine cannot be built: {e}"));

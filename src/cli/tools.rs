@@ -20,8 +20,9 @@ pub struct ToolsArgs {
     #[arg(long, value_name = "FILE", env = "TOOLHOST_CONFIG")]
     config: Option<PathBuf>,
 
-    /// Print a JSON array of {name, kind ("command" or "typed"), description,
-    /// path, input_schema (typed tools), error (a tool that cannot be used)}
+    /// Print a JSON array of {name, kind ("command" or "typed"), wasi ("p1",
+    /// "p2" or "p3": the WASI preview), description, path, input_schema (typed
+    /// tools), error (a tool that cannot be used)}
     #[arg(long)]
     json: bool,
 }
@@ -30,6 +31,7 @@ pub struct ToolsArgs {
 struct Listed {
     name: String,
     kind: &'static str,
+    wasi: &'static str,
     description: String,
     path: PathBuf,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -61,6 +63,7 @@ pub fn main(args: ToolsArgs) -> anyhow::Result<i32> {
         let mut item = Listed {
             name: t.name.clone(),
             kind: "command",
+            wasi: t.wasi,
             description: t.description.clone(),
             path: t.path.clone(),
             input_schema: None,
@@ -94,6 +97,7 @@ pub fn main(args: ToolsArgs) -> anyhow::Result<i32> {
             let text = match &t.error {
                 Some(e) => format!("(unusable: {e})"),
                 None if t.kind == "typed" => format!("[typed] {}", t.description),
+                None if t.wasi == "p3" => format!("[p3] {}", t.description),
                 None => t.description.clone(),
             };
             writeln!(out, "{:<width$}  {text}", t.name)?;

@@ -73,9 +73,49 @@ pub struct ToolInfo {
     pub path: PathBuf,
     /// Whether it is one of the built-in tools carried in the binary.
     pub builtin: bool,
-    /// Whether it is a WASI preview-2 component (a command component, or a
-    /// typed tool of the `toolhost:tool` world) rather than a preview-1 module.
+    /// Whether it is a WASI component (a preview-2 or preview-3 command
+    /// component, or a typed tool of the `toolhost:tool` world) rather than a
+    /// preview-1 module.
     pub component: bool,
+    /// The WASI preview it is built for: `"p1"` (a module), `"p2"` or `"p3"`
+    /// (a component; see [`wasi_preview`]).
+    pub wasi: &'static str,
+}
+
+/// The WASI preview of a tool's bytes: `"p1"` for a core module, `"p3"` for a
+/// component that exports or imports a `wasi:` interface at version 0.3 (a
+/// preview-3 command exports `wasi:cli/run@0.3.x`), else `"p2"`.
+pub fn wasi_preview(wasm: &[u8]) -> &'static str {
+    if !wasmparser::Parser::is_component(wasm) {
+        return "p1";
+    }
+    let p3 = |name: &str| name.starts_with("wasi:") && name.contains("@0.3");
+    // Only the outer component's own sections: those of nested modules and
+    // components (between their section and their `End`) are not looked at.
+    let mut depth = 0usize;
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        match payload {
+            Err(_) => return "p2",
+            Ok(wasmparser::Payload::ComponentImportSection(r)) if depth == 0 => {
+                if r.into_iter().flatten().any(|i| p3(i.name.name)) {
+                    return "p3";
+                }
+            }
+            Ok(wasmparser::Payload::ComponentExportSection(r)) if depth == 0 => {
+                if r.into_iter().flatten().any(|e| p3(e.name.name)) {
+                    return "p3";
+                }
+            }
+            Ok(wasmparser::Payload::ModuleSection { .. })
+            | Ok(wasmparser::Payload::ComponentSection { .. }) => depth += 1,
+            Ok(wasmparser::Payload::End(_)) => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return "p2",
+            },
+            Ok(_) => {}
+        }
+    }
+    "p2"
 }
 
 /// Tool dirs, searched in order, then the built-in collection.
@@ -185,6 +225,7 @@ impl Registry {
                     path: path.join(&fname),
                     builtin: false,
                     component: wasmparser::Parser::is_component(&bytes),
+                    wasi: wasi_preview(&bytes),
                 });
             }
         }
@@ -199,6 +240,7 @@ impl Registry {
                     path: builtin_path(name),
                     builtin: true,
                     component: wasmparser::Parser::is_component(bytes),
+                    wasi: wasi_preview(bytes),
                 });
             }
         }

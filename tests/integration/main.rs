@@ -19,3 +19,4 @@ mod props;
 mod streaming;
 mod toolbox;
 mod wasm;
+mod wasm_p3;

@@ -30,7 +30,7 @@ fn cache_dir() -> PathBuf {
         .to_path_buf()
 }
 
-fn wasm_config() -> SandboxConfig {
+pub(crate) fn wasm_config() -> SandboxConfig {
     let mut wasm = WasmConfig::default();
     wasm.cache_dir = Some(cache_dir());
     SandboxConfig {
@@ -42,7 +42,7 @@ fn wasm_config() -> SandboxConfig {
 }
 
 /// A workspace with the probe copied in, and a sandbox on the wasm backend.
-fn setup(config: SandboxConfig) -> (Tmp, Sandbox) {
+pub(crate) fn setup(config: SandboxConfig) -> (Tmp, Sandbox) {
     builtin_tools_built();
     let t = Tmp::new();
     std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
@@ -1257,7 +1257,7 @@ fn a_guest_opening_a_fifo_through_the_cli_is_refused_and_the_cli_exits() {
     );
 }
 
-fn mkfifo(path: &Path) {
+pub(crate) fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).unwrap();
     // SAFETY: mkfifo with a valid C string.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "{path:?}");
@@ -1276,10 +1276,10 @@ const EPERM: &str = "ERR Operation not permitted (os error 63)\n";
 
 /// Skips the check before opening while alive (tests of the watchdog and of
 /// the check after opening); hold `FIFO_TESTS` meanwhile.
-struct SkipPrecheck;
+pub(crate) struct SkipPrecheck;
 
 impl SkipPrecheck {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         toolhost::backend::wasm::skip_special_file_precheck(true);
         SkipPrecheck
     }

@@ -19,7 +19,7 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 use wasmtime_wasi::p2::{DynOutputStream, OutputStream, Pollable, StreamError, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::{Common, FileBudget, HasCommon, guard_p2, special};
+use super::{Common, FileBudget, HasCommon, guard_p2, guard_path, special};
 
 /// Host bindings of the `toolhost:tool` world.
 pub(crate) mod bindings {
@@ -150,22 +150,28 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
                 let write = oflags.intersects(OpenFlags::CREATE | OpenFlags::TRUNCATE)
                     || flags.contains(DescriptorFlags::WRITE);
                 if guard.active() && write {
-                    match guard_p2::open_target(&mut view, &guard, fd.rep(), path_flags, &path)
-                        .await?
+                    match guard_path::open_target(
+                        &mut view,
+                        &guard,
+                        fd.rep(),
+                        path_flags.contains(PathFlags::SYMLINK_FOLLOW),
+                        &path,
+                    )
+                    .await?
                     {
                         Ok(Some(t)) => {
                             let unfollowed = PathFlags::empty(); // its only flag is SYMLINK_FOLLOW
                             let r = open_checked(
                                 &mut view,
                                 &guard,
-                                t.dir(),
+                                Resource::new_borrow(t.rep),
                                 unfollowed,
                                 t.name.clone(),
                                 oflags,
                                 flags,
                             )
                             .await;
-                            guard_p2::release(&mut view, &t)?;
+                            guard_path::release(&mut view, &t)?;
                             return r;
                         }
                         Ok(None) => {}
@@ -195,22 +201,24 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
                 }
                 let guard = store.data().common.guard.clone();
                 let mut view = store.data_mut().filesystem();
-                let t = match guard_p2::change_target(&mut view, &guard, fd.rep(), &path).await? {
+                let t = match guard_path::change_target(&mut view, &guard, fd.rep(), &path).await? {
                     Ok(t) => t,
                     Err(e) => return Ok((Err(e),)),
                 };
                 let (dir, path) = match &t {
-                    Some(t) => (t.dir(), t.name.clone()),
+                    Some(t) => (Resource::new_borrow(t.rep), t.name.clone()),
                     None => (fd, path),
                 };
                 let r = set_times_checked(&mut view, dir, path_flags, path, atim, mtim).await;
                 if let Some(t) = &t {
-                    guard_p2::release(&mut view, t)?;
+                    guard_path::release(&mut view, t)?;
                 }
                 r
             })
         },
     )?;
+    // Preview 3 beside it: the same context and table (`p3`).
+    super::p3::add_to_linker(&mut linker)?;
     Ok(linker)
 }
 

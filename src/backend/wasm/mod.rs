@@ -39,6 +39,8 @@ pub(crate) mod cache;
 mod component;
 mod guard_p1;
 mod guard_p2;
+mod guard_path;
+mod p3;
 mod protect;
 mod special;
 mod streams;
@@ -259,8 +261,10 @@ impl FileBudget {
 enum Loaded {
     /// A WASI preview-1 command module.
     Module(InstancePre<State>),
-    /// A WASI preview-2 command component (`wasi:cli/run`).
+    /// A WASI preview-2 command component (`wasi:cli/run@0.2`).
     Command(wasmtime_wasi::p2::bindings::CommandPre<CState>),
+    /// A WASI preview-3 command component (`wasi:cli/run@0.3`, `p3`).
+    CommandP3(wasmtime_wasi::p3::bindings::CommandPre<CState>),
     /// A typed tool (the `toolhost:tool` world), with its description once known.
     Typed(component::ToolPre<CState>, OnceLock<TypedToolInfo>),
 }
@@ -347,6 +351,8 @@ fn engine_config(meter: CpuMeter, pool_size: u32) -> Config {
     let mut c = Config::new();
     c.epoch_interruption(true);
     c.consume_fuel(meter == CpuMeter::Fuel);
+    // Preview 3 runs on the component model's async ABI.
+    c.wasm_component_model_async(true);
     // proc_exit is an error return: with backtraces on, every exit would walk
     // the guest's address maps (measured as the largest cost of a warm call).
     c.wasm_backtrace_max_frames(None);
@@ -668,7 +674,9 @@ impl WasmEngine {
                 .component_linker
                 .instantiate_pre(&component)
                 .map_err(link_failed)?;
-            if let Ok(cmd) = wasmtime_wasi::p2::bindings::CommandPre::new(pre.clone()) {
+            if let Ok(cmd) = wasmtime_wasi::p3::bindings::CommandPre::new(pre.clone()) {
+                Loaded::CommandP3(cmd)
+            } else if let Ok(cmd) = wasmtime_wasi::p2::bindings::CommandPre::new(pre.clone()) {
                 Loaded::Command(cmd)
             } else if let Ok(typed) = component::ToolPre::new(pre) {
                 Loaded::Typed(typed, OnceLock::new())
@@ -676,7 +684,7 @@ impl WasmEngine {
                 return Err(fail(
                     OutcomeKind::PermissionDenied,
                     format!(
-                        "{}: the component exports neither wasi:cli/run (a command) nor toolhost:tool/typed-tool (a typed tool)",
+                        "{}: the component exports neither wasi:cli/run (a command, 0.2 or 0.3) nor toolhost:tool/typed-tool (a typed tool)",
                         tool.name
                     ),
                 ));
@@ -1355,6 +1363,27 @@ impl WasmBackend {
                 })
                 .await
             }
+            Loaded::CommandP3(pre) => {
+                let mut state = self.component_state(builder, limits);
+                state.common.guard = guard;
+                let pre = pre.clone();
+                self.execute(limits, deadline, state, move |store| {
+                    Box::pin(async move {
+                        let cmd = pre
+                            .instantiate_async(&mut *store)
+                            .await
+                            .map_err(instantiation)?;
+                        let ran = store
+                            .run_concurrent(async move |acc| cmd.wasi_cli_run().call_run(acc).await)
+                            .await??;
+                        match ran {
+                            Ok(()) => Ok(()),
+                            Err(()) => Err(I32Exit(1).into()),
+                        }
+                    })
+                })
+                .await
+            }
             Loaded::Typed(..) => {
                 return refuse(Outcome::new(
                     OutcomeKind::InvalidRequest,
@@ -1391,7 +1420,10 @@ impl WasmBackend {
         let mut b = WasiCtxBuilder::new();
         b.args(std::slice::from_ref(&tool.name))
             .stdout(stdout.clone())
-            .stderr(stderr.clone());
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
         let state = self.component_state(b, limits);
         let pre = pre.clone();
         let ended = self
@@ -1698,6 +1730,11 @@ fn build_wasi(
     b.stdin(MemoryInputPipe::new(stdin));
     b.stdout(stdout.clone());
     b.stderr(stderr.clone());
+    // No sockets (preview 2 and 3 link the socket interfaces): none can be
+    // created, and no address would pass the (default, empty) address check.
+    b.allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false);
     // Not `allow_blocking_current_thread`: with it, a guest's sleep blocks the
     // thread in std::thread::sleep and the timeout could not end the call.
     let perms = |ro: bool| {

@@ -11,7 +11,7 @@
 //!   allowed dir is checked when the context is built (its preopen is then
 //!   read-only), the other handles in the table before the first change, and
 //!   a handle a guest opens right after the open (preview 1: every directory
-//!   handle of the table; preview 2: the new one). Whether a
+//!   handle of the table; preview 2 and 3: the new one). Whether a
 //!   directory is inside is decided on the host by identity: its physical
 //!   parents are walked up to `/`, so no name, symlink or `..` in the guest's
 //!   path matters.

@@ -71,16 +71,20 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
          (fd, buf, offset): (Resource<Descriptor>, Vec<u8>, u64)| {
             Box::new(async move {
                 let budget = store.data().common.files.clone();
-                if !budget.admit_write(offset, buf.len() as u64) {
+                let want = buf.len() as u64;
+                if !budget.reserve_write(offset, want) {
                     return Ok((Err(ErrorCode::FileTooLarge),));
                 }
                 let mut view = store.data_mut().filesystem();
                 match HostDescriptor::write(&mut view, fd, buf, offset).await {
                     Ok(n) => {
-                        budget.add(n);
+                        budget.refund(want.saturating_sub(n));
                         Ok((Ok(n),))
                     }
-                    Err(e) => Ok((Err(view.convert_error_code(e)?),)),
+                    Err(e) => {
+                        budget.refund(want);
+                        Ok((Err(view.convert_error_code(e)?),))
+                    }
                 }
             })
         },
@@ -93,15 +97,15 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
                 let mut view = store.data_mut().filesystem();
                 let current = file_size(&mut view, &fd).await;
                 let growth = size.saturating_sub(current.unwrap_or(size));
-                if !budget.admit_resize(size, growth) {
+                if !budget.reserve_resize(size, growth) {
                     return Ok((Err(ErrorCode::FileTooLarge),));
                 }
                 match HostDescriptor::set_size(&mut view, fd, size).await {
-                    Ok(()) => {
-                        budget.add(growth);
-                        Ok((Ok(()),))
+                    Ok(()) => Ok((Ok(()),)),
+                    Err(e) => {
+                        budget.refund(growth);
+                        Ok((Err(view.convert_error_code(e)?),))
                     }
-                    Err(e) => Ok((Err(view.convert_error_code(e)?),)),
                 }
             })
         },
@@ -112,7 +116,7 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
             let budget = store.data().common.files.clone();
             let mut view = store.data_mut().filesystem();
             let r = HostDescriptor::write_via_stream(&mut view, fd, offset);
-            wrap_stream(&mut view, budget, offset, r)
+            wrap_stream(&mut view, budget, offset, None, r)
         },
     )?;
     fs.func_wrap_async(
@@ -124,8 +128,14 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
                 // Appends start at the end: a file already at the limit
                 // cannot grow through its append stream.
                 let end = file_size(&mut view, &fd).await.unwrap_or(0);
+                // Each write is checked at the end as it is then: a resize
+                // may grow the file while the stream is open.
+                let file = match view.table.get(&fd) {
+                    Ok(Descriptor::File(f)) => Some(f.file.clone()),
+                    _ => None,
+                };
                 let r = HostDescriptor::append_via_stream(&mut view, fd);
-                wrap_stream(&mut view, budget, end, r)
+                wrap_stream(&mut view, budget, end, file, r)
             })
         },
     )?;
@@ -201,13 +211,21 @@ pub(crate) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<CState>> 
                 }
                 let guard = store.data().common.guard.clone();
                 let mut view = store.data_mut().filesystem();
-                let t = match guard_path::change_target(&mut view, &guard, fd.rep(), &path).await? {
+                let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
+                let t = match guard_path::times_target(&mut view, &guard, fd.rep(), follow, &path)
+                    .await?
+                {
                     Ok(t) => t,
                     Err(e) => return Ok((Err(e),)),
                 };
-                let (dir, path) = match &t {
-                    Some(t) => (Resource::new_borrow(t.rep), t.name.clone()),
-                    None => (fd, path),
+                // Through a target, its last name is not a symlink to follow.
+                let (dir, path, path_flags) = match &t {
+                    Some(t) => (
+                        Resource::new_borrow(t.rep),
+                        t.name.clone(),
+                        PathFlags::empty(),
+                    ),
+                    None => (fd, path, path_flags),
                 };
                 let r = set_times_checked(&mut view, dir, path_flags, path, atim, mtim).await;
                 if let Some(t) = &t {
@@ -336,6 +354,7 @@ fn wrap_stream(
     view: &mut wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_>,
     budget: Arc<FileBudget>,
     pos: u64,
+    append: Option<Arc<std::fs::File>>,
     r: wasmtime_wasi::p2::FsResult<Resource<DynOutputStream>>,
 ) -> wasmtime::Result<StreamReturn> {
     let stream = match r {
@@ -343,7 +362,12 @@ fn wrap_stream(
         Err(e) => return Ok((Err(view.convert_error_code(e)?),)),
     };
     let inner = view.table.delete(stream)?;
-    let wrapped: DynOutputStream = Box::new(BudgetedStream { inner, budget, pos });
+    let wrapped: DynOutputStream = Box::new(BudgetedStream {
+        inner,
+        budget,
+        pos,
+        append,
+    });
     Ok((Ok(view.table.push(wrapped)?),))
 }
 
@@ -353,6 +377,8 @@ struct BudgetedStream {
     inner: DynOutputStream,
     budget: Arc<FileBudget>,
     pos: u64,
+    /// An append stream's file: each write is checked at its current end.
+    append: Option<Arc<std::fs::File>>,
 }
 
 #[wasmtime_wasi::async_trait]
@@ -366,13 +392,21 @@ impl Pollable for BudgetedStream {
 impl OutputStream for BudgetedStream {
     fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
         let n = bytes.len() as u64;
-        if !self.budget.admit_write(self.pos, n) {
+        if let Some(f) = &self.append
+            && let Ok(m) = f.metadata()
+        {
+            // Writes already queued land before this one.
+            self.pos = self.pos.max(m.len());
+        }
+        if !self.budget.reserve_write(self.pos, n) {
             return Err(StreamError::LastOperationFailed(wasmtime::format_err!(
                 "file size limit: the call's file-write budget is used up"
             )));
         }
-        self.inner.write(bytes)?;
-        self.budget.add(n);
+        if let Err(e) = self.inner.write(bytes) {
+            self.budget.refund(n);
+            return Err(e);
+        }
         self.pos = self.pos.saturating_add(n);
         Ok(())
     }

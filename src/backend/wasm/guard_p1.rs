@@ -373,6 +373,43 @@ async fn special_refused(
         && st.filetype != types::Filetype::SymbolicLink)
 }
 
+/// `path` under `dirfd` opened as a directory (restricted like every
+/// directory handle), to be changed through as `.`.
+async fn dir_itself(
+    caller: &mut Caller<'_, State>,
+    dirfd: i32,
+    path: &str,
+) -> wasmtime::Result<Result<Target, i32>> {
+    sweep_preopens(caller);
+    set_fuel(caller);
+    let mut s = Scratch::new(&[path], 0);
+    let (pp, pl) = s.at[0];
+    let wasi = &mut caller.data_mut().wasi;
+    let r = glue::path_open(
+        wasi,
+        &mut s.mem(),
+        dirfd,
+        FOLLOW,
+        pp,
+        pl,
+        O_DIRECTORY,
+        0,
+        0,
+        0,
+        RESULT_AT as i32,
+    )
+    .await?;
+    if r != 0 {
+        return Ok(Err(r));
+    }
+    restrict_all(caller);
+    Ok(Ok(Target {
+        fd: s.result() as i32,
+        owned: true,
+        name: ".".to_string(),
+    }))
+}
+
 /// `path_filestat_set_times` under the guard; `None`: go on unchanged.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn set_times(
@@ -384,11 +421,26 @@ pub(super) async fn set_times(
     mtim: i64,
     fst_flags: i32,
 ) -> wasmtime::Result<Option<i32>> {
-    let t = match change_target(caller, fd, path).await? {
-        Ok(Some(t)) => t,
-        Ok(None) => return Ok(None),
-        Err(e) => return Ok(Some(e)),
+    if !caller.data().common.guard.active() {
+        return Ok(None);
+    }
+    // A final symlink is followed hop by hop (a link into `.git` reaches
+    // `.git`'s read-only handle); a path ending in `.` or `..` is opened
+    // itself and its times set through it as `.`.
+    let t = if protect::split(path).is_none() {
+        match dir_itself(caller, fd, path).await? {
+            Ok(t) => t,
+            Err(e) => return Ok(Some(e)),
+        }
+    } else {
+        match open_target(caller, fd, flags, path).await? {
+            Ok(Some(t)) => t,
+            Ok(None) => return Ok(None),
+            Err(e) => return Ok(Some(e)),
+        }
     };
+    // Through a target, its last name is not a symlink to follow.
+    let flags = flags & !FOLLOW;
     let mut s = Scratch::new(&[t.name.as_str()], 0);
     let (np, nl) = s.at[0];
     // The special-file check (`special`): wasmtime-wasi sets times through

@@ -114,6 +114,10 @@ pub(super) async fn open_target<F: PathFs>(
     if !follow {
         return Ok(Ok(Some(t)));
     }
+    // The path reached so far, from `dir`: a link's target is taken from
+    // its own directory, named from `dir` too, so that `..` in it may climb
+    // as far as `dir` allows (not only to the link's directory).
+    let mut cur = path.to_string();
     for _ in 0..MAX_HOPS {
         if !fs.is_symlink(t.rep, &t.name).await {
             return Ok(Ok(Some(t)));
@@ -125,7 +129,12 @@ pub(super) async fn open_target<F: PathFs>(
                 return Ok(Err(e));
             }
         };
-        let next = match target(fs, guard, t.rep, &link).await? {
+        // An absolute target stays absolute, and is refused below.
+        cur = match cur.trim_end_matches('/').rfind('/') {
+            Some(i) if !link.starts_with('/') => format!("{}/{link}", &cur[..i]),
+            _ => link,
+        };
+        let next = match target(fs, guard, dir, &cur).await? {
             Ok(Some(n)) => n,
             // An absolute target, or one ending in `.` or `..`: not a file
             // this open could create or write inside the sandbox.
@@ -150,6 +159,35 @@ pub(super) async fn open_target<F: PathFs>(
     }
     release(fs, &t)?;
     Ok(Err(F::too_many_hops()))
+}
+
+/// The target of a set-times by path, set through it on its last name
+/// *unfollowed*: a final symlink is followed hop by hop (when `follow`), as
+/// for an open for writing, so a link into `.git` reaches `.git`'s handle,
+/// which is read-only. A path that names a directory by `.` or `..` (no plain
+/// final name) is opened itself (restricted like any directory handle) and
+/// its times are set through it as `.`.
+pub(super) async fn times_target<F: PathFs>(
+    fs: &mut F,
+    guard: &Guard,
+    dir: u32,
+    follow: bool,
+    path: &str,
+) -> Checked<F::Code> {
+    if !guard.active() {
+        return Ok(Ok(None));
+    }
+    if protect::split(path).is_none() {
+        return match fs.open_dir(guard, dir, path).await? {
+            Ok(rep) => Ok(Ok(Some(Target {
+                rep,
+                owned: true,
+                name: ".".to_string(),
+            }))),
+            Err(e) => Ok(Err(e)),
+        };
+    }
+    open_target(fs, guard, dir, follow, path).await
 }
 
 /// Both ends of a rename or link; `Ok(None)` when either goes on unchanged.

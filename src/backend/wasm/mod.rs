@@ -252,6 +252,59 @@ impl FileBudget {
         self.written.fetch_add(bytes, Relaxed);
     }
 
+    /// Checks and counts `len` bytes at offset `start` in one step, so that
+    /// writes in flight at once (preview 3's concurrent streams and calls)
+    /// cannot all pass against the same total; [`refund`](Self::refund) what
+    /// was not written. Records the hit when refused.
+    pub(crate) fn reserve_write(&self, start: u64, len: u64) -> bool {
+        if !self.fits_file(start, len) {
+            return false;
+        }
+        self.reserve(len)
+    }
+
+    /// [`reserve_write`](Self::reserve_write) for a resize to `size` that
+    /// grows a file by `growth`.
+    pub(crate) fn reserve_resize(&self, size: u64, growth: u64) -> bool {
+        if !self.fits_file(0, size) {
+            return false;
+        }
+        self.reserve(growth)
+    }
+
+    /// Whether a file may reach `start + len` bytes (no file grows past the
+    /// limit); records the hit when not.
+    pub(crate) fn fits_file(&self, start: u64, len: u64) -> bool {
+        match self.limit {
+            Some(limit) if start.saturating_add(len) > limit => {
+                self.hit.store(true, Relaxed);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    fn reserve(&self, bytes: u64) -> bool {
+        let Some(limit) = self.limit else {
+            self.written.fetch_add(bytes, Relaxed);
+            return true;
+        };
+        let r = self.written.fetch_update(Relaxed, Relaxed, |w| {
+            w.checked_add(bytes).filter(|total| *total <= limit)
+        });
+        if r.is_err() {
+            self.hit.store(true, Relaxed);
+        }
+        r.is_ok()
+    }
+
+    /// Gives back `bytes` reserved and not written.
+    pub(crate) fn refund(&self, bytes: u64) {
+        let _ = self
+            .written
+            .fetch_update(Relaxed, Relaxed, |w| Some(w.saturating_sub(bytes)));
+    }
+
     fn hit(&self) -> bool {
         self.hit.load(Relaxed)
     }

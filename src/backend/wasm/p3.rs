@@ -119,16 +119,18 @@ fn add_writes(fs: &mut LinkerInstance<'_, CState>) -> wasmtime::Result<()> {
                 // A dir or a stale handle: the real call reports it.
                 let current = file.and_then(|f| f.metadata().ok()).map(|m| m.len());
                 let growth = size.saturating_sub(current.unwrap_or(size));
-                if !budget.admit_resize(size, growth) {
+                // Reserved before the resize: resizes and writes in flight
+                // at once cannot all pass against the same total.
+                if !budget.reserve_resize(size, growth) {
                     return Ok((Err(ErrorCode::FileTooLarge),));
                 }
                 let fs = fs_of(acc);
                 match <Host as HostDescriptorWithStore<CState>>::set_size(&fs, fd, size).await {
-                    Ok(()) => {
-                        budget.add(growth);
-                        Ok((Ok(()),))
+                    Ok(()) => Ok((Ok(()),)),
+                    Err(e) => {
+                        budget.refund(growth);
+                        Ok((Err(code(e)?),))
                     }
-                    Err(e) => Ok((Err(code(e)?),)),
                 }
             })
         },
@@ -178,7 +180,7 @@ fn write_stream(
 
 /// A write in progress on the blocking pool: the bytes and how many were
 /// written.
-type WriteTask = tokio::task::JoinHandle<std::io::Result<usize>>;
+type WriteTask = tokio::task::JoinHandle<Result<usize, WriteFail>>;
 
 /// Consumes a guest's write stream into a file, each chunk admitted against
 /// the call's file budget first (no file grows past the limit, and no call
@@ -240,13 +242,19 @@ impl StreamConsumer<CState> for BudgetedWrite {
                     Err(e) => return me.fail(ErrorCode::from(e)),
                 },
             };
-            if !me.budget.admit_write(at, n as u64) {
+            // Reserved before the write starts, refunded for what it did
+            // not write: streams in flight at once share one total.
+            if !me.budget.reserve_write(at, n as u64) {
                 return me.fail(ErrorCode::FileTooLarge);
             }
             let buf = remaining[..n].to_vec();
             let append = me.offset.is_none();
+            let budget = me.budget.clone();
             me.task = Some(tokio::task::spawn_blocking(move || {
-                write_at(&file, &buf, at, append)
+                let r = write_at(&file, &buf, at, append, &budget);
+                let written = r.as_ref().map_or(0, |n| *n);
+                budget.refund(n.saturating_sub(written) as u64);
+                r
             }));
         }
         let Some(task) = me.task.as_mut() else {
@@ -261,30 +269,50 @@ impl StreamConsumer<CState> for BudgetedWrite {
         match done {
             Ok(Ok(n)) => {
                 src.mark_read(n);
-                me.budget.add(n as u64);
                 if let Some(at) = me.offset.as_mut() {
                     *at = at.saturating_add(n as u64);
                 }
                 Poll::Ready(Ok(StreamResult::Completed))
             }
-            Ok(Err(e)) => me.fail(ErrorCode::from(e)),
+            Ok(Err(WriteFail::Io(e))) => me.fail(ErrorCode::from(e)),
+            Ok(Err(WriteFail::TooLarge)) => me.fail(ErrorCode::FileTooLarge),
             Err(_) => me.fail(ErrorCode::Io),
         }
     }
 }
 
-/// One write of `buf` at `at` (appends re-check the end, as another handle
-/// may have grown the file).
-fn write_at(file: &std::fs::File, buf: &[u8], at: u64, append: bool) -> std::io::Result<usize> {
-    let at = if append { file.metadata()?.len() } else { at };
+/// Why a chunk was not written.
+enum WriteFail {
+    Io(std::io::Error),
+    /// An append found the file grown meanwhile (another stream, a resize):
+    /// at its real end the chunk would take it past the limit.
+    TooLarge,
+}
+
+/// One write of `buf` at `at`. An append writes at the end as it is now (a
+/// resize or another stream may have grown the file since it was admitted)
+/// and is checked against the limit there again.
+fn write_at(
+    file: &std::fs::File,
+    buf: &[u8],
+    at: u64,
+    append: bool,
+    budget: &FileBudget,
+) -> Result<usize, WriteFail> {
+    let at = if append {
+        let end = file.metadata().map_err(WriteFail::Io)?.len();
+        if !budget.fits_file(end, buf.len() as u64) {
+            return Err(WriteFail::TooLarge);
+        }
+        end
+    } else {
+        at
+    };
     #[cfg(unix)]
-    {
-        std::os::unix::fs::FileExt::write_at(file, buf, at)
-    }
+    let r = std::os::unix::fs::FileExt::write_at(file, buf, at);
     #[cfg(windows)]
-    {
-        std::os::windows::fs::FileExt::seek_write(file, buf, at)
-    }
+    let r = std::os::windows::fs::FileExt::seek_write(file, buf, at);
+    r.map_err(WriteFail::Io)
 }
 
 // ---------------------------------------------------------------------------
@@ -354,13 +382,17 @@ fn add_opens(fs: &mut LinkerInstance<'_, CState>) -> wasmtime::Result<()> {
                 let guard = guard_of(acc);
                 let fs = fs_of(acc);
                 let mut pfs = P3Fs(&fs);
-                let t = match guard_path::change_target(&mut pfs, &guard, fd.rep(), &path).await? {
+                let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
+                let t = match guard_path::times_target(&mut pfs, &guard, fd.rep(), follow, &path)
+                    .await?
+                {
                     Ok(t) => t,
                     Err(e) => return Ok((Err(e),)),
                 };
-                let (dir, path) = match &t {
-                    Some(t) => (borrow(t.rep), t.name.clone()),
-                    None => (fd, path),
+                // Through a target, its last name is not a symlink to follow.
+                let (dir, path, path_flags) = match &t {
+                    Some(t) => (borrow(t.rep), t.name.clone(), PathFlags::empty()),
+                    None => (fd, path, path_flags),
                 };
                 let r = if precheck(&fs, &dir, path_flags, &path).await {
                     let set = <Host as HostDescriptorWithStore<CState>>::set_times_at(

@@ -1652,6 +1652,57 @@ async fn a_path_longer_than_any_host_takes_is_refused_before_the_open() {
     drop(t);
 }
 
+/// A wasm sandbox on `t`'s workspace with nothing protected.
+pub(crate) fn unprotected(t: &Tmp) -> Sandbox {
+    let config = SandboxConfig {
+        protected_paths: vec![],
+        ..wasm_config()
+    };
+    Sandbox::new([t.ws()], config).unwrap()
+}
+
+/// A `.git` and symlinks that climb with `..`: `a/b/up -> ../x`, `a/hop ->
+/// b/up` (two hops), `a/b/cfg -> ../../.git/config`; the path `a/x`.
+pub(crate) fn climbing_links(t: &Tmp) -> PathBuf {
+    std::fs::create_dir_all(t.ws().join("a/b")).unwrap();
+    std::fs::create_dir_all(t.ws().join(".git")).unwrap();
+    t.write(".git/config", "[core]\n");
+    for (target, at) in [
+        ("../x", "a/b/up"),
+        ("b/up", "a/hop"),
+        ("../../.git/config", "a/b/cfg"),
+    ] {
+        std::os::unix::fs::symlink(target, t.ws().join(at)).unwrap();
+    }
+    t.ws().join("a/x")
+}
+
+/// Under the guard an open for writing follows a final symlink itself, hop
+/// by hop, naming each target from the call's directory: a target that
+/// climbs with `..` lands where the host would put it, on preview 1 and 2
+/// alike, and one that climbs into `.git` is refused, `.git/config` intact.
+#[tokio::test]
+async fn writes_through_symlinks_that_climb_land_where_the_host_puts_them() {
+    let (t, sb) = setup_p2(wasm_config());
+    std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
+    let x = climbing_links(&t);
+    for p2 in [false, true] {
+        for (path, n) in [("a/b/up", 3), ("a/hop", 2)] {
+            let _ = std::fs::remove_file(&x);
+            let r = probe_either(&sb, p2, &["write", path, &n.to_string()]).await;
+            assert_eq!(r.stdout, format!("wrote {n}\n"), "p2={p2} {path}: {r:?}");
+            assert_eq!(std::fs::metadata(&x).unwrap().len(), n, "p2={p2} {path}");
+            assert!(t.ws().join(path).is_symlink(), "p2={p2} {path}");
+        }
+        let r = probe_either(&sb, p2, &["write", "a/b/cfg", "1"]).await;
+        assert!(r.stdout.starts_with("ERR"), "p2={p2} {r:?}");
+        assert_eq!(
+            std::fs::read_to_string(t.ws().join(".git/config")).unwrap(),
+            "[core]\n"
+        );
+    }
+}
+
 /// Case 44 for preview-2 components and preview-1 modules side by side, with
 /// what the contract row does not try: a `.git` absent when the call starts
 /// is refused by name, a cwd inside `.git` is read-only, a finer list keeps
@@ -1697,22 +1748,35 @@ async fn protected_paths_hold_for_modules_and_components() {
         // Times by path: through a symlink into `.git`, or on `.git` named
         // by `.` or `..`, refused; `.git`'s and its file's mtimes unchanged.
         let old = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
-        for p in [".git", ".git/config"] {
+        let kept = [".git", ".git/config", ".git/hooks"];
+        for p in kept {
             std::fs::File::open(t.ws().join(p))
                 .unwrap()
                 .set_modified(old)
                 .unwrap();
         }
         std::os::unix::fs::symlink(".git/config", t.ws().join("cfg-link")).unwrap();
+        std::os::unix::fs::symlink(".git", t.ws().join("gl")).unwrap();
+        std::os::unix::fs::symlink(".git/hooks", t.ws().join("hl")).unwrap();
         for args in [
             &["touch", "cfg-link"][..],
             &["touch", ".git/."],
             &["touch", ".git/hooks/.."],
+            // A trailing slash: the host follows the link even unfollowed.
+            &["touch", "gl/", "nofollow"],
+            &["touch", "hl/", "nofollow"],
+            &["touch", "gl/"],
+            // Through a descriptor opened for reading (by name, through a
+            // symlink, on `.git` itself) or for writing.
+            &["ftouch", ".git/config", "r"],
+            &["ftouch", "cfg-link", "r"],
+            &["ftouch", ".git", "r"],
+            &["ftouch", ".git/config", "w"],
         ] {
             let r = go(&sb, args, None).await;
             assert!(r.stdout.contains("ERR"), "p2={p2} {args:?}: {r:?}");
         }
-        for p in [".git", ".git/config"] {
+        for p in kept {
             let m = std::fs::metadata(t.ws().join(p))
                 .unwrap()
                 .modified()
@@ -1720,8 +1784,34 @@ async fn protected_paths_hold_for_modules_and_components() {
             assert_eq!(m, old, "p2={p2} {p}");
         }
         std::os::unix::fs::symlink("git", t.ws().join("git-link")).unwrap();
-        let r = go(&sb, &["touch", "git-link"], None).await;
+        for args in [
+            &["touch", "git-link"][..],
+            &["touch", "git-link/", "nofollow"],
+        ] {
+            let r = go(&sb, args, None).await;
+            assert_eq!(r.stdout, "touched\n", "p2={p2} {args:?}: {r:?}");
+        }
+        // Outside `.git`, a file opened for writing is touched through its
+        // descriptor; one opened for reading is refused while anything is
+        // protected, and touched when nothing is.
+        let f = t.ws().join("git/f");
+        let set_old = || {
+            std::fs::write(&f, "x").unwrap();
+            std::fs::File::open(&f).unwrap().set_modified(old).unwrap();
+        };
+        let mtime = || std::fs::metadata(&f).unwrap().modified().unwrap();
+        set_old();
+        let r = go(&sb, &["ftouch", "git/f", "w"], None).await;
         assert_eq!(r.stdout, "touched\n", "p2={p2} {r:?}");
+        assert_ne!(mtime(), old, "p2={p2}");
+        set_old();
+        let r = go(&sb, &["ftouch", "git/f", "r"], None).await;
+        assert!(r.stdout.starts_with("ERR"), "p2={p2} {r:?}");
+        assert_eq!(mtime(), old, "p2={p2}");
+        let open = unprotected(&t);
+        let r = go(&open, &["ftouch", "git/f", "r"], None).await;
+        assert_eq!(r.stdout, "touched\n", "p2={p2} {r:?}");
+        assert_ne!(mtime(), old, "p2={p2}");
         // A finer list: `.git/index` is written, `.git/hooks` and `.git` are not.
         let fine = Sandbox::new(
             [t.ws()],

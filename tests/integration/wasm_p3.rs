@@ -11,7 +11,7 @@ use toolhost::config::CpuMeter;
 use toolhost::{AllowedDirSpec, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig};
 
 use crate::util::*;
-use crate::wasm::{SkipPrecheck, mkfifo, setup, wasm_config};
+use crate::wasm::{SkipPrecheck, climbing_links, mkfifo, setup, unprotected, wasm_config};
 
 fn probe_p3_path() -> PathBuf {
     let p = Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe-p3.wasm");
@@ -338,6 +338,27 @@ async fn preview3_never_holds_or_waits_on_a_special_file() {
     assert_eq!(threads_waiting_on_a_fifo(), 0);
 }
 
+/// Under the guard an open for writing follows a final symlink hop by hop,
+/// each target named from the call's directory: one that climbs with `..`
+/// lands where the host would put it; one that climbs into `.git` is refused.
+#[tokio::test]
+async fn preview3_writes_through_symlinks_that_climb_land_where_the_host_puts_them() {
+    let (t, sb) = setup_p3(wasm_config());
+    let x = climbing_links(&t);
+    for (path, n) in [("a/b/up", 3), ("a/hop", 2)] {
+        let _ = std::fs::remove_file(&x);
+        let r = probe3(&sb, &["write", ".", path, &n.to_string()]).await;
+        assert_eq!(r.stdout, format!("ok {n}\n"), "{path}: {r:?}");
+        assert_eq!(std::fs::metadata(&x).unwrap().len(), n, "{path}");
+    }
+    let r = probe3(&sb, &["write", ".", "a/b/cfg", "1"]).await;
+    assert_eq!(r.stdout, "err not-permitted\n", "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+}
+
 /// Case 44 for preview 3: every change by path into `.git` is refused and
 /// leaves its files as they were (content hash, mtime, names), a `.git`
 /// absent when the call starts is refused by name, a symlink into `.git` is
@@ -370,7 +391,20 @@ async fn preview3_protected_paths_hold() {
         .set_modified(old)
         .unwrap();
     let config_hash = sha256_file(&t.ws().join(".git/config"));
-    let refused: [&[&str]; 17] = [
+    std::fs::File::open(t.ws().join(".git/hooks"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let refused: [&[&str]; 23] = [
+        // A trailing slash: the host follows the link even unfollowed.
+        &["touch", ".", "git-link/", "nofollow"],
+        &["touch", ".", "git-link/hooks/", "nofollow"],
+        // Times set through a descriptor opened for reading (by name, through
+        // a symlink, on `.git` itself) or for writing.
+        &["ftouch", ".", ".git/config"],
+        &["ftouch", ".", "cfg-link"],
+        &["ftouch", ".", ".git"],
+        &["ftouch", ".", ".git/config", "w"],
         // Times set through a symlink, or on `.git` named by `.` or `..`.
         &["touch", ".", "cfg-link"],
         &["touch", ".", ".git/."],
@@ -400,6 +434,7 @@ async fn preview3_protected_paths_hold() {
     assert_eq!(sha256_file(&t.ws().join(".git/config")), config_hash);
     assert_eq!(mtime(&t.ws().join(".git/config")), old);
     assert_eq!(mtime(&t.ws().join(".git")), old);
+    assert_eq!(mtime(&t.ws().join(".git/hooks")), old);
     let mut names: Vec<_> = std::fs::read_dir(t.ws().join(".git/hooks"))
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -422,7 +457,9 @@ async fn preview3_protected_paths_hold() {
     let r = probe3(&sb, &["read", ".", ".git/config"]).await;
     assert_eq!(r.stdout, "ok [core]\n\n", "{r:?}");
     // The allowed twins, outside `.git`.
-    let allowed: [&[&str]; 11] = [
+    std::os::unix::fs::symlink("git", t.ws().join("gd-link")).unwrap();
+    let allowed: [&[&str]; 12] = [
+        &["touch", ".", "gd-link/", "nofollow"],
         &["write", ".", "git/config", "3"],
         &["append", ".", "git/config", "3"],
         &["setsize", ".", "git/config", "1"],
@@ -443,4 +480,27 @@ async fn preview3_protected_paths_hold() {
     assert!(r.success(), "{r:?}");
     assert_eq!(std::fs::read(t.ws().join("git/config")).unwrap(), b"x");
     assert!(t.ws().join("git/l").is_symlink() && !t.ws().join("git/d").exists());
+    // Times through a descriptor: a file opened for writing outside `.git`
+    // is touched. One opened for reading is refused while anything is
+    // protected, and touched when nothing is.
+    let set_old = |p: &str| {
+        std::fs::File::options()
+            .write(true)
+            .open(t.ws().join(p))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    };
+    set_old("git/config");
+    let r = probe3(&sb, &["ftouch", ".", "git/config", "w"]).await;
+    assert_eq!(r.stdout, "ok\n", "{r:?}");
+    assert_ne!(mtime(&t.ws().join("git/config")), old);
+    set_old("git/config");
+    let r = probe3(&sb, &["ftouch", ".", "git/config"]).await;
+    assert_eq!(r.stdout, "err not-permitted\n", "{r:?}");
+    assert_eq!(mtime(&t.ws().join("git/config")), old);
+    let open = unprotected(&t);
+    let r = probe3(&open, &["ftouch", ".", "git/config"]).await;
+    assert_eq!(r.stdout, "ok\n", "{r:?}");
+    assert_ne!(mtime(&t.ws().join("git/config")), old);
 }

@@ -145,33 +145,12 @@ async fn target(
     let Some((parent, name)) = protect::split(path) else {
         return Ok(Ok(None));
     };
-    set_fuel(caller);
     let (fd, owned) = match parent {
         None => (dirfd, false),
-        Some(p) => {
-            let mut s = Scratch::new(&[p], 0);
-            let (pp, pl) = s.at[0];
-            let wasi = &mut caller.data_mut().wasi;
-            let r = glue::path_open(
-                wasi,
-                &mut s.mem(),
-                dirfd,
-                FOLLOW,
-                pp,
-                pl,
-                O_DIRECTORY,
-                0,
-                0,
-                0,
-                RESULT_AT as i32,
-            )
-            .await?;
-            if r != 0 {
-                return Ok(Err(r));
-            }
-            restrict_all(caller);
-            (s.result() as i32, true)
-        }
+        Some(p) => match open_dir(caller, dirfd, p).await? {
+            Ok(fd) => (fd, true),
+            Err(e) => return Ok(Err(e)),
+        },
     };
     let t = Target {
         fd,
@@ -229,6 +208,10 @@ async fn open_target(
     if dirflags & FOLLOW == 0 {
         return Ok(Ok(Some(t)));
     }
+    // The path reached so far, from `dirfd`: a link's target is taken from
+    // its own directory, named from `dirfd` too, so that `..` in it may
+    // climb as far as `dirfd` allows (as in `guard_path::open_target`).
+    let mut cur = path.to_string();
     for _ in 0..MAX_HOPS {
         let mut s = Scratch::new(&[t.name.as_str()], LINK_BUF);
         let name = s.str(0);
@@ -253,7 +236,12 @@ async fn open_target(
         };
         let start = bp as usize;
         let link = String::from_utf8_lossy(&s.buf[start..start + n.min(LINK_BUF)]).into_owned();
-        let next = match target(caller, t.fd, &link).await? {
+        // An absolute target stays absolute, and is refused below.
+        cur = match cur.trim_end_matches('/').rfind('/') {
+            Some(i) if !link.starts_with('/') => format!("{}/{link}", &cur[..i]),
+            _ => link,
+        };
+        let next = match target(caller, dirfd, &cur).await? {
             Ok(Some(n)) => n,
             // An absolute target, or one ending in `.` or `..`: not a file
             // this open could create or write inside the sandbox.
@@ -381,6 +369,20 @@ async fn dir_itself(
     path: &str,
 ) -> wasmtime::Result<Result<Target, i32>> {
     sweep_preopens(caller);
+    Ok(open_dir(caller, dirfd, path).await?.map(|fd| Target {
+        fd,
+        owned: true,
+        name: ".".to_string(),
+    }))
+}
+
+/// Opens `path` under `dirfd` as a directory, following symlinks, and
+/// restricts the new handle (`protect`); its fd, or the errno.
+async fn open_dir(
+    caller: &mut Caller<'_, State>,
+    dirfd: i32,
+    path: &str,
+) -> wasmtime::Result<Result<i32, i32>> {
     set_fuel(caller);
     let mut s = Scratch::new(&[path], 0);
     let (pp, pl) = s.at[0];
@@ -403,11 +405,7 @@ async fn dir_itself(
         return Ok(Err(r));
     }
     restrict_all(caller);
-    Ok(Ok(Target {
-        fd: s.result() as i32,
-        owned: true,
-        name: ".".to_string(),
-    }))
+    Ok(Ok(s.result() as i32))
 }
 
 /// `path_filestat_set_times` under the guard; `None`: go on unchanged.
@@ -425,9 +423,10 @@ pub(super) async fn set_times(
         return Ok(None);
     }
     // A final symlink is followed hop by hop (a link into `.git` reaches
-    // `.git`'s read-only handle); a path ending in `.` or `..` is opened
-    // itself and its times set through it as `.`.
-    let t = if protect::split(path).is_none() {
+    // `.git`'s read-only handle); a path ending in `.`, `..` or `/` (the
+    // host follows a final symlink before a trailing slash, even unfollowed)
+    // is opened itself and its times set through it as `.`.
+    let t = if protect::split(path).is_none() || path.ends_with('/') {
         match dir_itself(caller, fd, path).await? {
             Ok(t) => t,
             Err(e) => return Ok(Some(e)),
@@ -458,9 +457,34 @@ pub(super) async fn set_times(
     Ok(Some(super::refusal(watched.result?, watched.interrupted)))
 }
 
-/// Registers the guarded path changes: `path_create_directory`,
-/// `path_remove_directory`, `path_unlink_file`, `path_symlink`,
-/// `path_rename`, `path_link`.
+/// Whether `fd_filestat_set_times` on `fd` is refused (`Guard::refuses_times`):
+/// `fd` is a regular file opened without write access, while something is
+/// protected. Flags the call itself rejects are left to it (`einval` comes
+/// first, as in wasmtime-wasi).
+async fn times_refused(caller: &mut Caller<'_, State>, fd: i32, fst_flags: i32) -> bool {
+    const ATIM: i32 = 1;
+    const ATIM_NOW: i32 = 2;
+    const MTIM: i32 = 4;
+    const MTIM_NOW: i32 = 8;
+    let both = |a: i32, b: i32| fst_flags & a != 0 && fst_flags & b != 0;
+    if !caller.data().common.guard.active() || both(ATIM, ATIM_NOW) || both(MTIM, MTIM_NOW) {
+        return false;
+    }
+    // `fd_fdstat_get` reads no guest memory; its rights show the open mode.
+    let mut s = Scratch::new(&[], 0);
+    let st = P1::fd_fdstat_get(
+        &mut caller.data_mut().wasi,
+        &mut s.mem(),
+        types::Fd::from(fd as u32),
+    )
+    .await;
+    matches!(st, Ok(st) if st.fs_filetype == types::Filetype::RegularFile
+        && !st.fs_rights_base.contains(types::Rights::FD_WRITE))
+}
+
+/// Registers the guarded changes: `path_create_directory`,
+/// `path_remove_directory`, `path_unlink_file`, `fd_filestat_set_times`,
+/// `path_symlink`, `path_rename`, `path_link`.
 pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> {
     const M: &str = "wasi_snapshot_preview1";
     macro_rules! one_path {
@@ -494,6 +518,18 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
     one_path!("path_create_directory", path_create_directory);
     one_path!("path_remove_directory", path_remove_directory);
     one_path!("path_unlink_file", path_unlink_file);
+    linker.func_wrap_async(
+        M,
+        "fd_filestat_set_times",
+        |mut caller: Caller<'_, State>, (fd, atim, mtim, fst_flags): (i32, i64, i64, i32)| {
+            Box::new(async move {
+                if times_refused(&mut caller, fd, fst_flags).await {
+                    return Ok(ERRNO_PERM);
+                }
+                super::call_p1!(caller, fd_filestat_set_times(fd, atim, mtim, fst_flags))
+            })
+        },
+    )?;
     linker.func_wrap_async(
         M,
         "path_symlink",

@@ -5,8 +5,8 @@ use wasmtime::StoreContextMut;
 use wasmtime::component::{LinkerInstance, Resource};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemCtxView, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::types::{
-    DescriptorFlags, DescriptorType, ErrorCode, Host as FsTypesHost, HostDescriptor, OpenFlags,
-    PathFlags,
+    DescriptorFlags, DescriptorType, ErrorCode, Host as FsTypesHost, HostDescriptor, NewTimestamp,
+    OpenFlags, PathFlags,
 };
 
 use super::component::CState;
@@ -110,9 +110,9 @@ fn done(
     }
 }
 
-/// Registers the guarded path changes: `create-directory-at`,
-/// `remove-directory-at`, `unlink-file-at`, `symlink-at`, `rename-at`,
-/// `link-at`.
+/// Registers the guarded changes: `create-directory-at`,
+/// `remove-directory-at`, `unlink-file-at`, `set-times`, `symlink-at`,
+/// `rename-at`, `link-at`.
 pub(super) fn add_to_linker(fs: &mut LinkerInstance<'_, CState>) -> wasmtime::Result<()> {
     macro_rules! one_path {
         ($name:literal, $method:ident) => {
@@ -149,6 +149,23 @@ pub(super) fn add_to_linker(fs: &mut LinkerInstance<'_, CState>) -> wasmtime::Re
         remove_directory_at
     );
     one_path!("[method]descriptor.unlink-file-at", unlink_file_at);
+    // Times through a descriptor: not through a file opened for reading
+    // (`Guard::refuses_times`).
+    fs.func_wrap_async(
+        "[method]descriptor.set-times",
+        |mut store: StoreContextMut<'_, CState>,
+         (fd, atim, mtim): (Resource<Descriptor>, NewTimestamp, NewTimestamp)| {
+            Box::new(async move {
+                let guard = store.data().common.guard.clone();
+                let mut view = store.data_mut().filesystem();
+                if matches!(view.table.get(&fd), Ok(d) if guard.refuses_times(d)) {
+                    return Ok((Err(ErrorCode::NotPermitted),));
+                }
+                let r = HostDescriptor::set_times(&mut view, fd, atim, mtim).await;
+                done(&mut view, r)
+            })
+        },
+    )?;
     fs.func_wrap_async(
         "[method]descriptor.symlink-at",
         |mut store: StoreContextMut<'_, CState>,

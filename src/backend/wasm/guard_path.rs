@@ -165,8 +165,8 @@ pub(super) async fn open_target<F: PathFs>(
 /// *unfollowed*: a final symlink is followed hop by hop (when `follow`), as
 /// for an open for writing, so a link into `.git` reaches `.git`'s handle,
 /// which is read-only. A path that names a directory by `.` or `..` (no plain
-/// final name) is opened itself (restricted like any directory handle) and
-/// its times are set through it as `.`.
+/// final name), or ends in `/`, is opened itself (restricted like any
+/// directory handle) and its times are set through it as `.`.
 pub(super) async fn times_target<F: PathFs>(
     fs: &mut F,
     guard: &Guard,
@@ -177,7 +177,9 @@ pub(super) async fn times_target<F: PathFs>(
     if !guard.active() {
         return Ok(Ok(None));
     }
-    if protect::split(path).is_none() {
+    // A trailing slash makes the host follow a final symlink even when told
+    // not to, so such a path is opened as the directory it must name.
+    if protect::split(path).is_none() || path.ends_with('/') {
         return match fs.open_dir(guard, dir, path).await? {
             Ok(rep) => Ok(Ok(Some(Target {
                 rep,

@@ -19,7 +19,8 @@
 //!   `create-directory-at`, `remove-directory-at`, `unlink-file-at`,
 //!   `symlink-at`, `rename-at`, `link-at`): through a fresh handle on the
 //!   parent (`guard_path`, [`P3Fs`]); a directory a guest opens inside a
-//!   protected dir is made read-only (`protect`).
+//!   protected dir is made read-only, and `set-times` through a file opened
+//!   for reading is refused (`protect`).
 //!
 //! Each shadow checks, then calls wasmtime-wasi's own implementation.
 
@@ -541,6 +542,31 @@ fn add_changes(fs: &mut LinkerInstance<'_, CState>) -> wasmtime::Result<()> {
         remove_directory_at
     );
     one_path!("[method]descriptor.unlink-file-at", unlink_file_at);
+    // Times through a descriptor: not through a file opened for reading
+    // (`Guard::refuses_times`).
+    fs.func_wrap_concurrent(
+        "[method]descriptor.set-times",
+        |acc: &Accessor<CState>,
+         (fd, atim, mtim): (Resource<Descriptor>, NewTimestamp, NewTimestamp)| {
+            Box::pin(async move {
+                let refused = acc.with(|mut a| {
+                    let s = a.get();
+                    let guard = s.common.guard.clone();
+                    matches!(s.table.get(&fd), Ok(d) if guard.refuses_times(d))
+                });
+                if refused {
+                    return Ok((Err(ErrorCode::NotPermitted),));
+                }
+                let fs = fs_of(acc);
+                match <Host as HostDescriptorWithStore<CState>>::set_times(&fs, fd, atim, mtim)
+                    .await
+                {
+                    Ok(()) => Ok((Ok(()),)),
+                    Err(e) => Ok((Err(code(e)?),)),
+                }
+            })
+        },
+    )?;
     fs.func_wrap_concurrent(
         "[method]descriptor.symlink-at",
         |acc: &Accessor<CState>, (fd, old, new): (Resource<Descriptor>, String, String)| {

@@ -1,7 +1,8 @@
 //! Protected paths in wasm guests (docs/src/attacks.md case 44; the rule is in
 //! [`crate::policy::protected`]). Held on Unix hosts.
 //!
-//! Two parts, both enforced by wasmtime-wasi's own permission checks:
+//! Three parts, the first two enforced by wasmtime-wasi's own permission
+//! checks:
 //! - **Directory handles.** A handle on a directory at or under an existing
 //!   protected directory gets read-only permissions (`FsPerms::ReadOnly`).
 //!   wasmtime-wasi checks them on every change made through the handle (create,
@@ -24,6 +25,11 @@
 //!   the first missing name of an absent protected path). An open for writing
 //!   follows a final symlink itself, hop by hop, and opens the last name
 //!   without following.
+//!
+//! - **File descriptors.** A file opened for reading is not walked (it
+//!   changes nothing), so one may be open on a file in `.git`; setting times
+//!   through a file descriptor opened without write access is refused
+//!   ([`Guard::refuses_times`]). Writes and resizes through it fail anyway.
 //!
 //! A final name that is not a plain name (`.`, `..`) names a directory that
 //! exists, which no open for writing, create or rename can change: such calls
@@ -175,6 +181,18 @@ impl Guard {
                 d.perms = wasmtime_wasi::FsPerms::ReadOnly;
             }
         }
+    }
+
+    /// Whether setting times through the descriptor `d` is refused: `d` is a
+    /// file opened without write access, and something is protected. Every
+    /// open for writing goes through the walk (refused inside a protected
+    /// dir, or on a protected name); an open for reading does not, since it
+    /// changes nothing, so a read-only file descriptor may name a file in
+    /// `.git`. Its times are the one change it could still make: writes and
+    /// resizes through it fail on the host.
+    pub(crate) fn refuses_times(&self, d: &Descriptor) -> bool {
+        self.active()
+            && matches!(d, Descriptor::File(f) if !f.open_mode.contains(wasmtime_wasi::OpenMode::WRITE))
     }
 
     /// Whether a change may not name `name` in the directory open as `dir`.

@@ -258,16 +258,29 @@ async fn run_command(args: &[String], out: &mut Out) -> Result<(), Fail> {
                 .await?;
             out.line("ok").await;
         }
+        // touch DIR PATH [nofollow]: sets times by path.
         "touch" => {
             let dir = preopen(args, 2)?;
-            dir.set_times_at(follow, path(3)?, NewTimestamp::Now, NewTimestamp::Now)
+            let flags = if args.get(4).is_some_and(|m| m == "nofollow") {
+                PathFlags::empty()
+            } else {
+                follow
+            };
+            dir.set_times_at(flags, path(3)?, NewTimestamp::Now, NewTimestamp::Now)
                 .await?;
             out.line("ok").await;
         }
+        // ftouch DIR PATH [w]: opens PATH for reading (with `w`: reading and
+        // writing), then sets its times through the descriptor.
         "ftouch" => {
             let dir = preopen(args, 2)?;
+            let flags = if args.get(4).is_some_and(|m| m == "w") {
+                DescriptorFlags::READ | DescriptorFlags::WRITE
+            } else {
+                DescriptorFlags::READ
+            };
             let file = dir
-                .open_at(follow, path(3)?, OpenFlags::empty(), DescriptorFlags::READ)
+                .open_at(follow, path(3)?, OpenFlags::empty(), flags)
                 .await?;
             file.set_times(NewTimestamp::Now, NewTimestamp::Now).await?;
             out.line("ok").await;

@@ -176,20 +176,49 @@ fn main() {
             }
         }
         "touch" => {
-            // touch PATH: sets its times to now, by path (wasi-libc's
-            // utimensat: path_filestat_set_times / set-times-at).
+            // touch PATH [nofollow]: sets its times to now, by path
+            // (wasi-libc's utimensat: path_filestat_set_times /
+            // set-times-at), a final symlink followed unless `nofollow`.
             unsafe extern "C" {
                 fn utimensat(dirfd: i32, path: *const u8, times: *const u8, flags: i32) -> i32;
             }
             const AT_FDCWD: i32 = -2; // wasi-libc's
+            const AT_SYMLINK_NOFOLLOW: i32 = 1;
+            let flags = if arg(3) == "nofollow" {
+                AT_SYMLINK_NOFOLLOW
+            } else {
+                0
+            };
             let path = std::ffi::CString::new(arg(2)).unwrap();
             // SAFETY: a valid C string; NULL times means now.
-            let rc = unsafe { utimensat(AT_FDCWD, path.as_ptr().cast(), std::ptr::null(), 0) };
+            let rc = unsafe { utimensat(AT_FDCWD, path.as_ptr().cast(), std::ptr::null(), flags) };
             if rc == 0 {
                 println!("touched");
             } else {
                 println!("ERR {}", std::io::Error::last_os_error());
                 std::process::exit(3);
+            }
+        }
+        "ftouch" => {
+            // ftouch PATH r|w: opens PATH for reading (r) or writing (w, no
+            // create), then sets its times to now through the descriptor
+            // (futimens: fd_filestat_set_times / descriptor.set-times).
+            let mut o = std::fs::OpenOptions::new();
+            if arg(3) == "w" {
+                o.write(true);
+            } else {
+                o.read(true);
+            }
+            let now = std::time::SystemTime::now();
+            let times = std::fs::FileTimes::new()
+                .set_accessed(now)
+                .set_modified(now);
+            match o.open(arg(2)).and_then(|f| f.set_times(times)) {
+                Ok(()) => println!("touched"),
+                Err(e) => {
+                    println!("ERR {e}");
+                    std::process::exit(3);
+                }
             }
         }
         "opens" => {

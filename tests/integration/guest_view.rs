@@ -5,22 +5,12 @@
 //! it needs no allowed dir of its own.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
-use std::time::Duration;
 
-use toolhost::config::WasmConfig;
 use toolhost::{
     AllowedDirSpec, BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig,
 };
 
 use crate::util::*;
-
-fn cache_dir() -> PathBuf {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("cache dir"))
-        .path()
-        .to_path_buf()
-}
 
 fn guests() -> PathBuf {
     let d = PathBuf::from(env!("TOOLHOST_BUILD_GUEST_TESTS"));
@@ -28,16 +18,12 @@ fn guests() -> PathBuf {
     d
 }
 
+/// The wasm tests' config (one engine for the test process), with the
+/// test-guest dir as a tool dir.
 fn wasm_config() -> SandboxConfig {
-    let mut wasm = WasmConfig::default();
-    wasm.cache_dir = Some(cache_dir());
-    wasm.tool_dirs = vec![guests()];
-    SandboxConfig {
-        backend: BackendKind::Wasm,
-        timeout: Duration::from_secs(30),
-        wasm,
-        ..SandboxConfig::default()
-    }
+    let mut c = crate::wasm::wasm_config();
+    c.wasm.tool_dirs = vec![guests()];
+    c
 }
 
 fn sandbox(dirs: Vec<AllowedDirSpec>, config: SandboxConfig) -> Sandbox {

@@ -418,32 +418,26 @@ pub(super) fn expected_mounts(
                 ),
             )
         };
-        for (m, (_, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
+        // The allowed dir `m`, open as `dir`, must be seen at `at`.
+        let expect_dir = |out: &mut Vec<String>,
+                          m: &crate::sandbox::Mount,
+                          dir: &cap_std::fs::Dir,
+                          at: &std::path::Path| {
             let meta = dir
                 .dir_metadata()
                 .map_err(|e| changed(&m.guest, e.to_string()))?;
             out.push("--expect".to_string());
-            out.push(format!(
-                "{}:{}:{}",
-                meta.dev(),
-                meta.ino(),
-                m.guest.display()
-            ));
+            out.push(format!("{}:{}:{}", meta.dev(), meta.ino(), at.display()));
+            Ok::<(), Outcome>(())
+        };
+        for (m, (_, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
+            expect_dir(&mut out, m, dir, &m.guest)?;
         }
         for (target, m) in super::ro_elsewhere(plan) {
             let Some((_, dir)) = plan.mount_dirs.iter().find(|(p, _)| p == &m.path) else {
                 return Err(changed(&m.guest, "has no handle".into()));
             };
-            let meta = dir
-                .dir_metadata()
-                .map_err(|e| changed(&m.guest, e.to_string()))?;
-            out.push("--expect".to_string());
-            out.push(format!(
-                "{}:{}:{}",
-                meta.dev(),
-                meta.ino(),
-                target.display()
-            ));
+            expect_dir(&mut out, m, dir, &target)?;
         }
         for h in held.iter().filter(|h| !h.link) {
             // With no symlink on the way (a link is refused), the place is

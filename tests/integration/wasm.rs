@@ -1703,6 +1703,96 @@ async fn writes_through_symlinks_that_climb_land_where_the_host_puts_them() {
     }
 }
 
+/// Times set through a link whose target ends in `/` (`L -> y/`): the host
+/// follows `y` at the set itself, whatever it was at the check, so toolhost
+/// sets them through a handle on what `y/` names (restricted inside `.git`).
+/// A host thread swaps `y` between a dir and a link to `.git` meanwhile;
+/// `.git`'s mtime never changes, and the touch lands while `y` is the dir,
+/// on previews 1, 2 and 3. Allowed twin without the race: `L2 -> gd/`, `gd`
+/// a link to a dir.
+#[tokio::test]
+async fn times_through_a_link_ending_in_a_slash_never_reach_git() {
+    let (t, sb) = setup_p2(wasm_config());
+    let ws = t.ws();
+    let p3 = Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe-p3.wasm");
+    std::fs::copy(p3, ws.join("probe3.wasm")).unwrap();
+    for d in [".git", "y", "git"] {
+        std::fs::create_dir_all(ws.join(d)).unwrap();
+    }
+    for (target, at) in [(".git", "yl"), ("y/", "L"), ("git", "gd"), ("gd/", "L2")] {
+        std::os::unix::fs::symlink(target, ws.join(at)).unwrap();
+    }
+    let old = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let set_old = |p: &str| {
+        std::fs::File::open(ws.join(p))
+            .unwrap()
+            .set_modified(old)
+            .unwrap()
+    };
+    let mtime = |p: &str| std::fs::metadata(ws.join(p)).unwrap().modified().unwrap();
+    // A touch by path in each preview: whether it landed.
+    let touch = |kind: &'static str, path: &'static str| {
+        let sb = &sb;
+        async move {
+            let r = match kind {
+                "p1" => probe(sb, &["touch", path]).await,
+                "p2" => probe2(sb, &["touch", path]).await,
+                _ => {
+                    sb.run(RunRequest::new(["./probe3.wasm", "touch", ".", path]))
+                        .await
+                }
+            };
+            let landed = r.stdout == "touched\n" || r.stdout == "ok\n";
+            assert!(
+                landed || r.returncode.is_some_and(|c| c != 0),
+                "{kind}: {r:?}"
+            );
+            (landed, r)
+        }
+    };
+    set_old(".git");
+    for kind in ["p1", "p2", "p3"] {
+        set_old("git");
+        let (landed, r) = touch(kind, "L2").await;
+        assert!(landed, "{kind}: {r:?}");
+        assert_ne!(mtime("git"), old, "{kind}");
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (ws, stop) = (ws.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mv = |a: &str, b: &str| std::fs::rename(ws.join(a), ws.join(b)).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                mv("y", "yd");
+                mv("yl", "y");
+                std::thread::sleep(Duration::from_micros(100));
+                mv("y", "yl");
+                mv("yd", "y");
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        })
+    };
+    for kind in ["p1", "p2", "p3"] {
+        let (mut ok, mut refused) = (0, 0);
+        for round in 0..600 {
+            if round >= 200 && ok > 0 && refused > 0 {
+                break;
+            }
+            let (landed, r) = touch(kind, "L").await;
+            ok += usize::from(landed);
+            refused += usize::from(!landed);
+            assert_eq!(mtime(".git"), old, "{kind} round {round}: {r:?}");
+        }
+        assert!(
+            ok > 0 && refused > 0,
+            "{kind}: the race did not run both ways"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert_eq!(mtime(".git"), old);
+}
+
 /// Case 44 for preview-2 components and preview-1 modules side by side, with
 /// what the contract row does not try: a `.git` absent when the call starts
 /// is refused by name, a cwd inside `.git` is read-only, a finer list keeps

@@ -213,6 +213,11 @@ async fn open_target(
     // climb as far as `dirfd` allows (as in `guard_path::open_target`).
     let mut cur = path.to_string();
     for _ in 0..MAX_HOPS {
+        // A name ending in `/` must be a directory: the host follows it
+        // there, and the caller acts on it as one.
+        if t.name.ends_with('/') {
+            return Ok(Ok(Some(t)));
+        }
         let mut s = Scratch::new(&[t.name.as_str()], LINK_BUF);
         let name = s.str(0);
         let wasi = &mut caller.data_mut().wasi;
@@ -433,6 +438,15 @@ pub(super) async fn set_times(
         }
     } else {
         match open_target(caller, fd, flags, path).await? {
+            // A last link's target ending in `/`: as a trailing slash.
+            Ok(Some(t)) if t.name.ends_with('/') => {
+                let itself = dir_itself(caller, t.fd, &t.name).await?;
+                release(caller, &t).await;
+                match itself {
+                    Ok(t) => t,
+                    Err(e) => return Ok(Some(e)),
+                }
+            }
             Ok(Some(t)) => t,
             Ok(None) => return Ok(None),
             Err(e) => return Ok(Some(e)),

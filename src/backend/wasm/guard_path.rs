@@ -119,7 +119,9 @@ pub(super) async fn open_target<F: PathFs>(
     // as far as `dir` allows (not only to the link's directory).
     let mut cur = path.to_string();
     for _ in 0..MAX_HOPS {
-        if !fs.is_symlink(t.rep, &t.name).await {
+        // A name ending in `/` must be a directory: the host follows it
+        // there, and the caller acts on it as one.
+        if t.name.ends_with('/') || !fs.is_symlink(t.rep, &t.name).await {
             return Ok(Ok(Some(t)));
         }
         let link = match fs.readlink(t.rep, &t.name).await? {
@@ -165,8 +167,9 @@ pub(super) async fn open_target<F: PathFs>(
 /// *unfollowed*: a final symlink is followed hop by hop (when `follow`), as
 /// for an open for writing, so a link into `.git` reaches `.git`'s handle,
 /// which is read-only. A path that names a directory by `.` or `..` (no plain
-/// final name), or ends in `/`, is opened itself (restricted like any
-/// directory handle) and its times are set through it as `.`.
+/// final name), or ends in `/` (or whose last link's target does), is opened
+/// itself (restricted like any directory handle) and its times are set
+/// through it as `.`.
 pub(super) async fn times_target<F: PathFs>(
     fs: &mut F,
     guard: &Guard,
@@ -178,18 +181,39 @@ pub(super) async fn times_target<F: PathFs>(
         return Ok(Ok(None));
     }
     // A trailing slash makes the host follow a final symlink even when told
-    // not to, so such a path is opened as the directory it must name.
+    // not to (and again at the set, after any check), so such a path is
+    // opened as the directory it must name: given so, or reached by
+    // following a link whose target ends in `/`.
     if protect::split(path).is_none() || path.ends_with('/') {
-        return match fs.open_dir(guard, dir, path).await? {
-            Ok(rep) => Ok(Ok(Some(Target {
-                rep,
-                owned: true,
-                name: ".".to_string(),
-            }))),
-            Err(e) => Ok(Err(e)),
-        };
+        return dir_itself(fs, guard, dir, path).await;
     }
-    open_target(fs, guard, dir, follow, path).await
+    let t = match open_target(fs, guard, dir, follow, path).await? {
+        Ok(Some(t)) => t,
+        other => return Ok(other),
+    };
+    if !t.name.ends_with('/') {
+        return Ok(Ok(Some(t)));
+    }
+    let itself = dir_itself(fs, guard, t.rep, &t.name).await;
+    release(fs, &t)?;
+    itself
+}
+
+/// A fresh handle on the directory `path` names under `dir` (restricted),
+/// to act on as `.`.
+async fn dir_itself<F: PathFs>(
+    fs: &mut F,
+    guard: &Guard,
+    dir: u32,
+    path: &str,
+) -> Checked<F::Code> {
+    Ok(fs.open_dir(guard, dir, path).await?.map(|rep| {
+        Some(Target {
+            rep,
+            owned: true,
+            name: ".".to_string(),
+        })
+    }))
 }
 
 /// Both ends of a rename or link; `Ok(None)` when either goes on unchanged.

@@ -325,6 +325,20 @@ pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "
 /// Longest timeout a config may ask for (one day).
 pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
 
+/// The default `isolation_read_paths`: the system dirs of a Unix host (only
+/// Linux's Landlock layer reads them). Off Unix there are none: `/bin` is not
+/// an absolute path on Windows, and no layer there confines reads.
+fn default_isolation_read_paths() -> Vec<std::path::PathBuf> {
+    if cfg!(unix) {
+        crate::isolation::DEFAULT_SYSTEM_READ_PATHS
+            .iter()
+            .map(std::path::PathBuf::from)
+            .collect()
+    } else {
+        Vec::new()
+    }
+}
+
 impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
@@ -358,10 +372,7 @@ impl Default for SandboxConfig {
             max_permission_level: crate::policy::Level::Dangerous,
             blocked_capabilities: Vec::new(),
             isolation: crate::isolation::IsolationLevel::default(),
-            isolation_read_paths: crate::isolation::DEFAULT_SYSTEM_READ_PATHS
-                .iter()
-                .map(std::path::PathBuf::from)
-                .collect(),
+            isolation_read_paths: default_isolation_read_paths(),
             docker: DockerConfig::default(),
             wasm: WasmConfig::default(),
             config_file: None,
@@ -756,6 +767,15 @@ fn strings(key: &str, v: &toml::Value) -> Result<Vec<String>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The defaults pass their own checks on every platform (on Windows the
+    /// Unix read paths did not: `/bin` is not absolute there).
+    #[test]
+    fn defaults_validate_on_this_platform() {
+        let c = SandboxConfig::default();
+        c.validate().expect("the default config validates");
+        assert_eq!(c.isolation_read_paths.is_empty(), !cfg!(unix));
+    }
 
     #[test]
     fn defaults_are_the_seed_defaults() {

@@ -12,7 +12,9 @@
 //! detect that.
 //!
 //! Many writers, one chain: every append takes an exclusive lock on the file
-//! (`flock`, or `LockFileEx` on Windows), chains from the file's real last
+//! (`flock`; on Windows `LockFileEx` of one byte far past any real end, since
+//! a Windows lock of the data itself would stop other handles reading it: see
+//! [`lock`]), chains from the file's real last
 //! record (read back from the file when another writer appended since), writes
 //! the whole line and unlocks. Threads share one handle; processes (several
 //! `toolhost mcp` sessions with one `audit_log`) each hold their own. Records never
@@ -172,7 +174,7 @@ impl AuditLog {
             path: self.path.clone(),
             source,
         };
-        tail.file.lock().map_err(io)?;
+        lock(&tail.file).map_err(io)?;
         let r = (|| {
             let meta = tail.file.metadata().map_err(io)?;
             let len = meta.len();
@@ -204,11 +206,73 @@ impl AuditLog {
             tail.last = hash.clone();
             Ok(hash)
         })();
-        let unlocked = tail.file.unlock().map_err(io);
+        let unlocked = unlock(&tail.file).map_err(io);
         let hash = r?;
         unlocked?;
         Ok(hash)
     }
+}
+
+/// Takes the log's writer lock (blocking). On Unix an exclusive `flock` of
+/// the file. On Windows byte locks are mandatory: a lock of the records would
+/// make every other handle's reads and writes of them fail, so the lock is
+/// one byte at [`WINDOWS_LOCK_OFFSET`], which no record reaches, and writers
+/// still exclude each other.
+#[cfg(not(windows))]
+fn lock(file: &File) -> std::io::Result<()> {
+    file.lock()
+}
+
+#[cfg(not(windows))]
+fn unlock(file: &File) -> std::io::Result<()> {
+    file.unlock()
+}
+
+/// Where the Windows writer lock lies: 2^62, past any file a disk holds.
+#[cfg(windows)]
+const WINDOWS_LOCK_OFFSET: u64 = 1 << 62;
+
+#[cfg(windows)]
+fn lock_overlapped() -> windows_sys::Win32::System::IO::OVERLAPPED {
+    let mut ov = windows_sys::Win32::System::IO::OVERLAPPED::default();
+    ov.Anonymous.Anonymous.Offset = WINDOWS_LOCK_OFFSET as u32;
+    ov.Anonymous.Anonymous.OffsetHigh = (WINDOWS_LOCK_OFFSET >> 32) as u32;
+    ov
+}
+
+#[cfg(windows)]
+fn lock(file: &File) -> std::io::Result<()> {
+    use std::os::windows::io::AsRawHandle;
+    use windows_sys::Win32::Storage::FileSystem::{LOCKFILE_EXCLUSIVE_LOCK, LockFileEx};
+    let mut ov = lock_overlapped();
+    // SAFETY: an open file handle (synchronous, so the call returns once the
+    // lock is held); `ov` lives through the call and only carries the offset.
+    if unsafe {
+        LockFileEx(
+            file.as_raw_handle(),
+            LOCKFILE_EXCLUSIVE_LOCK,
+            0,
+            1,
+            0,
+            &mut ov,
+        )
+    } == 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(windows)]
+fn unlock(file: &File) -> std::io::Result<()> {
+    use std::os::windows::io::AsRawHandle;
+    use windows_sys::Win32::Storage::FileSystem::UnlockFileEx;
+    let mut ov = lock_overlapped();
+    // SAFETY: as in `lock`: the same handle and byte.
+    if unsafe { UnlockFileEx(file.as_raw_handle(), 0, 1, 0, &mut ov) } == 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Why the last record could not be read.

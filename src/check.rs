@@ -2,7 +2,8 @@
 //!
 //! Invariant: every line is measured on this host, not assumed: the kernel is
 //! asked (Landlock ABI, seccomp, namespaces), the Docker engine is asked, the
-//! wasm engine is built, and a probe call (`true`) runs through the `direct`
+//! wasm engine is built, and a probe call (`true`; `cmd.exe /d /c exit 0` on
+//! Windows) runs through the `direct`
 //! backend with the configured isolation, whose report says which layers it
 //! actually got. `ok` is false when the configured backend and isolation level
 //! cannot be met here.
@@ -115,6 +116,12 @@ fn platform() -> String {
     s
 }
 
+/// The probe call: a program every host of the platform has, that exits 0.
+#[cfg(not(windows))]
+const PROBE_ARGV: &[&str] = &["true"];
+#[cfg(windows)]
+const PROBE_ARGV: &[&str] = &["cmd.exe", "/d", "/c", "exit 0"];
+
 /// Checks what this host can enforce for `sandbox`'s configuration.
 pub async fn check(sandbox: &Sandbox) -> CheckReport {
     let config = sandbox.config();
@@ -126,12 +133,13 @@ pub async fn check(sandbox: &Sandbox) -> CheckReport {
     direct_host_checks(&mut checks);
     // The probe call: the configured isolation, measured.
     let probe = sandbox
-        .run(RunRequest::new(["true"]).backend(BackendKind::Direct))
+        .run(RunRequest::new(PROBE_ARGV.iter().copied()).backend(BackendKind::Direct))
         .await;
     let (status, detail) = match (&probe.outcome.kind, &probe.isolation) {
         (OutcomeKind::Exited, Some(iso)) if probe.returncode == Some(0) => {
             let mut d = format!(
-                "`true` ran with isolation {}: {}",
+                "`{}` ran with isolation {}: {}",
+                PROBE_ARGV.join(" "),
                 iso.level.as_str(),
                 iso.applied.join(", ")
             );
@@ -149,7 +157,7 @@ pub async fn check(sandbox: &Sandbox) -> CheckReport {
         }
         (OutcomeKind::Exited, None) if probe.returncode == Some(0) => (
             Status::Partial,
-            "`true` ran; no isolation report".to_string(),
+            format!("`{}` ran; no isolation report", PROBE_ARGV.join(" ")),
         ),
         _ => {
             if uses_direct {
@@ -516,28 +524,28 @@ fn direct_host_checks(out: &mut Vec<Check>) {
     );
 }
 
-#[cfg(not(unix))]
+#[cfg(windows)]
 fn direct_host_checks(out: &mut Vec<Check>) {
     push(
         out,
         "direct",
         "landlock",
         Status::Missing,
-        "Linux only: no filesystem confinement of native tools here (use docker or wasm)",
+        "Linux only: no filesystem confinement of native tools on Windows (a Job Object confines none); use wasm or docker",
     );
     push(
         out,
         "direct",
         "seccomp",
         Status::Missing,
-        "Linux only: no syscall filter, no kernel network denial",
+        "Linux only: no syscall filter and no network denial of native tools on Windows",
     );
     push(
         out,
         "direct",
         "process containment",
         Status::Partial,
-        "only the tool itself is killed at the timeout, not processes it started",
+        "a Job Object per call (KILL_ON_JOB_CLOSE, no breakaway): the processes the tool starts are killed at the timeout and at the end of every call; but the tool runs with toolhost's token, so it can start processes outside the job through another process of the user (a spoofed parent, WMI, the task scheduler). toolhost's own process is closed to it by its DACL (not against SeDebugPrivilege)",
     );
     push(
         out,
@@ -545,6 +553,38 @@ fn direct_host_checks(out: &mut Vec<Check>) {
         "protected paths",
         Status::Missing,
         "Linux only: native tools can write .git and the other protected paths (the file tools refuse them)",
+    );
+    push(
+        out,
+        "direct",
+        "rlimits",
+        Status::Partial,
+        "job limits per process: max_memory_mb (committed memory), max_cpu_seconds (user time), max_processes (alive at once); max_file_size_mb is not applied",
+    );
+    push(
+        out,
+        "direct",
+        "handles",
+        Status::Ok,
+        "only the three standard handles are inherited (PROC_THREAD_ATTRIBUTE_HANDLE_LIST); stdin is never toolhost's",
+    );
+    push(
+        out,
+        "wasm",
+        "protected paths",
+        Status::Missing,
+        "Unix only: a wasm guest can change protected paths inside a writable allowed dir on Windows (the file tools refuse them); a read-only dir inside a writable one is refused",
+    );
+}
+
+#[cfg(not(any(unix, windows)))]
+fn direct_host_checks(out: &mut Vec<Check>) {
+    push(
+        out,
+        "direct",
+        "process containment",
+        Status::Partial,
+        "only the tool itself is killed at the timeout, not processes it started",
     );
     push(
         out,

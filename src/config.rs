@@ -319,8 +319,22 @@ pub const DEFAULT_WRITE_DENIED_EXTENSIONS: &[&str] = &[
     ".dll", ".com", ".scr", ".msi",
 ];
 
-/// The seed module's environment allowlist.
+/// The seed module's environment allowlist (on Windows, with
+/// [`WINDOWS_ENV_ALLOWLIST`] after it).
 pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+
+/// Also passed by default on Windows: what native programs there need to
+/// start and find the system (`SystemRoot`: Winsock and many DLLs fail
+/// without it).
+pub const WINDOWS_ENV_ALLOWLIST: &[&str] = &[
+    "SystemRoot",
+    "SystemDrive",
+    "windir",
+    "PATHEXT",
+    "COMSPEC",
+    "TEMP",
+    "TMP",
+];
 
 /// Longest timeout a config may ask for (one day).
 pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
@@ -351,6 +365,11 @@ impl Default for SandboxConfig {
             allow_network: false,
             env_allowlist: DEFAULT_ENV_ALLOWLIST
                 .iter()
+                .chain(if cfg!(windows) {
+                    WINDOWS_ENV_ALLOWLIST
+                } else {
+                    &[]
+                })
                 .map(|s| s.to_string())
                 .collect(),
             shell_allowed_binaries: Vec::new(),
@@ -793,7 +812,11 @@ mod tests {
         );
         assert!(!c.allow_network && !c.shell_allow_strings);
         assert!(c.shell_allowed_binaries.is_empty());
-        assert_eq!(c.env_allowlist, DEFAULT_ENV_ALLOWLIST);
+        let mut seed: Vec<&str> = DEFAULT_ENV_ALLOWLIST.to_vec();
+        if cfg!(windows) {
+            seed.extend(WINDOWS_ENV_ALLOWLIST);
+        }
+        assert_eq!(c.env_allowlist, seed);
         assert_eq!(c.write_denied_extensions.len(), 15);
         assert_eq!(c.backend, BackendKind::Direct);
         assert_eq!(
@@ -813,7 +836,16 @@ mod tests {
 
     #[test]
     fn every_key_parses() {
-        let c = SandboxConfig::from_toml_str(
+        // Absolute paths of this platform (`C:/x` is absolute on Windows).
+        let abs = if cfg!(windows) { "C:" } else { "" };
+        // Docker's bind sources are host paths without `:` (its `-v` syntax):
+        // none on Windows, where toolhost has no docker backend yet.
+        let mounts = if cfg!(windows) {
+            ""
+        } else {
+            r#""/usr/share/zoneinfo""#
+        };
+        let c = SandboxConfig::from_toml_str(&format!(
             r#"
             timeout = 2.5
             max_output_bytes = 1000
@@ -830,26 +862,26 @@ mod tests {
             rate_limit_calls = 0
             rate_limit_window = 10
             protect_host_environ = false
-            audit_log = "/var/log/toolhost/audit.jsonl"
+            audit_log = "{abs}/var/log/toolhost/audit.jsonl"
             max_permission_level = "cautious"
             blocked_capabilities = ["network", "shell"]
             [docker]
             image = "toolhost-test-busybox:1"
             user = "1000:1000"
-            extra_ro_mounts = ["/usr/share/zoneinfo"]
+            extra_ro_mounts = [{mounts}]
             tmpfs_size_mb = 16
             pull = true
             host = "tcp://127.0.0.1:2375"
             warm = true
             [wasm]
-            tool_dirs = ["/opt/tools"]
+            tool_dirs = ["{abs}/opt/tools"]
             builtin_tools = false
             cpu_meter = "fuel"
             cache = false
-            cache_dir = "/tmp/c"
+            cache_dir = "{abs}/tmp/c"
             pool_size = 0
             "#,
-        )
+        ))
         .unwrap();
         assert_eq!(c.timeout, Duration::from_millis(2500));
         assert_eq!(c.max_output_bytes, 1000);
@@ -857,7 +889,10 @@ mod tests {
         assert_eq!(c.env_allowlist, ["PATH", "FOO"]);
         assert!(c.allow_network && c.shell_allow_strings && !c.protect_host_environ);
         assert_eq!(c.rate_limit_window, Duration::from_secs(10));
-        assert_eq!(c.wasm.tool_dirs, [std::path::PathBuf::from("/opt/tools")]);
+        assert_eq!(
+            c.wasm.tool_dirs,
+            [std::path::PathBuf::from(format!("{abs}/opt/tools"))]
+        );
         assert!(!c.wasm.builtin_tools && !c.wasm.cache);
         assert_eq!(c.wasm.cpu_meter, CpuMeter::Fuel);
         assert_eq!(c.wasm.pool_size, 0);
@@ -867,8 +902,10 @@ mod tests {
         assert!(c.docker.pull && c.docker.warm);
         assert_eq!(c.docker.host.as_deref(), Some("tcp://127.0.0.1:2375"));
         assert_eq!(
-            c.audit_log.as_deref(),
-            Some(std::path::Path::new("/var/log/toolhost/audit.jsonl"))
+            c.audit_log,
+            Some(std::path::PathBuf::from(format!(
+                "{abs}/var/log/toolhost/audit.jsonl"
+            )))
         );
         assert_eq!(c.max_permission_level, crate::policy::Level::Cautious);
         assert_eq!(

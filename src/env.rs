@@ -32,6 +32,8 @@ pub const DENIED_NAMES: &[&str] = &[
     "PS1",
     "LD_PRELOAD",
     "DYLD_INSERT_LIBRARIES",
+    "COR_ENABLE_PROFILING",
+    "DOTNET_STARTUP_HOOKS",
 ];
 
 /// Name patterns always stripped, on top of [`DENIED_NAMES`]: secrets by naming
@@ -45,13 +47,31 @@ pub const DENIED_PATTERNS: &[&str] = &[
     "LD_*",
     "DYLD_*",
     "BASH_FUNC_*",
+    // .NET's profiler and start-up hooks: a DLL of the caller's choice, loaded
+    // by every .NET program (Windows's LD_PRELOAD).
+    "COR_PROFILER*",
+    "CORECLR_*",
 ];
 
 /// Names stripped while the network is off.
 pub const DENIED_WITHOUT_NETWORK: &[&str] = &["NO_PROXY"];
 
 /// `PATH` given to tools when the host has none.
+#[cfg(not(windows))]
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// `PATH` given to tools when the host has none.
+#[cfg(windows)]
+pub const DEFAULT_PATH: &str = r"C:\Windows\System32;C:\Windows";
+
+/// Whether two variable names are the same variable: on Windows without
+/// regard to ASCII case (`Path` is `PATH` there), elsewhere byte for byte.
+pub fn same_name(a: &str, b: &str) -> bool {
+    if cfg!(windows) {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        a == b
+    }
+}
 
 fn matches_pattern(upper: &str, pattern: &str) -> bool {
     match (pattern.strip_prefix('*'), pattern.strip_suffix('*')) {
@@ -92,9 +112,9 @@ where
     let mut out = given_env_from(host.iter().map(|(k, v)| (k, v)), allowlist, allow_network);
     let path = host
         .iter()
-        .find(|(k, _)| k == "PATH")
+        .find(|(k, _)| k.to_str().is_some_and(|k| same_name(k, "PATH")))
         .map(|(_, v)| v.clone());
-    out.retain(|(k, _)| k != "PATH");
+    out.retain(|(k, _)| !k.to_str().is_some_and(|k| same_name(k, "PATH")));
     out.push((
         "PATH".into(),
         path.filter(|p| !p.is_empty())
@@ -122,10 +142,13 @@ where
         let Some(name) = k.as_ref().to_str() else {
             continue;
         };
-        if is_denied(name, allow_network) || !allowlist.iter().any(|a| a == name) {
+        if is_denied(name, allow_network) || !allowlist.iter().any(|a| same_name(a, name)) {
             continue;
         }
-        if !out.iter().any(|(n, _)| n == name) {
+        if !out
+            .iter()
+            .any(|(n, _)| n.to_str().is_some_and(|n| same_name(n, name)))
+        {
             out.push((name.into(), v.as_ref().to_os_string()));
         }
     }
@@ -197,7 +220,9 @@ mod tests {
         let host = [("NO_PROXY", "x"), ("no_proxy", "y")];
         let allow = s(&["NO_PROXY", "no_proxy"]);
         assert_eq!(build_env_from(host, &allow, false).len(), 1); // PATH only
-        assert_eq!(build_env_from(host, &allow, true).len(), 3);
+        // Windows has one variable by both names.
+        let both = if cfg!(windows) { 2 } else { 3 };
+        assert_eq!(build_env_from(host, &allow, true).len(), both);
         // Proxies themselves go whatever the network setting.
         let host = [
             ("HTTPS_PROXY", "x"),

@@ -109,10 +109,12 @@ pub enum Layer {
     UserNamespace = 1 << 10,
     /// Read-only mounts over the protected paths (a mount namespace per call).
     ProtectedPaths = 1 << 11,
+    /// A Job Object per call (Windows): the tree and its limits.
+    JobObject = 1 << 12,
 }
 
 /// Every layer, in report order.
-pub const ALL_LAYERS: [Layer; 12] = [
+pub const ALL_LAYERS: [Layer; 13] = [
     Layer::NoNewPrivs,
     Layer::LandlockFs,
     Layer::LandlockNet,
@@ -125,6 +127,7 @@ pub const ALL_LAYERS: [Layer; 12] = [
     Layer::Subreaper,
     Layer::PrivateTmp,
     Layer::ProtectedPaths,
+    Layer::JobObject,
 ];
 
 /// Layers `strict` requires (with network off, also one of `netns` or
@@ -155,6 +158,7 @@ impl Layer {
             Layer::PidNamespace => "pidns",
             Layer::UserNamespace => "userns",
             Layer::ProtectedPaths => "protected_paths",
+            Layer::JobObject => "job_object",
         }
     }
 

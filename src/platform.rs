@@ -23,6 +23,15 @@ pub fn direct_guarantees() -> &'static [&'static str] {
             "environment from an allowlist, deny list always stripped; only fds 0-2 inherited; stdin never the host's",
             "not enforced: filesystem confinement and network denial of native programs",
         ]
+    } else if cfg!(windows) {
+        &[
+            "a Job Object per call: the processes a tool starts are killed at the timeout and at the end of every call (KILL_ON_JOB_CLOSE, no breakaway)",
+            "NOT ENFORCED on Windows: separation from the user's account: a tool runs with toolhost's token, so it can reach the user's other processes and start processes outside its job through them; toolhost's own process is closed to it by its DACL (not against SeDebugPrivilege)",
+            "job limits applied per process: max_memory_mb (committed memory), max_cpu_seconds (user time), max_processes (processes alive at once); max_file_size_mb is not applied",
+            "environment from an allowlist, deny list always stripped (names without case); only the three standard handles inherited (PROC_THREAD_ATTRIBUTE_HANDLE_LIST); stdin never the host's",
+            "NOT ENFORCED on Windows: filesystem confinement and network denial of native programs (a job confines neither)",
+            "NOT HELD on Windows by the wasm backend: protected_paths inside a writable allowed dir (the file tools hold them); a read-only dir inside a writable one is refused",
+        ]
     } else {
         &[
             "ADVISORY ONLY: memory, CPU, process and file-size limits are not applied on this platform",
@@ -38,13 +47,14 @@ static ONCE: Once = Once::new();
 /// Logs the platform's guarantees the first time it is called in a process.
 pub fn log_guarantees_once() {
     ONCE.call_once(|| {
-        if cfg!(unix) {
-            for g in direct_guarantees() {
-                tracing::info!(backend = "direct", "{g}");
-            }
-        } else {
-            for g in direct_guarantees() {
+        // What does not hold is a warning; on a platform without POSIX
+        // process control every line is.
+        for g in direct_guarantees() {
+            let gap = g.starts_with("NOT ") || g.starts_with("ADVISORY") || g.starts_with("not ");
+            if gap || !cfg!(any(unix, windows)) {
                 tracing::warn!(backend = "direct", "{g}");
+            } else {
+                tracing::info!(backend = "direct", "{g}");
             }
         }
     });

@@ -27,7 +27,24 @@ use crate::tools::registry::{Registry, ToolFile, ToolInfo, ToolSource};
 /// Host variables that name places of the host's layout, which a wasm
 /// guest does not see: not passed from the host to a guest, even when
 /// allowlisted (a call may set them).
-const HOST_LAYOUT_VARS: &[&str] = &["PATH", "HOME", "TMPDIR"];
+const HOST_LAYOUT_VARS: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    // Windows's own (compared without case there).
+    #[cfg(windows)]
+    "SystemRoot",
+    #[cfg(windows)]
+    "SystemDrive",
+    #[cfg(windows)]
+    "windir",
+    #[cfg(windows)]
+    "COMSPEC",
+    #[cfg(windows)]
+    "TEMP",
+    #[cfg(windows)]
+    "TMP",
+];
 
 /// One call: a program with its arguments, an optional working directory and
 /// optional standard input.
@@ -327,6 +344,7 @@ impl Sandbox {
             .map_err(|m| ConfigError::key("protected_paths", m))?;
         crate::state_dirs::refuse_aliased_protected(&dirs, &protected)
             .map_err(SandboxError::StateExposed)?;
+        crate::state_dirs::refuse_unheld_read_only(&dirs).map_err(SandboxError::StateExposed)?;
         if config.protect_host_environ {
             protect_host_environ();
         }
@@ -441,7 +459,10 @@ impl Sandbox {
         // takes them from its image.
         let mut env = if backend == BackendKind::Wasm {
             let mut e = self.given_env.clone();
-            e.retain(|(k, _)| !HOST_LAYOUT_VARS.iter().any(|v| k == v));
+            e.retain(|(k, _)| {
+                !k.to_str()
+                    .is_some_and(|k| HOST_LAYOUT_VARS.iter().any(|v| crate::env::same_name(k, v)))
+            });
             e
         } else {
             self.build_env(&[])
@@ -459,7 +480,7 @@ impl Sandbox {
                     format!("environment variable {k} is on the deny list"),
                 ));
             }
-            env.retain(|(name, _)| name != k.as_str());
+            env.retain(|(name, _)| !name.to_str().is_some_and(|n| crate::env::same_name(n, k)));
             env.push((k.into(), v.into()));
         }
         Ok(ExecPlan {
@@ -602,8 +623,10 @@ impl Sandbox {
                 )),
             },
             BackendKind::Auto => {
-                let is_wasm_path = program.to_string_lossy().ends_with(".wasm");
-                let target = if is_wasm_path || !program.to_string_lossy().contains('/') {
+                let text = program.to_string_lossy();
+                let is_wasm_path = text.ends_with(".wasm");
+                let is_path = text.contains('/') || (cfg!(windows) && text.contains('\\'));
+                let target = if is_wasm_path || !is_path {
                     self.wasm_target(program, cwd)?
                 } else {
                     None
@@ -613,14 +636,14 @@ impl Sandbox {
                         tracing::debug!(tool = %t.name, "auto backend: wasm");
                         Ok((BackendKind::Wasm, Some(t)))
                     }
-                    None if cfg!(unix) => {
+                    None if cfg!(any(unix, windows)) => {
                         tracing::debug!(program = %program.to_string_lossy(), "auto backend: direct (no WASI tool of that name)");
                         Ok((BackendKind::Direct, None))
                     }
                     None => Err(Outcome::new(
                         OutcomeKind::NotFound,
                         format!(
-                            "{}: no WASI tool of that name, and the auto backend only falls back to direct on POSIX systems",
+                            "{}: no WASI tool of that name, and the auto backend falls back to direct only on POSIX systems and Windows",
                             program.to_string_lossy()
                         ),
                     )),

@@ -158,10 +158,23 @@ pub fn resolution_trail(p: &Path) -> Vec<PathBuf> {
         let mut comps = Vec::new();
         for c in path.components() {
             match c {
-                Component::Prefix(_) | Component::RootDir => {
-                    *cur = PathBuf::new();
+                Component::Prefix(_) => {
+                    *cur = PathBuf::from(c.as_os_str());
                     comps.clear();
-                    cur.push(c.as_os_str());
+                }
+                // A root keeps the prefix before it (`C:` then `\`), and a
+                // link target rooted without one (`\x` on Windows) stays on
+                // the drive it was reached from.
+                Component::RootDir => {
+                    let mut root: PathBuf = cur
+                        .components()
+                        .next()
+                        .filter(|first| matches!(first, Component::Prefix(_)))
+                        .map(|first| PathBuf::from(first.as_os_str()))
+                        .unwrap_or_default();
+                    root.push(c.as_os_str());
+                    *cur = root;
+                    comps.clear();
                 }
                 other => comps.push(other.as_os_str().to_os_string()),
             }
@@ -284,6 +297,60 @@ fn mount_table() -> Vec<(String, PathBuf, PathBuf)> {
         .collect()
 }
 
+/// Whether `p` is `dir` or lies below it, by components. On Windows, where
+/// one place has many spellings, both are compared by [`path_key`]: drive
+/// letters and names without case, `\\?\C:\` as `C:\`, `/` as `\`.
+pub(crate) fn within(p: &Path, dir: &Path) -> bool {
+    if cfg!(windows) {
+        path_key(p).starts_with(path_key(dir))
+    } else {
+        p.starts_with(dir)
+    }
+}
+
+/// `p` spelled one way for comparisons on Windows (see [`within`]): the
+/// verbatim prefixes `\\?\C:` and `\\?\UNC\s\h` as `C:` and `\\s\h`, every
+/// component upper-cased (NTFS compares names without case), and, in a path
+/// that is not verbatim, names without the trailing dots and spaces Windows
+/// drops (`ws.` is `ws`). Short 8.3 names and links are not resolved: callers
+/// compare canonical paths too. Elsewhere `p` as it is.
+pub(crate) fn path_key(p: &Path) -> PathBuf {
+    if !cfg!(windows) {
+        return p.to_path_buf();
+    }
+    use std::path::{Component, Prefix};
+    let verbatim =
+        matches!(p.components().next(), Some(Component::Prefix(pre)) if pre.kind().is_verbatim());
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        let text = match c {
+            Component::Normal(n) if !verbatim => {
+                let n = n.to_string_lossy();
+                let trimmed = n.trim_end_matches(['.', ' ']);
+                if trimmed.is_empty() {
+                    n.into_owned()
+                } else {
+                    trimmed.to_string()
+                }
+            }
+            Component::Prefix(pre) => match pre.kind() {
+                Prefix::VerbatimDisk(d) | Prefix::Disk(d) => {
+                    format!("{}:", char::from(d.to_ascii_uppercase()))
+                }
+                Prefix::VerbatimUNC(server, share) | Prefix::UNC(server, share) => format!(
+                    "\\\\{}\\{}",
+                    server.to_string_lossy(),
+                    share.to_string_lossy()
+                ),
+                _ => c.as_os_str().to_string_lossy().into_owned(),
+            },
+            other => other.as_os_str().to_string_lossy().into_owned(),
+        };
+        out.push(text.to_uppercase());
+    }
+    out
+}
+
 /// The writable allowed dirs of `dirs`: their paths and, on Linux, where
 /// they sit in their filesystems (see [`fs_position`]), so that another path
 /// to the same place (a bind mount of the dir or of a dir inside it) is seen
@@ -326,8 +393,18 @@ impl Writable {
 
     /// The writable dir `place` is in (or is), if any.
     pub(crate) fn holding(&self, place: &Path) -> Option<&Path> {
-        if let Some(w) = self.paths.iter().find(|w| place.starts_with(w)) {
+        if let Some(w) = self.paths.iter().find(|w| within(place, w)) {
             return Some(w);
+        }
+        // Windows: the place's existing dir as the filesystem names it (long
+        // names for 8.3 ones, junctions followed).
+        #[cfg(windows)]
+        {
+            let (dir, name) = (place.parent()?, place.file_name()?);
+            let real = std::fs::canonicalize(dir).ok()?.join(name);
+            if let Some(w) = self.paths.iter().find(|w| within(&real, w)) {
+                return Some(w);
+            }
         }
         #[cfg(target_os = "linux")]
         {
@@ -349,7 +426,13 @@ impl Writable {
     /// Whether `dir` (canonical) is a writable dir or lies inside one, or
     /// holds one (`inside = false`): by path and by filesystem position.
     pub(crate) fn overlaps(&self, dir: &Path) -> Option<&Path> {
-        if let Some(w) = self.paths.iter().find(|w| w.starts_with(dir)) {
+        if let Some(w) = self.paths.iter().find(|w| within(w, dir)) {
+            return Some(w);
+        }
+        #[cfg(windows)]
+        if let Ok(real) = std::fs::canonicalize(dir)
+            && let Some(w) = self.paths.iter().find(|w| within(w, &real))
+        {
             return Some(w);
         }
         #[cfg(target_os = "linux")]
@@ -396,6 +479,22 @@ pub fn refuse_exposed_state(dirs: &AllowedDirs, config: &SandboxConfig) -> Resul
                 state.moved_by
             ));
         }
+        // An NTFS stream or attribute spelling (`ws::$INDEX_ALLOCATION\x` is
+        // `ws\x`) would slip past the comparisons below.
+        if cfg!(windows)
+            && state
+                .path
+                .components()
+                .skip(1)
+                .any(|c| c.as_os_str().to_string_lossy().contains(':'))
+        {
+            return Err(format!(
+                "toolhost's {} is at {}: a component names an NTFS stream (`:`); name the dir plainly ({})",
+                state.what,
+                state.path.display(),
+                state.moved_by
+            ));
+        }
         let trail = resolution_trail(&state.path);
         let resolved = trail.last().cloned().unwrap_or_else(|| state.path.clone());
         let hit = trail
@@ -409,6 +508,28 @@ pub fn refuse_exposed_state(dirs: &AllowedDirs, config: &SandboxConfig) -> Resul
                 state.what,
                 state.path.display(),
                 state.moved_by
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses, where the wasm backend's guard does not run (off Unix), a
+/// read-only allowed dir inside a writable one: a guest could change it
+/// through the writable dir, and the guard that stops that on Unix (by file
+/// identity) is not there. Elsewhere nothing is refused.
+pub fn refuse_unheld_read_only(dirs: &AllowedDirs) -> Result<(), String> {
+    if cfg!(unix) {
+        return Ok(());
+    }
+    let all = dirs.as_slice();
+    let writable = Writable::of(dirs);
+    for ro in all.iter().filter(|d| d.read_only()) {
+        if let Some(w) = writable.holding(ro.path()) {
+            return Err(format!(
+                "the read-only allowed dir {} lies inside the writable allowed dir {}: on this platform nothing stops a tool changing it there. Allow both read-only, or only dirs that do not nest",
+                ro.path().display(),
+                w.display()
             ));
         }
     }

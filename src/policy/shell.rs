@@ -70,6 +70,11 @@ pub const INTERPRETERS: &[&str] = &[
     "m4",
     "make",
     "gmake",
+    // Windows's own.
+    "cmd",
+    "cscript",
+    "wscript",
+    "mshta",
 ];
 
 /// Programs that run another program named in their arguments. They run only
@@ -79,7 +84,8 @@ pub const INTERPRETERS: &[&str] = &[
 pub const RUNNERS: &[&str] = &[
     "env", "xargs", "nice", "timeout", "nohup", "setsid", "stdbuf", "chroot", "sudo", "doas", "su",
     "strace", "ltrace", "gdb", "time", "watch", "flock", "ionice", "taskset", "unshare", "nsenter",
-    "script", "find",
+    "script", "find", // Windows's own:
+    "rundll32", "regsvr32", "forfiles", "start", "runas", "schtasks", "wmic",
 ];
 
 /// Characters refused anywhere in string mode: command separators,

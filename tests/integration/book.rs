@@ -159,7 +159,19 @@ fn the_book_defaults_are_the_code_defaults() {
             Some((section, name)) => format!("[{section}]\n{name} = {value}\n"),
             None => format!("{key} = {value}\n"),
         };
-        match SandboxConfig::from_toml_str(&toml) {
+        let parsed = SandboxConfig::from_toml_str(&toml).map(|mut book| {
+            // Windows adds its own variables, which the meaning names.
+            if cfg!(windows) && key == "env_allowlist" {
+                for name in toolhost::config::WINDOWS_ENV_ALLOWLIST {
+                    if !row.meaning.contains(&format!("`{name}`")) {
+                        failures.push(format!("`{key}`: the meaning does not name `{name}`"));
+                    }
+                    book.env_allowlist.push(name.to_string());
+                }
+            }
+            book
+        });
+        match parsed {
             Ok(book) if book == code => {}
             Ok(book) => failures.push(format!(
                 "`{key}` (line {}): the book's default {value} is not the code's: {}",

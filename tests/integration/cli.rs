@@ -14,6 +14,8 @@ fn code(t: &Tmp, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[test]
 fn exit_codes_follow_the_convention() {
     let t = Tmp::new();
@@ -82,6 +84,8 @@ fn exit_codes_follow_the_convention() {
     }
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[test]
 fn plain_mode_passes_output_through() {
     let t = Tmp::new();
@@ -89,6 +93,8 @@ fn plain_mode_passes_output_through() {
     assert_eq!((c, out.as_str(), err.as_str()), (0, "out\n", "err\n"));
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[test]
 fn json_mode_prints_one_object_with_every_field() {
     let t = Tmp::new();
@@ -135,6 +141,8 @@ fn json_mode_prints_one_object_with_every_field() {
     assert_eq!(v["outcome"]["kind"], "cwd_outside");
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[test]
 fn flags_set_the_limits() {
     let t = Tmp::new();
@@ -196,6 +204,8 @@ fn flags_set_the_limits() {
     );
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[test]
 fn allow_dir_ro_cwd_and_default_dir() {
     let t = Tmp::new();
@@ -222,6 +232,8 @@ fn allow_dir_ro_cwd_and_default_dir() {
     assert_eq!(out.trim_end(), ws.join("sub").to_string_lossy());
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[test]
 fn config_file_is_read_only_when_named() {
     let t = Tmp::new();
@@ -305,6 +317,8 @@ fn config_file_is_read_only_when_named() {
     assert!(err.contains("`max_memroy_mb`"), "{err}");
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[test]
 fn stdin_is_forwarded_when_piped() {
     let t = Tmp::new();
@@ -357,6 +371,8 @@ fn help_documents_every_flag_and_exit_code() {
     assert!(out.contains("run"));
 }
 
+// Unix only: execvp's search of Unix modes
+#[cfg(unix)]
 #[test]
 fn bare_names_are_searched_on_the_tools_path_like_execvp() {
     use std::os::unix::fs::PermissionsExt;
@@ -390,6 +406,8 @@ fn bare_names_are_searched_on_the_tools_path_like_execvp() {
     assert_eq!(run("true").0, Some(0));
 }
 
+// Unix only: bind mounts
+#[cfg(unix)]
 /// Attack 41 through a bind mount (from a review): the cache dir reached
 /// through a bind mount of a subdir of the workspace is the workspace's, and
 /// refused (the check compares where places sit in their filesystem); the
@@ -424,6 +442,8 @@ fn a_cache_reached_through_a_bind_mount_of_the_workspace_is_refused() {
     }
 }
 
+// Unix only: geteuid
+#[cfg(unix)]
 fn unsafe_is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

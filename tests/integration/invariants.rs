@@ -123,18 +123,18 @@ impl PathFixture {
         std::fs::write(outside.join("deep/canary.txt"), "CANARY2").expect("canary");
         std::fs::write(ro.join("canary.txt"), "RO").expect("ro file");
         std::fs::write(ws.join("x.txt"), "x").expect("ws file");
-        use std::os::unix::fs::symlink;
-        symlink("../outside", ws.join("l_out")).expect("symlink");
-        symlink(&outside, ws.join("l_abs")).expect("symlink");
-        symlink("../ro", ws.join("l_ro")).expect("symlink");
-        symlink("l_loop", ws.join("l_loop")).expect("symlink");
-        symlink("../..", ws.join("sub/l_up")).expect("symlink");
-        symlink("../outside/canary.txt", ws.join("sub/l_file")).expect("symlink");
+        let dir = true;
+        symlink("../outside", &ws.join("l_out"), dir);
+        symlink(&outside, &ws.join("l_abs"), dir);
+        symlink("../ro", &ws.join("l_ro"), dir);
+        symlink("l_loop", &ws.join("l_loop"), !dir);
+        symlink("../..", &ws.join("sub/l_up"), dir);
+        symlink("../outside/canary.txt", &ws.join("sub/l_file"), !dir);
         let git = ws.join(".git");
         std::fs::create_dir_all(git.join("hooks")).expect("mkdir .git");
         std::fs::write(git.join("config"), "[core]\n").expect("config");
         std::fs::write(git.join("hooks/pre-commit.sample"), "#!/bin/sh\n").expect("hook");
-        symlink(".git", ws.join("l_git")).expect("symlink");
+        symlink(".git", &ws.join("l_git"), dir);
         let dirs = AllowedDirs::open([
             AllowedDirSpec::read_write(&ws),
             AllowedDirSpec::read_only(&ro),
@@ -356,6 +356,25 @@ pub fn check_shell(data: &[u8]) {
                 !a.contains([';', '|', '&', '$', '`', '>', '<', '\n', '\r', '\\']),
                 "metacharacter in {a:?} from {command:?}"
             );
+        }
+    }
+}
+
+/// A symlink at `at` to `target` (`/` in a relative target is the platform's
+/// separator). Windows has two kinds: `dir` picks the directory kind.
+fn symlink(target: impl AsRef<Path>, at: &Path, dir: bool) {
+    #[cfg(unix)]
+    {
+        let _ = dir;
+        std::os::unix::fs::symlink(target, at).expect("symlink");
+    }
+    #[cfg(windows)]
+    {
+        let target = PathBuf::from(target.as_ref().to_string_lossy().replace('/', "\\"));
+        if dir {
+            std::os::windows::fs::symlink_dir(target, at).expect("symlink");
+        } else {
+            std::os::windows::fs::symlink_file(target, at).expect("symlink");
         }
     }
 }

@@ -3,6 +3,7 @@
 //! cases marked F and 36-40, each next to its allowed twin.
 
 use std::sync::Arc;
+#[cfg(unix)]
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -79,6 +80,8 @@ async fn lists_builtin_wasi_and_typed_tools_with_schemas() {
     assert!(find("shell").input_schema["properties"]["command"].is_null());
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[tokio::test]
 async fn shell_policy_36_to_39_with_allowed_twins() {
     let t = tmp();
@@ -148,6 +151,8 @@ async fn shell_policy_36_to_39_with_allowed_twins() {
     assert_eq!(r.status, "not_found", "{r:?}");
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[tokio::test]
 async fn string_mode_38_refuses_metacharacters() {
     let t = tmp();
@@ -299,6 +304,8 @@ async fn file_tools_read_write_and_the_write_policy() {
     assert!(r.text.starts_with("[binary file"), "{r:?}");
 }
 
+// Unix only: Unix symlinks; the Windows cases are in windows.rs
+#[cfg(unix)]
 #[tokio::test]
 async fn file_tools_never_leave_the_sandbox() {
     let t = tmp();
@@ -379,6 +386,8 @@ async fn file_tools_never_leave_the_sandbox() {
     assert!(!r.is_error && !t.ws().join("d").exists(), "{r:?}");
 }
 
+// Unix only: Unix symlinks
+#[cfg(unix)]
 /// 5: another thread swaps a directory for a symlink to the outside while
 /// file_write and file_read run; nothing outside is read or written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,6 +495,8 @@ async fn permissions_cap_the_level_and_block_capabilities() {
     assert!(!r.is_error, "{r:?}");
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[tokio::test]
 async fn bad_input_is_a_clear_error_and_the_session_goes_on() {
     let t = tmp();
@@ -763,6 +774,8 @@ fn audit_log_concurrent_handles_and_threads_make_one_chain() {
     assert_eq!(toolhost::audit::verify(&log).unwrap().0, 2002);
 }
 
+// Unix only: Unix modes and FIFOs
+#[cfg(unix)]
 /// From a review of the file tools: nested read-only dirs, symlinks at the
 /// final name, FIFOs, deep trees, long names, modes, long globs.
 #[tokio::test]

@@ -11,7 +11,7 @@ use toolhost::{BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, Sandbox
 
 use crate::util::*;
 
-fn probe_path() -> PathBuf {
+pub(crate) fn probe_path() -> PathBuf {
     let p = Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe.wasm");
     assert!(p.exists(), "{} is missing: build.rs builds it", p.display());
     p
@@ -50,7 +50,7 @@ pub(crate) fn setup(config: SandboxConfig) -> (Tmp, Sandbox) {
     (t, sb)
 }
 
-async fn probe(sb: &Sandbox, args: &[&str]) -> RunOutput {
+pub(crate) async fn probe(sb: &Sandbox, args: &[&str]) -> RunOutput {
     let mut argv = vec!["./probe.wasm"];
     argv.extend_from_slice(args);
     sb.run(RunRequest::new(argv)).await
@@ -78,6 +78,8 @@ async fn runs_a_wasi_command_with_exit_codes_and_stdin() {
     assert_eq!(r.stdout, "stdin 100000 bytes\n");
 }
 
+// Unix only: symlinks to /etc; the Windows spellings are in windows.rs
+#[cfg(unix)]
 #[tokio::test]
 async fn attack_01_02_03_paths_outside_the_preopens_are_invisible() {
     let (t, sb) = setup(wasm_config());
@@ -110,6 +112,8 @@ async fn attack_01_02_03_paths_outside_the_preopens_are_invisible() {
     }
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[tokio::test]
 async fn attack_04_symlink_made_by_a_native_call_is_not_followed_out() {
     let (t, sb) = setup(wasm_config());
@@ -129,6 +133,8 @@ async fn attack_04_symlink_made_by_a_native_call_is_not_followed_out() {
     assert_eq!(r.stdout, "in\n");
 }
 
+// Unix only: it names dirs by host path, which a guest can use only where host paths are WASI paths; windows.rs holds a read-only dir by guest path
+#[cfg(unix)]
 #[tokio::test]
 async fn read_only_dirs_are_read_only_in_the_guest() {
     builtin_tools_built();
@@ -394,6 +400,8 @@ async fn traps_are_typed() {
     assert_eq!(r.cli_exit_code(), 134);
 }
 
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
 #[tokio::test]
 async fn registry_names_paths_and_the_auto_backend() {
     let (t, sb) = setup(wasm_config());
@@ -461,6 +469,8 @@ async fn same_as_native(t: &Tmp, native: &Sandbox, wasm: &Sandbox, argv: &[&str]
     );
 }
 
+// Unix only: compares with native coreutils; windows.rs checks the built-ins' output on Windows
+#[cfg(unix)]
 #[tokio::test]
 async fn guest_tools_match_coreutils_on_fixtures() {
     let (t, wasm) = setup(wasm_config());
@@ -1179,6 +1189,8 @@ async fn a_huge_file_named_as_a_tool_is_refused_without_reading_it() {
     assert!(r.success(), "{r:?}");
 }
 
+// Unix only: FIFOs
+#[cfg(unix)]
 /// Contract case 10 through the CLI: a guest's open of a FIFO with no writer is
 /// refused at once (before, it blocked a host thread in open(2), the call ran
 /// into its timeout and `toolhost run` hung after printing its result).
@@ -1257,6 +1269,8 @@ fn a_guest_opening_a_fifo_through_the_cli_is_refused_and_the_cli_exits() {
     );
 }
 
+// Unix only: FIFOs
+#[cfg(unix)]
 pub(crate) fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).unwrap();
     // SAFETY: mkfifo with a valid C string.
@@ -1291,6 +1305,8 @@ impl Drop for SkipPrecheck {
     }
 }
 
+// Unix only: FIFOs and device nodes; Windows's reserved names are in windows.rs
+#[cfg(unix)]
 /// Attack 10 (special files), preview 1 and preview 2. A FIFO with no writer
 /// (read, created for writing, through a symlink, its times set by path,
 /// which wasmtime-wasi does by opening it), a FIFO with a writer, a unix
@@ -1411,6 +1427,8 @@ async fn attack_10_a_guest_never_holds_or_waits_on_a_special_file() {
     );
 }
 
+// Unix only: FIFOs
+#[cfg(unix)]
 /// Attack 10, a call dropped (cancelled) while its open of a FIFO waits,
 /// before the watchdog's first look at 20 ms: the watchdog goes on after the
 /// call, and no thread is left waiting. Preview 1 and preview 2.
@@ -1442,6 +1460,8 @@ async fn attack_10_a_call_dropped_during_a_fifo_open_leaves_no_thread_waiting() 
     }
 }
 
+// Unix only: FIFOs and setuid
+#[cfg(unix)]
 /// Attack 10 with toolhost not root (uid 65534 when the tests run as root):
 /// toolhost makes itself non-dumpable by default (`protect_host_environ`), so
 /// `/proc/self/task/*/syscall` is closed to it; the watchdog's self-test still
@@ -1535,6 +1555,8 @@ fn attack_10_an_unprivileged_toolhost_ends_a_guest_waiting_on_a_fifo() {
     );
 }
 
+// Unix only: FIFOs
+#[cfg(unix)]
 /// Attack 10 under a race: another thread swaps the path a guest opens in a
 /// loop between a regular file and a FIFO (a third with a writer, a third
 /// removed again at once, so that no path leads to it), while the guest opens
@@ -1661,6 +1683,8 @@ pub(crate) fn unprotected(t: &Tmp) -> Sandbox {
     Sandbox::new([t.ws()], config).unwrap()
 }
 
+// Unix only: relative symlinks made with std::os::unix
+#[cfg(unix)]
 /// A `.git` and symlinks that climb with `..`: `a/b/up -> ../x`, `a/hop ->
 /// b/up` (two hops), `a/b/cfg -> ../../.git/config`; the path `a/x`.
 pub(crate) fn climbing_links(t: &Tmp) -> PathBuf {
@@ -1677,6 +1701,8 @@ pub(crate) fn climbing_links(t: &Tmp) -> PathBuf {
     t.ws().join("a/x")
 }
 
+// Unix only: Unix symlinks
+#[cfg(unix)]
 /// Under the guard an open for writing follows a final symlink itself, hop
 /// by hop, naming each target from the call's directory: a target that
 /// climbs with `..` lands where the host would put it, on preview 1 and 2
@@ -1703,6 +1729,8 @@ async fn writes_through_symlinks_that_climb_land_where_the_host_puts_them() {
     }
 }
 
+// Unix only: Unix symlinks
+#[cfg(unix)]
 /// Times set through a link whose target ends in `/` (`L -> y/`): the host
 /// follows `y` at the set itself, whatever it was at the check, so toolhost
 /// sets them through a handle on what `y/` names (restricted inside `.git`).
@@ -1793,6 +1821,8 @@ async fn times_through_a_link_ending_in_a_slash_never_reach_git() {
     assert_eq!(mtime(".git"), old);
 }
 
+// Unix only: Unix symlinks and modes
+#[cfg(unix)]
 /// Case 44 for preview-2 components and preview-1 modules side by side, with
 /// what the contract row does not try: a `.git` absent when the call starts
 /// is refused by name, a cwd inside `.git` is read-only, a finer list keeps

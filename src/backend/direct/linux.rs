@@ -108,6 +108,7 @@ impl Control {
                 cpu_time: None,
                 survivors: 0,
                 layers: 0,
+                limit_hit: None,
             };
         };
         let st = r.wait_status;
@@ -139,6 +140,7 @@ impl Control {
             cpu_time: Some(Duration::from_micros(r.cpu_micros)),
             survivors,
             layers,
+            limit_hit: None,
         }
     }
 }

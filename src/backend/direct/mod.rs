@@ -46,7 +46,8 @@ pub fn flush_private_tmps() {}
 
 #[cfg_attr(target_os = "linux", path = "linux.rs")]
 #[cfg_attr(all(unix, not(target_os = "linux")), path = "unix.rs")]
-#[cfg_attr(not(unix), path = "other.rs")]
+#[cfg_attr(windows, path = "windows.rs")]
+#[cfg_attr(not(any(unix, windows)), path = "other.rs")]
 mod platform;
 
 /// How long output pipes are still read after the tool's tree is gone, for a
@@ -107,8 +108,19 @@ pub(crate) struct Finished {
     pub cpu_time: Option<Duration>,
     pub survivors: u32,
     /// Isolation layers the tool applied before exec.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    #[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))]
     pub layers: u32,
+    /// A limit the platform says the tool hit (Windows job notifications);
+    /// elsewhere outcomes are read from signals and times.
+    pub limit_hit: Option<LimitHit>,
+}
+
+/// A limit the platform reported as hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(windows), allow(dead_code))]
+pub(crate) enum LimitHit {
+    Memory,
+    Cpu,
 }
 
 async fn run(plan: &ExecPlan) -> RunOutput {
@@ -162,7 +174,11 @@ async fn run(plan: &ExecPlan) -> RunOutput {
             };
             tokio::select! {
                 // A tool that exits without reading makes this fail: that is fine.
-                _ = async { let _ = w.write_all(&data).await; } => {}
+                _ = async {
+                    let _ = w.write_all(&data).await;
+                    // Windows's pipe is a file written in the background.
+                    let _ = w.flush().await;
+                } => {}
                 _ = stop => {}
             }
         }
@@ -284,8 +300,19 @@ fn looks_out_of_memory(stderr: &str) -> bool {
 }
 
 fn classify(plan: &ExecPlan, f: &Finished, stderr: &str) -> (Outcome, Option<i32>) {
-    let memory_limited = plan.limits.memory_bytes.is_some() && looks_out_of_memory(stderr);
+    let memory_limited = plan.limits.memory_bytes.is_some()
+        && (f.limit_hit == Some(LimitHit::Memory) || looks_out_of_memory(stderr));
     match f.termination {
+        Termination::Exited(code) if f.limit_hit == Some(LimitHit::Cpu) => (
+            Outcome::new(
+                OutcomeKind::CpuLimit,
+                format!(
+                    "ended by the job's CPU time limit of {} s (exit code {code})",
+                    plan.limits.cpu_seconds.unwrap_or(0)
+                ),
+            ),
+            Some(code),
+        ),
         Termination::Exited(code) if code != 0 && memory_limited => (
             Outcome::new(
                 OutcomeKind::MemoryLimit,
@@ -428,7 +455,7 @@ fn launch_failure(plan: &ExecPlan, e: &io::Error, start: Instant) -> RunOutput {
     let (kind, message) = match e.kind() {
         io::ErrorKind::NotFound => (
             OutcomeKind::NotFound,
-            if program.contains('/') {
+            if program.contains('/') || (cfg!(windows) && program.contains('\\')) {
                 format!("{program}: no such file")
             } else {
                 format!("{program}: command not found on the tool's PATH")
@@ -470,6 +497,8 @@ fn launch_failure(plan: &ExecPlan, e: &io::Error, start: Instant) -> RunOutput {
 fn os_reason(e: &io::Error) -> String {
     match e.raw_os_error() {
         Some(code) => io::Error::from_raw_os_error(code).to_string(),
-        None => e.kind().to_string(),
+        None => e
+            .get_ref()
+            .map_or_else(|| e.kind().to_string(), |inner| inner.to_string()),
     }
 }

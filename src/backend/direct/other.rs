@@ -32,6 +32,7 @@ impl Control {
             cpu_time: None,
             survivors: 0,
             layers: 0,
+            limit_hit: None,
         }
     }
 }

@@ -52,6 +52,7 @@ impl Control {
             cpu_time: None::<Duration>,
             survivors: 0,
             layers: 0,
+            limit_hit: None,
         }
     }
 }

@@ -545,7 +545,7 @@ fn direct_host_checks(out: &mut Vec<Check>) {
         "direct",
         "process containment",
         Status::Partial,
-        "a Job Object per call (KILL_ON_JOB_CLOSE, no breakaway): the processes the tool starts are killed at the timeout and at the end of every call; but the tool runs with toolhost's token, so it can start processes outside the job through another process of the user (a spoofed parent, WMI, the task scheduler). toolhost's own process is closed to it by its DACL (not against SeDebugPrivilege)",
+        "a Job Object per call (KILL_ON_JOB_CLOSE, no breakaway): the processes the tool starts are killed at the timeout and at the end of every call; but the tool runs with toolhost's token, so it can start processes outside the job through another process of the user (a spoofed parent, WMI, the task scheduler). toolhost's process object is closed to it by its DACL, but not its threads: a tool can get code run inside toolhost, so keep secrets out of a toolhost that runs untrusted native tools (use wasm)",
     );
     push(
         out,

@@ -26,7 +26,7 @@ pub fn direct_guarantees() -> &'static [&'static str] {
     } else if cfg!(windows) {
         &[
             "a Job Object per call: the processes a tool starts are killed at the timeout and at the end of every call (KILL_ON_JOB_CLOSE, no breakaway)",
-            "NOT ENFORCED on Windows: separation from the user's account: a tool runs with toolhost's token, so it can reach the user's other processes and start processes outside its job through them; toolhost's own process is closed to it by its DACL (not against SeDebugPrivilege)",
+            "NOT ENFORCED on Windows: separation from the user's account: a tool runs with toolhost's token, so it can reach the user's other processes and start processes outside its job through them; toolhost's process object is closed to it by its DACL, but its threads are not: a tool can get code run inside toolhost",
             "job limits applied per process: max_memory_mb (committed memory), max_cpu_seconds (user time), max_processes (processes alive at once); max_file_size_mb is not applied",
             "environment from an allowlist, deny list always stripped (names without case); only the three standard handles inherited (PROC_THREAD_ATTRIBUTE_HANDLE_LIST); stdin never the host's",
             "NOT ENFORCED on Windows: filesystem confinement and network denial of native programs (a job confines neither)",

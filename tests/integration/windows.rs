@@ -852,9 +852,10 @@ async fn only_the_standard_handles_are_inherited() {
     drop(file);
 }
 
-/// toolhost's own process is closed to its tools: they cannot open it to
+/// toolhost's process object is closed to its tools: they cannot open it to
 /// read its memory or take its handles (its DACL), while they can open a
 /// process of their own tree (the allowed twin: the helper opens itself).
+/// Its threads are not closed (docs/src/windows.md): not tested as held.
 #[tokio::test]
 async fn a_tool_cannot_open_toolhosts_process() {
     let t = Tmp::new();
@@ -865,13 +866,7 @@ async fn a_tool_cannot_open_toolhosts_process() {
     // The allowed twin: the tool opens a process of its own (itself).
     let own = sb.run(helper_request("open self")).await;
     assert_eq!(said(&own.stdout, "OPENED"), ["true"], "{own:?}");
-    if under_wine() && opened == ["true"] {
-        println!(
-            "Wine does not check a process's DACL on OpenProcess: the tool opened toolhost ({r:?})"
-        );
-    } else {
-        assert_eq!(opened, ["false"], "{r:?}");
-    }
+    assert_eq!(opened, ["false"], "{r:?}");
 }
 
 /// The tool's environment is the allowlist, minus the deny list, whatever

@@ -23,9 +23,10 @@
 //! separate the tool from its user: the tool runs with toolhost's own token,
 //! so it can open other processes of that user and start processes outside
 //! the job through them (a spoofed parent, WMI, the task scheduler).
-//! toolhost's own process is closed to it as far as a DACL can
-//! ([`close_own_process`]); `toolhost check`, docs/src/windows.md and a
-//! warning logged once say the rest.
+//! toolhost's process object is closed to it by a DACL
+//! ([`close_own_process`]), but its threads and its token are not: a tool
+//! can still get code run inside toolhost through a thread of it.
+//! `toolhost check`, docs/src/windows.md and a warning logged once say so.
 //!
 //! Batch files (`.bat`, `.cmd`) are refused: Windows runs them through
 //! `cmd.exe`, which parses the command line by other rules than the ones it is
@@ -528,16 +529,20 @@ impl Drop for HandleList<'_> {
     }
 }
 
-/// Closes toolhost's own process to the tools it starts, once per process:
-/// they run as the same user, and the owner of a process may by default
-/// read and write its memory, duplicate its handles and start threads in it
-/// (to read the host's secrets out of its environment, or write to its
-/// stdout: the MCP channel). The new DACL grants only synchronize and
-/// limited queries, to the owner too (an `OWNER RIGHTS` entry replaces the
-/// owner's implicit right to change the DACL back), and to SYSTEM. It does
-/// not hold against a token with `SeDebugPrivilege` (an elevated
-/// administrator), which bypasses DACLs: the tool has toolhost's token.
-/// The Linux counterpart is toolhost being non-dumpable.
+/// Closes toolhost's process object to the tools it starts, once per
+/// process: they run as the same user, and the owner of a process may by
+/// default read and write its memory and duplicate its handles (to read the
+/// host's secrets out of its environment, or write to its stdout: the MCP
+/// channel). The new DACL grants only synchronize, terminate and limited
+/// queries, to the owner too (an `OWNER RIGHTS` entry replaces the owner's
+/// implicit right to change the DACL back), and to SYSTEM.
+///
+/// A hurdle, not a boundary: toolhost's threads keep the default DACL of
+/// its token, so a tool can open one and get code run in toolhost (an APC,
+/// a changed context); a token with `SeDebugPrivilege` bypasses DACLs
+/// altogether. Closing that needs tools started with a restricted token
+/// (issue 18, open). The Linux counterpart is toolhost being non-dumpable
+/// and the tool's Landlock domain.
 fn close_own_process() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -560,8 +565,9 @@ fn set_own_dacl() -> io::Result<()> {
     };
     use windows_sys::Win32::System::Threading::GetCurrentProcess;
     // Protected DACL: SYNCHRONIZE (0x100000) | PROCESS_QUERY_LIMITED_INFORMATION
-    // (0x1000) for OWNER RIGHTS and for SYSTEM; nothing for anyone else.
-    let sddl = wide_nul(OsStr::new("D:P(A;;0x101000;;;OW)(A;;0x101000;;;SY)"))?;
+    // (0x1000) | PROCESS_TERMINATE (0x1: the user can still stop toolhost) for
+    // OWNER RIGHTS and for SYSTEM; nothing for anyone else.
+    let sddl = wide_nul(OsStr::new("D:P(A;;0x101001;;;OW)(A;;0x101001;;;SY)"))?;
     let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
     // SAFETY: a NUL-terminated SDDL string; `sd` receives a LocalAlloc'd
     // descriptor, freed below.

@@ -14,7 +14,7 @@
 //! Many writers, one chain: every append takes an exclusive lock on the file
 //! (`flock`; on Windows `LockFileEx` of one byte far past any real end, since
 //! a Windows lock of the data itself would stop other handles reading it: see
-//! [`lock`]), chains from the file's real last
+//! `lock`), chains from the file's real last
 //! record (read back from the file when another writer appended since), writes
 //! the whole line and unlocks. Threads share one handle; processes (several
 //! `toolhost mcp` sessions with one `audit_log`) each hold their own. Records never

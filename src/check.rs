@@ -568,13 +568,6 @@ fn direct_host_checks(out: &mut Vec<Check>) {
         Status::Ok,
         "only the three standard handles are inherited (PROC_THREAD_ATTRIBUTE_HANDLE_LIST); stdin is never toolhost's",
     );
-    push(
-        out,
-        "wasm",
-        "protected paths",
-        Status::Missing,
-        "Unix only: a wasm guest can change protected paths inside a writable allowed dir on Windows (the file tools refuse them); a read-only dir inside a writable one is refused",
-    );
 }
 
 #[cfg(not(any(unix, windows)))]

@@ -44,6 +44,7 @@ pub mod backend;
 pub mod check;
 pub mod config;
 pub mod env;
+mod file_id;
 pub mod isolation;
 pub mod mcp;
 pub mod outcome;

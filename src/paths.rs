@@ -453,7 +453,9 @@ impl AllowedDirs {
         if shown.starts_with("file:") {
             return Err(PathError::Url(shown));
         }
-        let (root, rel) = if user_path.is_absolute() {
+        // A guest path (`/data/x`) is absolute to the tools that see it,
+        // also on Windows, where a path with a root but no drive is not.
+        let (root, rel) = if user_path.is_absolute() || user_path.has_root() {
             self.split_root(user_path, true)
                 .ok_or_else(|| PathError::Outside(shown.clone()))?
         } else {
@@ -505,7 +507,10 @@ impl AllowedDirs {
                 existing.as_path()
             };
             match dir.canonicalize(target) {
-                Ok(mut canon) => {
+                Ok(canon) => {
+                    #[cfg(windows)]
+                    let canon = names_on_disk(&self.dirs[root].path, &canon);
+                    let mut canon = canon;
                     for name in missing.iter().rev() {
                         canon.push(name);
                     }
@@ -544,6 +549,25 @@ impl AllowedDirs {
             dir.open_dir(&r.rel)
         }
     }
+}
+
+/// `rel` (existing, below `root`) with each name in its long form: on
+/// Windows an entry also answers to an 8.3 short name (`GIT~1` for `.git`),
+/// and what is judged by its names (protected paths, the extension
+/// denylist) must see the long one.
+#[cfg(windows)]
+fn names_on_disk(root: &Path, rel: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(name) => {
+                let real = crate::file_id::name_on_disk(&root.join(&out).join(name));
+                out.push(real.as_deref().unwrap_or(name));
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Whether `..` components climb above the start of `rel`, read as written.

@@ -30,7 +30,6 @@ pub fn direct_guarantees() -> &'static [&'static str] {
             "job limits applied per process: max_memory_mb (committed memory), max_cpu_seconds (user time), max_processes (processes alive at once); max_file_size_mb is not applied",
             "environment from an allowlist, deny list always stripped (names without case); only the three standard handles inherited (PROC_THREAD_ATTRIBUTE_HANDLE_LIST); stdin never the host's",
             "NOT ENFORCED on Windows: filesystem confinement and network denial of native programs (a job confines neither)",
-            "NOT HELD on Windows by the wasm backend: protected_paths inside a writable allowed dir (the file tools hold them); a read-only dir inside a writable one is refused",
         ]
     } else {
         &[

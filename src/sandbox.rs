@@ -344,7 +344,6 @@ impl Sandbox {
             .map_err(|m| ConfigError::key("protected_paths", m))?;
         crate::state_dirs::refuse_aliased_protected(&dirs, &protected)
             .map_err(SandboxError::StateExposed)?;
-        crate::state_dirs::refuse_unheld_read_only(&dirs).map_err(SandboxError::StateExposed)?;
         if config.protect_host_environ {
             protect_host_environ();
         }

@@ -514,28 +514,6 @@ pub fn refuse_exposed_state(dirs: &AllowedDirs, config: &SandboxConfig) -> Resul
     Ok(())
 }
 
-/// Refuses, where the wasm backend's guard does not run (off Unix), a
-/// read-only allowed dir inside a writable one: a guest could change it
-/// through the writable dir, and the guard that stops that on Unix (by file
-/// identity) is not there. Elsewhere nothing is refused.
-pub fn refuse_unheld_read_only(dirs: &AllowedDirs) -> Result<(), String> {
-    if cfg!(unix) {
-        return Ok(());
-    }
-    let all = dirs.as_slice();
-    let writable = Writable::of(dirs);
-    for ro in all.iter().filter(|d| d.read_only()) {
-        if let Some(w) = writable.holding(ro.path()) {
-            return Err(format!(
-                "the read-only allowed dir {} lies inside the writable allowed dir {}: on this platform nothing stops a tool changing it there. Allow both read-only, or only dirs that do not nest",
-                ro.path().display(),
-                w.display()
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Refuses allowed dirs that would reach a protected path
 /// (`policy::protected`) of a writable allowed dir another way than through
 /// that dir, where the backends could not tell it is protected: a writable

@@ -91,8 +91,12 @@ pub(crate) fn resolve_entry(root: &Path, raw: &[String]) -> Resolved {
                         exists: false,
                     };
                 };
-                if target.is_absolute() {
-                    cur = PathBuf::from("/");
+                if target.has_root() {
+                    // Its root: `/`, or on Windows `C:\` or `\\?\C:\`.
+                    cur = target
+                        .components()
+                        .take_while(|c| matches!(c, Component::Prefix(_) | Component::RootDir))
+                        .collect();
                 }
                 let parts: Vec<std::ffi::OsString> = target
                     .components()

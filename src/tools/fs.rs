@@ -239,6 +239,19 @@ fn target(dirs: &AllowedDirs, path: &str) -> Result<Target, FsError> {
             ),
         ));
     }
+    // Windows: an existing entry named by its 8.3 short name (`GIT~1`) is
+    // judged, and changed, by its long name: the protected paths and the
+    // extension denylist are names.
+    #[cfg(windows)]
+    let name = match crate::file_id::name_on_disk(&parent.host_path().join(&name)) {
+        Some(real)
+            if crate::policy::protected::normalize(&real.to_string_lossy())
+                != crate::policy::protected::normalize(&name.to_string_lossy()) =>
+        {
+            PathBuf::from(real)
+        }
+        _ => name,
+    };
     let host = parent.host_path().join(&name);
     let read_only = parent.read_only()
         || dirs

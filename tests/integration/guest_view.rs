@@ -54,8 +54,6 @@ async fn preopens(sb: &Sandbox, cwd: Option<&str>) -> Vec<String> {
     rest.to_vec()
 }
 
-// Unix only: a dir at guest path /: guest paths are host Path values, and / is not absolute on Windows (issue 18, open)
-#[cfg(unix)]
 #[tokio::test]
 async fn a_guest_sees_exactly_the_preopens_it_was_given() {
     let t = Tmp::new();
@@ -119,8 +117,6 @@ async fn a_guest_sees_exactly_the_preopens_it_was_given() {
     assert_eq!(r.stdout, "probe\nargs\npure\n", "{r:?}");
 }
 
-// Unix only: the wasm guard is Unix only; Windows refuses a read-only dir inside a writable one (windows.rs)
-#[cfg(unix)]
 #[tokio::test]
 async fn a_read_only_guest_path_is_read_only_wherever_it_is_seen() {
     let t = Tmp::new();
@@ -187,8 +183,6 @@ async fn one_dir_twice_is_one_preopen_read_only_if_either_is() {
     assert_eq!(r.stdout, "wrote 3\n", "{r:?}");
 }
 
-// Unix only: a read-only dir inside a writable one, which Windows refuses (windows.rs)
-#[cfg(unix)]
 #[test]
 fn a_dir_seen_below_another_must_lie_there_on_the_host() {
     let t = Tmp::new();

@@ -186,3 +186,49 @@ pub fn threads_waiting_on_a_fifo() -> usize {
 /// waiting on a FIFO, both of which count for the whole process (a guest's
 /// FIFO open waits about 20 ms before the watchdog ends it).
 pub static FIFO_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A symlink at `at` to `target`. Windows has a file kind and a directory
+/// kind: the kind of what the target names now (a missing target makes a
+/// file link), and `/` in a relative target is its separator.
+pub fn symlink(target: impl AsRef<Path>, at: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(target, at)
+    }
+    #[cfg(windows)]
+    {
+        let target = target.as_ref();
+        let target = if target.is_absolute() {
+            target.to_path_buf()
+        } else {
+            PathBuf::from(target.to_string_lossy().replace('/', "\\"))
+        };
+        let full = match at.parent() {
+            Some(p) if !target.is_absolute() => p.join(&target),
+            _ => target.clone(),
+        };
+        if full.is_dir() {
+            std::os::windows::fs::symlink_dir(target, at)
+        } else {
+            std::os::windows::fs::symlink_file(target, at)
+        }
+    }
+}
+
+#[cfg(windows)]
+/// The 8.3 short name of `p`, if the volume makes them.
+pub fn short_name(p: &Path) -> Option<String> {
+    use std::os::windows::ffi::OsStrExt;
+    use windows_sys::Win32::Storage::FileSystem::GetShortPathNameW;
+    let wide: Vec<u16> = p.as_os_str().encode_wide().chain([0]).collect();
+    let mut buf = vec![0u16; 1024];
+    // SAFETY: a NUL-terminated path and a buffer of the length given.
+    let n = unsafe { GetShortPathNameW(wide.as_ptr(), buf.as_mut_ptr(), buf.len() as u32) };
+    if n == 0 || n as usize >= buf.len() {
+        return None;
+    }
+    let short = PathBuf::from(String::from_utf16_lossy(&buf[..n as usize]));
+    let name = short.file_name()?.to_string_lossy().into_owned();
+    let long = p.file_name()?.to_string_lossy().into_owned();
+    (name != long).then_some(name)
+}

@@ -785,7 +785,7 @@ fn tools_subcommand_lists_descriptions() {
     assert!(v.as_array().unwrap().len() >= 13);
 }
 
-fn probe_p2_path() -> PathBuf {
+pub(crate) fn probe_p2_path() -> PathBuf {
     let p = Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe-p2.wasm");
     assert!(p.exists(), "{} is missing: build.rs builds it", p.display());
     p

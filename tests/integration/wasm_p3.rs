@@ -15,7 +15,7 @@ use crate::util::*;
 use crate::wasm::{SkipPrecheck, climbing_links, mkfifo, unprotected};
 use crate::wasm::{setup, wasm_config};
 
-fn probe_p3_path() -> PathBuf {
+pub(crate) fn probe_p3_path() -> PathBuf {
     let p = Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe-p3.wasm");
     assert!(p.exists(), "{} is missing: build.rs builds it", p.display());
     p
@@ -46,8 +46,6 @@ fn mtime(p: &Path) -> std::time::SystemTime {
     std::fs::symlink_metadata(p).unwrap().modified().unwrap()
 }
 
-// Unix only: a dir at guest path /: guest paths are host Path values, and / is not absolute on Windows (issue 18, open)
-#[cfg(unix)]
 #[tokio::test]
 async fn preview3_commands_see_exactly_their_args_env_and_preopens() {
     let mut cfg = wasm_config();

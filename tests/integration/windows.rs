@@ -487,10 +487,12 @@ async fn junctions_out_are_not_followed_out() {
     assert!(!t.outside().join("new.txt").exists());
 }
 
-/// A read-only dir is read-only to a guest by its guest path; nested in a
-/// writable one it is refused (the guard that holds it on Unix is Unix only).
+/// A read-only dir is read-only to a guest by its guest path, and nested in a
+/// writable one it stays read-only through the writable one too, by any name
+/// (another case, its 8.3 name, `\`): the guard holds it by identity. The
+/// allowed twins: reads through both, and writes beside it.
 #[tokio::test]
-async fn read_only_dirs_hold_and_nesting_them_in_a_writable_one_is_refused() {
+async fn read_only_dirs_hold_and_stay_read_only_nested_in_a_writable_one() {
     let t = Tmp::new();
     std::fs::copy(crate::wasm::probe_path(), t.ws().join("probe.wasm")).unwrap();
     let ro = t.outside();
@@ -511,35 +513,166 @@ async fn read_only_dirs_hold_and_nesting_them_in_a_writable_one_is_refused() {
     assert!(!ro.join("new").exists());
     let r = crate::wasm::probe(&sb, &["read", "/ro/secret.txt"]).await;
     assert_eq!(r.stdout, CANARY, "{r:?}");
-    // Nested: refused, whatever the spelling of the inner dir.
-    std::fs::create_dir(t.ws().join("data")).unwrap();
-    let inner = t.ws().join("data");
-    let upper = PathBuf::from(inner.to_string_lossy().to_uppercase());
-    for spelling in [inner.clone(), upper] {
-        let e = Sandbox::new(
-            [
-                AllowedDirSpec::read_write(t.ws()),
-                AllowedDirSpec::read_only(&spelling).at("/d"),
-            ],
-            wasm_config(),
-        )
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-        assert!(
-            e.contains("lies inside the writable allowed dir"),
-            "{spelling:?}: {e}"
-        );
-    }
-    // Allowed twin: both read-only.
-    Sandbox::new(
+    // Nested: `ws/Data Files` read-only inside the writable `ws`.
+    let inner = t.ws().join("Data Files");
+    std::fs::create_dir(&inner).unwrap();
+    std::fs::write(inner.join("keep.txt"), "KEEP").unwrap();
+    let keep = sha256_file(&inner.join("keep.txt"));
+    let sb = Sandbox::new(
         [
-            AllowedDirSpec::read_only(t.ws()),
+            AllowedDirSpec::read_write(t.ws()),
             AllowedDirSpec::read_only(&inner).at("/d"),
         ],
         wasm_config(),
     )
-    .expect("both read-only");
+    .unwrap();
+    let short = short_name(&inner).unwrap_or_else(|| "Data Files".into());
+    println!("the 8.3 name of \"Data Files\" is {short:?}");
+    let (short_keep, short_new) = (format!("{short}/keep.txt"), format!("{short}/new"));
+    for args in [
+        &["write", "/d/keep.txt", "3"][..],
+        &["write", "Data Files/keep.txt", "3"],
+        &["write", "DATA FILES/keep.txt", "3"],
+        &["write", r"Data Files\new", "3"],
+        &["write", &short_keep, "3"],
+        &["write", &short_new, "3"],
+        &["rename", "Data Files", "moved"],
+        &["rename", &short, "moved"],
+        &["rm", "Data Files/keep.txt"],
+        &["mkdir", "Data Files/sub"],
+    ] {
+        let r = crate::wasm::probe(&sb, args).await;
+        assert!(
+            !r.success() && r.stdout.starts_with("ERR"),
+            "{args:?}: {r:?}"
+        );
+    }
+    assert_eq!(sha256_file(&inner.join("keep.txt")), keep);
+    let names: Vec<_> = std::fs::read_dir(&inner)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, ["keep.txt"]);
+    assert!(!t.ws().join("moved").exists());
+    // Allowed twins: reads through both names, a write beside it.
+    for p in ["/d/keep.txt", "Data Files/keep.txt"] {
+        let r = crate::wasm::probe(&sb, &["read", p]).await;
+        assert_eq!(r.stdout, "KEEP", "{p}: {r:?}");
+    }
+    let r = crate::wasm::probe(&sb, &["write", "beside.txt", "3"]).await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("beside.txt")).unwrap(),
+        "xxx"
+    );
+}
+
+/// Case 44 on Windows, for preview 1, 2 and 3 guests: `.git` by every name
+/// Windows gives it (another case, a trailing dot or space, a stream, `\`
+/// between names, its 8.3 short name) is as protected as `.git`: nothing in
+/// it is written, created or removed, and it is neither moved nor replaced.
+/// The allowed twins land in `not-a-repo`, also named through `\` and 8.3.
+#[tokio::test]
+async fn protected_paths_hold_by_every_windows_name_on_every_preview() {
+    for preview in ["p1", "p2", "p3"] {
+        let (t, sb) = crate::wasm::setup(wasm_config());
+        let probe = match preview {
+            "p1" => crate::wasm::probe_path(),
+            "p2" => crate::wasm::probe_p2_path(),
+            _ => crate::wasm_p3::probe_p3_path(),
+        };
+        std::fs::copy(probe, t.ws().join("probe.wasm")).unwrap();
+        let git = t.ws().join(".git");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::write(git.join("config"), "[core]\n").unwrap();
+        std::fs::create_dir_all(t.ws().join("not-a-repo/hooks")).unwrap();
+        let short = short_name(&git);
+        let twin_short = short_name(&t.ws().join("not-a-repo"));
+        println!("{preview}: the 8.3 names of .git and not-a-repo are {short:?}, {twin_short:?}");
+        let before = sha256_file(&git.join("config"));
+        // Each change: (op, path, second path).
+        let run = |op: &'static str, a: String, b: Option<String>| {
+            let sb = &sb;
+            async move {
+                let mut argv: Vec<String> = vec!["./probe.wasm".into()];
+                let p3 = preview == "p3";
+                let op = match op {
+                    "rm" if p3 => "unlink",
+                    other => other,
+                };
+                argv.push(op.into());
+                if p3 {
+                    argv.push(".".into());
+                }
+                argv.push(a);
+                argv.extend(b);
+                if matches!(op, "write" | "append") {
+                    argv.push("3".into());
+                }
+                let r = sb.run(RunRequest::new(argv.clone())).await;
+                let refused = if p3 {
+                    r.stdout.starts_with("err ")
+                } else {
+                    r.stdout.starts_with("ERR")
+                };
+                (argv, refused, r)
+            }
+        };
+        let mut names = vec![
+            ".GIT".to_string(),
+            ".git.".into(),
+            ".git ".into(),
+            ".Git::$INDEX_ALLOCATION".into(),
+            r"not-a-repo\..\.git".into(),
+        ];
+        names.extend(short.clone());
+        for g in &names {
+            for (op, a, b) in [
+                ("write", format!(r"{g}\hooks\pre-commit"), None),
+                ("write", format!("{g}/config"), None),
+                ("mkdir", format!("{g}/hooks/d"), None),
+                ("rm", format!("{g}/config"), None),
+                ("rename", g.clone(), Some("moved".to_string())),
+                ("rename", format!("{g}/hooks"), Some("moved".to_string())),
+                ("rename", "not-a-repo".to_string(), Some(g.clone())),
+            ] {
+                let (argv, refused, r) = run(op, a, b).await;
+                assert!(refused, "{argv:?}: {r:?}");
+            }
+        }
+        assert_eq!(sha256_file(&git.join("config")), before, "{preview}");
+        assert!(!t.ws().join("moved").exists(), "{preview}");
+        let mut left: Vec<_> = std::fs::read_dir(&git)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["config", "hooks"], "{preview}");
+        assert_eq!(std::fs::read_dir(git.join("hooks")).unwrap().count(), 0);
+        // Allowed twins: the same changes in `not-a-repo`, by its names.
+        let mut twins = vec!["not-a-repo".to_string(), r"sub\..\not-a-repo".into()];
+        std::fs::create_dir_all(t.ws().join("sub")).unwrap();
+        twins.extend(twin_short.clone());
+        for (i, g) in twins.iter().enumerate() {
+            let (argv, refused, r) = run("write", format!(r"{g}\hooks\pre-commit"), None).await;
+            assert!(!refused && r.success(), "{argv:?}: {r:?}");
+            let (argv, refused, r) = run("mkdir", format!("{g}/d{i}"), None).await;
+            assert!(!refused && r.success(), "{argv:?}: {r:?}");
+        }
+        assert!(
+            t.ws().join("not-a-repo/hooks/pre-commit").is_file(),
+            "{preview}"
+        );
+        assert!(t.ws().join("not-a-repo/d0").is_dir(), "{preview}");
+        let (argv, refused, r) = run("rename", "not-a-repo".into(), Some("renamed".into())).await;
+        assert!(!refused && r.success(), "{argv:?}: {r:?}");
+        assert!(
+            t.ws().join("renamed/hooks/pre-commit").is_file(),
+            "{preview}"
+        );
+    }
 }
 
 /// Attack 41 on Windows: a compile cache inside a writable allowed dir is
@@ -675,23 +808,6 @@ async fn file_tools_hold_against_ntfs_spellings() {
         assert!(!r.is_error, "{p}: {r:?}");
         assert_eq!(std::fs::read_to_string(t.ws().join(p)).unwrap(), "PWNED");
     }
-}
-
-/// The 8.3 short name of `p`, if the volume makes them.
-fn short_name(p: &Path) -> Option<String> {
-    use std::os::windows::ffi::OsStrExt;
-    use windows_sys::Win32::Storage::FileSystem::GetShortPathNameW;
-    let wide: Vec<u16> = p.as_os_str().encode_wide().chain([0]).collect();
-    let mut buf = vec![0u16; 1024];
-    // SAFETY: a NUL-terminated path and a buffer of the length given.
-    let n = unsafe { GetShortPathNameW(wide.as_ptr(), buf.as_mut_ptr(), buf.len() as u32) };
-    if n == 0 || n as usize >= buf.len() {
-        return None;
-    }
-    let short = PathBuf::from(String::from_utf16_lossy(&buf[..n as usize]));
-    let name = short.file_name()?.to_string_lossy().into_owned();
-    let long = p.file_name()?.to_string_lossy().into_owned();
-    (name != long).then_some(name)
 }
 
 // ------------------------------------------------------------------ direct

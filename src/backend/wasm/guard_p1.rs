@@ -142,6 +142,7 @@ async fn target(
     path: &str,
 ) -> wasmtime::Result<Result<Option<Target>, i32>> {
     sweep_preopens(caller);
+    let path = &*protect::slashes(path);
     let Some((parent, name)) = protect::split(path) else {
         return Ok(Ok(None));
     };
@@ -172,11 +173,30 @@ async fn target(
             .named_hash(st.ino, name.trim_end_matches('/')),
         Err(_) => true,
     };
+    let named = named || (protect::may_be_short_name(&t.name) && entry_named(caller, &t).await);
     if named {
         release(caller, &t).await;
         return Ok(Err(ERRNO_PERM));
     }
     Ok(Ok(Some(t)))
+}
+
+/// Whether the entry `t` names, unfollowed, is one a protected name finds
+/// (by identity: on Windows `GIT~1` finds `.git`).
+async fn entry_named(caller: &mut Caller<'_, State>, t: &Target) -> bool {
+    let name = t.name.trim_end_matches('/');
+    let mut s = Scratch::new(&[name], 0);
+    let name = s.str(0);
+    let fd = types::Fd::from(t.fd as u32);
+    let st = P1::path_filestat_get(
+        &mut caller.data_mut().wasi,
+        &mut s.mem(),
+        fd,
+        types::Lookupflags::empty(),
+        name,
+    )
+    .await;
+    st.is_ok_and(|st| caller.data().common.guard.entry_named_hash(st.ino))
 }
 
 /// The target of a change whose final name is not followed. `Ok(None)`: go
@@ -211,7 +231,7 @@ async fn open_target(
     // The path reached so far, from `dirfd`: a link's target is taken from
     // its own directory, named from `dirfd` too, so that `..` in it may
     // climb as far as `dirfd` allows (as in `guard_path::open_target`).
-    let mut cur = path.to_string();
+    let mut cur = protect::slashes(path).into_owned();
     for _ in 0..MAX_HOPS {
         // A name ending in `/` must be a directory: the host follows it
         // there, and the caller acts on it as one.
@@ -240,7 +260,8 @@ async fn open_target(
             }
         };
         let start = bp as usize;
-        let link = String::from_utf8_lossy(&s.buf[start..start + n.min(LINK_BUF)]).into_owned();
+        let link = String::from_utf8_lossy(&s.buf[start..start + n.min(LINK_BUF)]);
+        let link = protect::slashes(&link).into_owned();
         // An absolute target stays absolute, and is refused below.
         cur = match cur.trim_end_matches('/').rfind('/') {
             Some(i) if !link.starts_with('/') => format!("{}/{link}", &cur[..i]),
@@ -427,6 +448,7 @@ pub(super) async fn set_times(
     if !caller.data().common.guard.active() {
         return Ok(None);
     }
+    let path = &*protect::slashes(path);
     // A final symlink is followed hop by hop (a link into `.git` reaches
     // `.git`'s read-only handle); a path ending in `.`, `..` or `/` (the
     // host follows a final symlink before a trailing slash, even unfollowed)

@@ -63,6 +63,7 @@ pub(super) fn release<F: PathFs>(fs: &mut F, t: &Target) -> wasmtime::Result<()>
 /// Opens the parent of `path` under `dir` (following symlinks, as the change
 /// itself would) and checks the final name. `Ok(None)`: go on unchanged.
 async fn target<F: PathFs>(fs: &mut F, guard: &Guard, dir: u32, path: &str) -> Checked<F::Code> {
+    let path = &*protect::slashes(path);
     let Some((parent, name)) = protect::split(path) else {
         return Ok(Ok(None));
     };
@@ -117,7 +118,7 @@ pub(super) async fn open_target<F: PathFs>(
     // The path reached so far, from `dir`: a link's target is taken from
     // its own directory, named from `dir` too, so that `..` in it may climb
     // as far as `dir` allows (not only to the link's directory).
-    let mut cur = path.to_string();
+    let mut cur = protect::slashes(path).into_owned();
     for _ in 0..MAX_HOPS {
         // A name ending in `/` must be a directory: the host follows it
         // there, and the caller acts on it as one.
@@ -125,7 +126,7 @@ pub(super) async fn open_target<F: PathFs>(
             return Ok(Ok(Some(t)));
         }
         let link = match fs.readlink(t.rep, &t.name).await? {
-            Ok(l) => l,
+            Ok(l) => protect::slashes(&l).into_owned(),
             Err(e) => {
                 release(fs, &t)?;
                 return Ok(Err(e));
@@ -180,6 +181,7 @@ pub(super) async fn times_target<F: PathFs>(
     if !guard.active() {
         return Ok(Ok(None));
     }
+    let path = &*protect::slashes(path);
     // A trailing slash makes the host follow a final symlink even when told
     // not to (and again at the set, after any check), so such a path is
     // opened as the directory it must name: given so, or reached by

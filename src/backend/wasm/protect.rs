@@ -1,5 +1,5 @@
 //! Protected paths in wasm guests (docs/src/attacks.md case 44; the rule is in
-//! [`crate::policy::protected`]). Held on Unix hosts.
+//! [`crate::policy::protected`]). Held on Unix and Windows hosts.
 //!
 //! Three parts, the first two enforced by wasmtime-wasi's own permission
 //! checks:
@@ -13,18 +13,24 @@
 //!   read-only), the other handles in the table before the first change, and
 //!   a handle a guest opens right after the open (preview 1: every directory
 //!   handle of the table; preview 2 and 3: the new one). Whether a
-//!   directory is inside is decided on the host by identity: its physical
-//!   parents are walked up to `/`, so no name, symlink or `..` in the guest's
-//!   path matters.
+//!   directory is inside is decided on the host by identity
+//!   ([`crate::file_id`]): its physical parents are walked up to the root
+//!   (Unix: `..` from the handle; Windows: the ancestors of the path the
+//!   filesystem gives the handle now, links and 8.3 names resolved), so no
+//!   name, symlink or `..` in the guest's path matters.
 //! - **Changes by path.** Before a change, the parent of its final name is
 //!   opened as a fresh handle (checked as above), and the change is made
 //!   through that handle with the final name alone, so a symlink swapped into
 //!   the path after the check cannot redirect it. The final name is refused
 //!   when it is one of a protected path's names in the directory where that
 //!   name lives (`.git` in a writable allowed dir, `hooks` in its `.git`, or
-//!   the first missing name of an absent protected path). An open for writing
-//!   follows a final symlink itself, hop by hop, and opens the last name
-//!   without following.
+//!   the first missing name of an absent protected path), names compared as
+//!   Windows reads them (`normalize`). On Windows, where an entry has other
+//!   names (an 8.3 short name such as `GIT~1`), the entry a name that may be
+//!   one finds ([`may_be_short_name`]) is also compared by identity with
+//!   those protected names lead to. An open
+//!   for writing follows a final symlink itself, hop by hop, and opens the
+//!   last name without following.
 //!
 //! - **File descriptors.** A file opened for reading is not walked (it
 //!   changes nothing), so one may be open on a file in `.git`; setting times
@@ -44,8 +50,8 @@ use wasmtime_wasi::filesystem::{Descriptor, Dir};
 use crate::policy::protected::normalize;
 use crate::sandbox::ExecPlan;
 
-/// A file's identity on the host: device and inode.
-pub(crate) type Id = (u64, u64);
+/// A file's identity on the host ([`crate::file_id`]).
+pub(crate) type Id = crate::file_id::FileId;
 
 /// What one call protects, fixed when its context is built. Clones share it.
 #[derive(Debug, Default, Clone)]
@@ -70,12 +76,16 @@ struct Inner {
     names: HashSet<(Id, String)>,
     /// The same, keyed by the identity hash preview 1 reports as `ino`.
     names_hash: HashSet<(u64, String)>,
+    /// The entries those names find, unfollowed, where they exist (Windows:
+    /// a short name finds the same entry under another name).
+    entries: HashSet<Id>,
+    /// The same, by the identity hash preview 1 reports as `ino`.
+    entries_hash: HashSet<u64>,
     /// Directories already walked: whether each is inside.
     walked: HashMap<Id, bool>,
 }
 
 /// Whether `m` is a read-only allowed dir inside a writable one.
-#[cfg(unix)]
 fn ro_inside_writable(m: &crate::sandbox::Mount, mounts: &[crate::sandbox::Mount]) -> bool {
     m.read_only
         && mounts
@@ -84,10 +94,10 @@ fn ro_inside_writable(m: &crate::sandbox::Mount, mounts: &[crate::sandbox::Mount
 }
 
 /// The identity hash wasmtime-wasi reports as a preview-1 `ino` and a
-/// preview-2 `metadata-hash` (its `MetadataHashValue::new` on Unix: the
-/// standard library's default hasher over `(dev, ino)`). The contract tests
-/// that rename `.git` from a preview-1 guest fail if this ever diverges.
-#[cfg(unix)]
+/// preview-2 `metadata-hash` (its `MetadataHashValue::new`: the standard
+/// library's default hasher over the pair [`crate::file_id`] reads, on Unix
+/// and Windows alike). The contract tests that rename `.git` from a
+/// preview-1 guest fail if this ever diverges.
 pub(crate) fn guest_hash(id: Id) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::hash::DefaultHasher::new();
@@ -96,34 +106,26 @@ pub(crate) fn guest_hash(id: Id) -> u64 {
 }
 
 impl Guard {
-    /// The guard of `plan`: nothing when no allowed dir is writable or the
-    /// list is empty, or off Unix.
+    /// The guard of `plan`: nothing when no allowed dir is writable, or
+    /// when nothing is protected and no read-only dir lies in a writable one.
     pub(crate) fn new(plan: &ExecPlan) -> Self {
-        #[cfg(unix)]
-        {
-            if !plan.mounts.iter().any(|m| !m.read_only) {
-                return Guard::default();
-            }
-            if plan.protected.is_empty()
-                && !plan
-                    .mounts
-                    .iter()
-                    .any(|m| ro_inside_writable(m, &plan.mounts))
-            {
-                return Guard::default();
-            }
-            let inner = Inner {
-                setup: Some((plan.mounts.clone(), plan.protected.clone())),
-                ..Inner::default()
-            };
-            Guard {
-                inner: Some(Arc::new(Mutex::new(inner))),
-            }
+        if !plan.mounts.iter().any(|m| !m.read_only) {
+            return Guard::default();
         }
-        #[cfg(not(unix))]
+        if plan.protected.is_empty()
+            && !plan
+                .mounts
+                .iter()
+                .any(|m| ro_inside_writable(m, &plan.mounts))
         {
-            let _ = plan;
-            Guard::default()
+            return Guard::default();
+        }
+        let inner = Inner {
+            setup: Some((plan.mounts.clone(), plan.protected.clone())),
+            ..Inner::default()
+        };
+        Guard {
+            inner: Some(Arc::new(Mutex::new(inner))),
         }
     }
 
@@ -200,11 +202,21 @@ impl Guard {
         let Some(i) = self.lock() else {
             return false;
         };
-        match identity(dir) {
-            Some(id) => i.names.contains(&(id, normalize(name))),
-            // Cannot tell: refuse.
-            None => true,
+        let Some(id) = identity(dir) else {
+            return true; // cannot tell: refuse
+        };
+        if i.names.contains(&(id, normalize(name))) {
+            return true;
         }
+        // Windows: the entry the name finds, by identity (`GIT~1` is `.git`).
+        #[cfg(windows)]
+        if may_be_short_name(name)
+            && !i.entries.is_empty()
+            && let Some(e) = crate::file_id::of_entry(dir, name)
+        {
+            return i.entries.contains(&e);
+        }
+        false
     }
 
     /// [`named`](Self::named) for a directory known by its preview-1 `ino`.
@@ -212,11 +224,22 @@ impl Guard {
         self.lock()
             .is_some_and(|i| i.names_hash.contains(&(hash, normalize(name))))
     }
+
+    /// Whether the entry whose preview-1 `ino` is `hash` (looked up without
+    /// following) is one a protected name finds: on Windows the same entry
+    /// has other names (8.3 short names), which [`named_hash`](Self::named_hash)
+    /// cannot see.
+    pub(crate) fn entry_named_hash(&self, hash: u64) -> bool {
+        self.lock().is_some_and(|i| i.entries_hash.contains(&hash))
+    }
+
+    /// Whether entries have other names on this host (Windows), which
+    /// [`entry_named_hash`](Self::entry_named_hash) must check.
+    pub(crate) const ENTRIES_HAVE_OTHER_NAMES: bool = cfg!(windows);
 }
 
 impl Inner {
     /// The sets of the call, from its allowed dirs and protected paths.
-    #[cfg(unix)]
     fn compute(
         &mut self,
         mounts: &[crate::sandbox::Mount],
@@ -226,9 +249,8 @@ impl Inner {
         // protected dir: the writable one's preopen (or the cwd's `.`) must
         // not reach it for writing, nor rename it away.
         for m in mounts.iter().filter(|m| ro_inside_writable(m, mounts)) {
-            use std::os::unix::fs::MetadataExt as _;
-            if let Ok(meta) = std::fs::metadata(&m.path) {
-                self.dirs.insert((meta.dev(), meta.ino()));
+            if let Ok(id) = crate::file_id::of_path(&m.path) {
+                self.dirs.insert(id);
             }
             if let Some(outer) = crate::backend::protect::outermost_writable(mounts, &m.path) {
                 self.name_chain(&m.path, outer);
@@ -245,36 +267,26 @@ impl Inner {
         }
     }
 
-    #[cfg(not(unix))]
-    fn compute(
-        &mut self,
-        _: &[crate::sandbox::Mount],
-        _: &crate::policy::protected::ProtectedPaths,
-    ) {
-    }
-
     /// Records what the protected paths are in the writable dir `root`:
     /// each existing protected dir (where it leads), and as name rules each
     /// name on the way to it, and to each symlink met, from the outermost
     /// writable dir holding it (`backend::protect::resolve_entry`).
-    #[cfg(unix)]
     fn add_root(
         &mut self,
         root: &std::path::Path,
         mounts: &[crate::sandbox::Mount],
         protected: &crate::policy::protected::ProtectedPaths,
     ) {
-        use std::os::unix::fs::MetadataExt as _;
         for (_, raw) in protected.entries_raw() {
             let r = crate::backend::protect::resolve_entry(root, raw);
             if !crate::backend::protect::honoured(mounts, &r.place) {
                 continue; // a link to `/` or `..`: no repository to keep
             }
             if r.exists
-                && let Ok(m) = std::fs::metadata(&r.place)
-                && m.is_dir()
+                && std::fs::metadata(&r.place).is_ok_and(|m| m.is_dir())
+                && let Ok(id) = crate::file_id::of_path(&r.place)
             {
-                self.dirs.insert((m.dev(), m.ino()));
+                self.dirs.insert(id);
             }
             for item in r.links.iter().chain(std::iter::once(&r.place)) {
                 let outer =
@@ -286,19 +298,24 @@ impl Inner {
 
     /// Name rules for `item` and each dir on the way to it from `outer`
     /// (which holds it): none of those names may change in its parent.
-    #[cfg(unix)]
+    /// Where entries have other names (Windows), the entries themselves are
+    /// recorded too, unfollowed.
     fn name_chain(&mut self, item: &std::path::Path, outer: &std::path::Path) {
-        use std::os::unix::fs::MetadataExt as _;
         let mut cur = item.to_path_buf();
         while cur.as_path() != outer && cur.starts_with(outer) {
             let (Some(parent), Some(name)) = (cur.parent(), cur.file_name()) else {
                 break;
             };
-            if let Ok(meta) = std::fs::metadata(parent) {
-                let id = (meta.dev(), meta.ino());
+            if let Ok(id) = crate::file_id::of_path(parent) {
                 let n = normalize(&name.to_string_lossy());
                 self.names.insert((id, n.clone()));
                 self.names_hash.insert((guest_hash(id), n));
+            }
+            if Guard::ENTRIES_HAVE_OTHER_NAMES
+                && let Ok(id) = crate::file_id::of_path_unfollowed(&cur)
+            {
+                self.entries.insert(id);
+                self.entries_hash.insert(guest_hash(id));
             }
             cur = parent.to_path_buf();
         }
@@ -323,16 +340,7 @@ impl Inner {
 }
 
 fn identity(f: &std::fs::File) -> Option<Id> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt as _;
-        f.metadata().ok().map(|m| (m.dev(), m.ino()))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = f;
-        None
-    }
+    crate::file_id::of_file(f).ok()
 }
 
 #[cfg(unix)]
@@ -375,15 +383,57 @@ fn walk_up(f: &std::fs::File, start: Id, dirs: &HashSet<Id>) -> bool {
     true
 }
 
-#[cfg(not(unix))]
+/// Windows: the ancestors of the path the filesystem gives `f` now (links,
+/// junctions and short names resolved), each opened and compared by
+/// identity. A guest cannot move a protected dir or a dir on the way to one
+/// (name rules), so the path cannot lead past one unseen; what cannot be
+/// told counts as inside.
+#[cfg(windows)]
+fn walk_up(f: &std::fs::File, start: Id, dirs: &HashSet<Id>) -> bool {
+    if dirs.contains(&start) {
+        return true;
+    }
+    let Ok(path) = crate::file_id::final_path(f) else {
+        return true;
+    };
+    for up in path.ancestors().skip(1) {
+        match crate::file_id::of_path(up) {
+            Ok(id) if dirs.contains(&id) => return true,
+            Ok(_) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[cfg(not(any(unix, windows)))]
 fn walk_up(_: &std::fs::File, _: Id, _: &HashSet<Id>) -> bool {
     false
+}
+
+/// Whether `name` may be an 8.3 short name, another name of an entry: on
+/// Windows, a name with a `~` (every generated short name has one: NTFS's
+/// `GIT~1`, Wine's `_GIT~IBP`; only an administrator can set another).
+/// Elsewhere an entry has one name.
+pub(crate) fn may_be_short_name(name: &str) -> bool {
+    Guard::ENTRIES_HAVE_OTHER_NAMES && name.contains('~')
+}
+
+/// A guest path with `/` for every separator the host reads: on Windows
+/// `\` separates names too, so the guard reads `a\..\.git` as the host
+/// will. Elsewhere the path as it is.
+pub(crate) fn slashes(path: &str) -> std::borrow::Cow<'_, str> {
+    if cfg!(windows) && path.contains('\\') {
+        std::borrow::Cow::Owned(path.replace('\\', "/"))
+    } else {
+        std::borrow::Cow::Borrowed(path)
+    }
 }
 
 /// A guest path split for a change: the parent to open (if any: `None` means
 /// the dir handle itself) and the final name, trailing slashes kept. `None`
 /// when the final component is not a plain name (see the module doc), or the
-/// path is absolute or empty.
+/// path is absolute or empty. The path has `/` separators ([`slashes`]).
 pub(crate) fn split(path: &str) -> Option<(Option<&str>, &str)> {
     if path.is_empty() || path.starts_with('/') {
         return None;
@@ -422,5 +472,19 @@ mod tests {
         assert_eq!(split("a/./"), None);
         assert_eq!(split("/etc/x"), None);
         assert_eq!(split(""), None);
+    }
+
+    #[test]
+    fn backslashes_separate_names_where_the_host_reads_them_so() {
+        let p = slashes("a\\..\\.git");
+        if cfg!(windows) {
+            assert_eq!(p, "a/../.git");
+            assert_eq!(split(&p), Some((Some("a/.."), ".git")));
+            assert_eq!(split(&slashes("\\\\?\\C:\\x")), None);
+        } else {
+            assert_eq!(p, "a\\..\\.git");
+            assert_eq!(split(&p), Some((None, "a\\..\\.git")));
+        }
+        assert_eq!(slashes("a/b"), "a/b");
     }
 }

@@ -1,0 +1,290 @@
+//! A file's identity on the host, whatever name, link or spelling reaches it:
+//! device and inode on Unix; volume serial number and file index on Windows,
+//! where one file has many names (case, 8.3 short names, trailing dots,
+//! `\\?\` prefixes, junctions). It is the pair wasmtime-wasi hashes into a
+//! guest's preview-1 `ino` and preview-2 `metadata-hash`.
+//!
+//! Invariant: an identity is read from an open handle, never from a name
+//! looked up twice; [`of_path`] opens once and reads the handle it got.
+
+use std::path::Path;
+
+/// A file's identity: `(device, inode)` on Unix, `(volume serial, file
+/// index)` on Windows.
+pub(crate) type FileId = (u64, u64);
+
+/// The identity of the open file `f`.
+pub(crate) fn of_file(f: &std::fs::File) -> std::io::Result<FileId> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        f.metadata().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(windows)]
+    {
+        windows::of_file(f)
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        let _ = f;
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+    }
+}
+
+/// The identity of what `p` names, symlinks followed (a directory too).
+pub(crate) fn of_path(p: &Path) -> std::io::Result<FileId> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(p).map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(windows)]
+    {
+        of_file(&windows::open_for_identity(p)?)
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        let _ = p;
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+    }
+}
+
+/// Where the open file `f` is on the host, as the filesystem names it now:
+/// long names, links and junctions resolved, a `\\?\` path.
+#[cfg(windows)]
+pub(crate) fn final_path(f: &std::fs::File) -> std::io::Result<std::path::PathBuf> {
+    windows::final_path(f)
+}
+
+/// The identity of the entry `p` names itself: a final symlink (or
+/// junction) is not followed.
+pub(crate) fn of_path_unfollowed(p: &Path) -> std::io::Result<FileId> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::symlink_metadata(p).map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(windows)]
+    {
+        of_file(&windows::open_meta(p, true)?)
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        let _ = p;
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+    }
+}
+
+/// The identity of the entry `name` in the directory open as `dir`, not
+/// followed; `None` when there is none. On Windows one entry answers to
+/// several names (an 8.3 short name such as `GIT~1`, a stream suffix):
+/// whichever the name is, this is the entry it finds.
+#[cfg(windows)]
+pub(crate) fn of_entry(dir: &std::fs::File, name: &str) -> Option<FileId> {
+    if name.is_empty() || name.contains(['/', '\\']) {
+        return None;
+    }
+    of_path_unfollowed(&final_path(dir).ok()?.join(name)).ok()
+}
+
+/// The long name of the entry `p` names, if it exists: the name behind an
+/// 8.3 short name such as `GIT~1` (Windows's `GetLongPathNameW`, which
+/// follows no link and keeps a hard link's own name). A long name comes
+/// back as it is.
+#[cfg(windows)]
+pub(crate) fn name_on_disk(p: &Path) -> Option<std::ffi::OsString> {
+    windows::long_path(p)?.file_name().map(Into::into)
+}
+
+#[cfg(windows)]
+mod windows {
+    use std::os::windows::ffi::OsStringExt as _;
+    use std::os::windows::fs::OpenOptionsExt as _;
+    use std::os::windows::io::AsRawHandle as _;
+    use std::path::{Path, PathBuf};
+
+    use windows_sys::Win32::Storage::FileSystem::{
+        BY_HANDLE_FILE_INFORMATION, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
+        FILE_NAME_NORMALIZED, FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE,
+        GetFileInformationByHandle, GetFinalPathNameByHandleW, VOLUME_NAME_DOS,
+    };
+
+    use super::FileId;
+
+    pub(super) fn of_file(f: &std::fs::File) -> std::io::Result<FileId> {
+        let mut info = BY_HANDLE_FILE_INFORMATION::default();
+        // SAFETY: `f` owns an open handle for the duration of the call, and
+        // `info` is a valid, writable BY_HANDLE_FILE_INFORMATION.
+        if unsafe { GetFileInformationByHandle(f.as_raw_handle(), &mut info) } == 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((
+            u64::from(info.dwVolumeSerialNumber),
+            (u64::from(info.nFileIndexHigh) << 32) | u64::from(info.nFileIndexLow),
+        ))
+    }
+
+    /// `p` opened for its metadata only (no access rights, so no sharing
+    /// conflict), a directory too; links followed unless `no_follow`.
+    pub(super) fn open_meta(p: &Path, no_follow: bool) -> std::io::Result<std::fs::File> {
+        let mut flags = FILE_FLAG_BACKUP_SEMANTICS;
+        if no_follow {
+            flags |= FILE_FLAG_OPEN_REPARSE_POINT;
+        }
+        std::fs::OpenOptions::new()
+            .access_mode(0)
+            .share_mode(FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE)
+            .custom_flags(flags)
+            .open(p)
+    }
+
+    pub(super) fn open_for_identity(p: &Path) -> std::io::Result<std::fs::File> {
+        open_meta(p, false)
+    }
+
+    pub(super) fn long_path(p: &Path) -> Option<PathBuf> {
+        use std::os::windows::ffi::OsStrExt as _;
+        use windows_sys::Win32::Storage::FileSystem::GetLongPathNameW;
+        // Wine expands no short name in a `\\?\C:\` path: give it `C:\`
+        // where that names the same file (short enough, and no name ending
+        // in a dot or space, which a `C:\` path would drop).
+        let s = p.to_string_lossy();
+        let p = match s.strip_prefix(r"\\?\") {
+            Some(rest)
+                if rest.len() < 250
+                    && rest.as_bytes().get(1) == Some(&b':')
+                    && rest.as_bytes().get(2) == Some(&b'\\')
+                    && !rest.split('\\').any(|n| n.ends_with(['.', ' '])) =>
+            {
+                Path::new(rest)
+            }
+            _ => p,
+        };
+        let wide: Vec<u16> = p.as_os_str().encode_wide().chain([0]).collect();
+        let mut buf = vec![0u16; 512];
+        loop {
+            // SAFETY: `wide` is NUL-terminated; the buffer is writable for
+            // the length passed.
+            let n = unsafe { GetLongPathNameW(wide.as_ptr(), buf.as_mut_ptr(), buf.len() as u32) }
+                as usize;
+            if n == 0 {
+                return None;
+            }
+            if n < buf.len() {
+                buf.truncate(n);
+                return Some(PathBuf::from(std::ffi::OsString::from_wide(&buf)));
+            }
+            // Too small: `n` is the length needed, the NUL included.
+            if n > 1 << 16 {
+                return None;
+            }
+            buf.resize(n, 0);
+        }
+    }
+
+    pub(super) fn final_path(f: &std::fs::File) -> std::io::Result<PathBuf> {
+        let mut buf = vec![0u16; 512];
+        loop {
+            // SAFETY: `f` owns an open handle; the buffer is writable for
+            // the length passed.
+            let n = unsafe {
+                GetFinalPathNameByHandleW(
+                    f.as_raw_handle(),
+                    buf.as_mut_ptr(),
+                    buf.len() as u32,
+                    FILE_NAME_NORMALIZED | VOLUME_NAME_DOS,
+                )
+            } as usize;
+            if n == 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if n < buf.len() {
+                buf.truncate(n);
+                return Ok(PathBuf::from(std::ffi::OsString::from_wide(&buf)));
+            }
+            // Too small: `n` is the length needed, the NUL included.
+            if n > 1 << 16 {
+                return Err(std::io::Error::other("path too long"));
+            }
+            buf.resize(n, 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_has_one_identity_by_handle_and_by_path() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a.txt");
+        std::fs::write(&a, "x").unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        let by_path = of_path(&a).unwrap();
+        let by_handle = of_file(&std::fs::File::open(&a).unwrap()).unwrap();
+        assert_eq!(by_path, by_handle);
+        // Another file, and a directory, differ.
+        std::fs::write(d.path().join("b.txt"), "x").unwrap();
+        assert_ne!(of_path(&d.path().join("b.txt")).unwrap(), by_path);
+        assert_ne!(of_path(&d.path().join("sub")).unwrap(), by_path);
+        // The same dir by another spelling (`sub/.`) is the same file.
+        assert_eq!(
+            of_path(&d.path().join("sub")).unwrap(),
+            of_path(&d.path().join("sub").join(".")).unwrap()
+        );
+        assert!(of_path(&d.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn an_entry_is_itself_unfollowed() {
+        let d = tempfile::tempdir().unwrap();
+        let sub = d.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        assert_eq!(of_path_unfollowed(&sub).unwrap(), of_path(&sub).unwrap());
+        #[cfg(unix)]
+        {
+            let l = d.path().join("l");
+            std::os::unix::fs::symlink(&sub, &l).unwrap();
+            assert_eq!(of_path(&l).unwrap(), of_path(&sub).unwrap());
+            assert_ne!(of_path_unfollowed(&l).unwrap(), of_path(&sub).unwrap());
+        }
+    }
+
+    #[cfg(windows)]
+    #[test]
+    fn an_entry_is_found_by_any_of_its_names() {
+        let d = tempfile::tempdir().unwrap();
+        let long = d.path().join("Long Directory Name");
+        std::fs::create_dir(&long).unwrap();
+        let dir = windows::open_meta(d.path(), false).unwrap();
+        let want = of_path(&long).unwrap();
+        assert_eq!(of_entry(&dir, "long directory name"), Some(want));
+        // Relative to a handle a name is taken as written (a `\\?\` path, as
+        // wasmtime-wasi and cap-std open it): a trailing dot is its own name.
+        assert_eq!(of_entry(&dir, "Long Directory Name."), None);
+        assert_eq!(of_entry(&dir, "missing"), None);
+        assert_eq!(of_entry(&dir, "a/b"), None);
+        assert_eq!(name_on_disk(&d.path().join("missing")), None);
+        let long_name = std::ffi::OsStr::new("Long Directory Name");
+        assert_eq!(name_on_disk(&long).as_deref(), Some(long_name));
+        // By its 8.3 name, where the volume makes them.
+        let wide: Vec<u16> = {
+            use std::os::windows::ffi::OsStrExt as _;
+            long.as_os_str().encode_wide().chain([0]).collect()
+        };
+        let mut buf = vec![0u16; 1024];
+        // SAFETY: a NUL-terminated path and a buffer of the length given.
+        let n = unsafe {
+            windows_sys::Win32::Storage::FileSystem::GetShortPathNameW(
+                wide.as_ptr(),
+                buf.as_mut_ptr(),
+                buf.len() as u32,
+            )
+        } as usize;
+        let short = std::path::PathBuf::from(String::from_utf16_lossy(&buf[..n.min(buf.len())]));
+        if n > 0 && short.file_name() != Some(long_name) {
+            assert_eq!(name_on_disk(&short).as_deref(), Some(long_name));
+        }
+    }
+}

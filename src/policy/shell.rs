@@ -15,7 +15,22 @@ use std::fmt;
 
 /// Network clients refused while the network is off (matched on the name).
 pub const NETWORK_BINARIES: &[&str] = &[
-    "curl", "wget", "nc", "ncat", "netcat", "socat", "ssh", "scp", "sftp", "rsync", "telnet", "ftp",
+    "curl",
+    "wget",
+    "nc",
+    "ncat",
+    "netcat",
+    "socat",
+    "ssh",
+    "scp",
+    "sftp",
+    "rsync",
+    "telnet",
+    "ftp",
+    // Windows's own downloaders.
+    "tftp",
+    "certutil",
+    "bitsadmin",
 ];
 
 /// Scripting interpreters: they run arbitrary code from their arguments, so
@@ -70,11 +85,18 @@ pub const INTERPRETERS: &[&str] = &[
     "m4",
     "make",
     "gmake",
-    // Windows's own.
+    // Windows's own: shells, script hosts, the Python launcher, and build
+    // and runtime hosts that run code from their arguments or a project.
     "cmd",
     "cscript",
     "wscript",
     "mshta",
+    "py",
+    "pyw",
+    "powershell_ise",
+    "dotnet",
+    "msbuild",
+    "csi",
 ];
 
 /// Programs that run another program named in their arguments. They run only
@@ -82,10 +104,43 @@ pub const INTERPRETERS: &[&str] = &[
 /// equivalent to allowing anything (so is `find`, through `-exec`); docs/src/security.md
 /// says so.
 pub const RUNNERS: &[&str] = &[
-    "env", "xargs", "nice", "timeout", "nohup", "setsid", "stdbuf", "chroot", "sudo", "doas", "su",
-    "strace", "ltrace", "gdb", "time", "watch", "flock", "ionice", "taskset", "unshare", "nsenter",
-    "script", "find", // Windows's own:
-    "rundll32", "regsvr32", "forfiles", "start", "runas", "schtasks", "wmic",
+    "env",
+    "xargs",
+    "nice",
+    "timeout",
+    "nohup",
+    "setsid",
+    "stdbuf",
+    "chroot",
+    "sudo",
+    "doas",
+    "su",
+    "strace",
+    "ltrace",
+    "gdb",
+    "time",
+    "watch",
+    "flock",
+    "ionice",
+    "taskset",
+    "unshare",
+    "nsenter",
+    "script",
+    "find", // Windows's own:
+    "rundll32",
+    "regsvr32",
+    "forfiles",
+    "start",
+    "runas",
+    "schtasks",
+    "wmic",
+    "wsl",
+    "msiexec",
+    "installutil",
+    "regasm",
+    "regsvcs",
+    "cmstp",
+    "pcalua",
 ];
 
 /// Characters refused anywhere in string mode: command separators,
@@ -225,15 +280,24 @@ pub fn shell_path(
         let real = trail.last().cloned().unwrap_or_else(|| entry.clone());
         if trail.iter().any(|place| w.holding(place).is_some()) {
             changed = true;
-            let written = entry.join(name);
-            if !resolved && std::fs::symlink_metadata(&written).is_ok() {
+            let written = program_names(name)
+                .into_iter()
+                .map(|n| entry.join(n))
+                .find(|p| std::fs::symlink_metadata(p).is_ok());
+            if !resolved && let Some(written) = written {
                 return Err(ShellDenial::WritablePath(name.into(), written));
             }
             continue;
         }
         changed |= real != entry;
-        let candidate = real.join(name);
-        if host_visible && !resolved && is_program(&candidate) {
+        let candidate = program_names(name)
+            .into_iter()
+            .map(|n| real.join(n))
+            .find(|p| is_program(p));
+        if host_visible
+            && !resolved
+            && let Some(candidate) = candidate
+        {
             resolved = true;
             // The program, and the interpreters of its `#!` chain (the kernel
             // follows up to 4), must all lie out of a tool's reach.
@@ -254,6 +318,18 @@ pub fn shell_path(
         return Ok(None);
     }
     Ok(Some(std::env::join_paths(kept).unwrap_or_default()))
+}
+
+/// The file names a bare `name` runs as, in the order they are tried: on
+/// Windows `name.exe` first, then `name` (as `direct` resolves it), unless
+/// it ends in `.exe` or `.com`; elsewhere `name`.
+fn program_names(name: &str) -> Vec<String> {
+    let lower = name.to_ascii_lowercase();
+    if cfg!(windows) && !lower.ends_with(".exe") && !lower.ends_with(".com") {
+        vec![format!("{name}.exe"), name.to_string()]
+    } else {
+        vec![name.to_string()]
+    }
 }
 
 /// The interpreter a `#!` line names, if `program` starts with one and names
@@ -529,6 +605,46 @@ mod tests {
     }
 
     #[test]
+    fn windows_downloaders_are_network_clients() {
+        for name in ["certutil", "CertUtil.exe", "bitsadmin", "tftp"] {
+            let off = policy(&[name], false, false);
+            assert_eq!(
+                off.check_args(&argv(&[name, "-urlcache", "x"])),
+                Err(ShellDenial::Network(name.to_string()))
+            );
+            let on = policy(&[name], false, true);
+            assert_eq!(on.check_args(&argv(&[name, "x"])), Ok(()), "{name}");
+        }
+    }
+
+    /// On Windows a bare name runs as `name.exe`: one planted in a writable
+    /// `PATH` entry is refused, and so is a system entry's `name.exe` that
+    /// is a link into the workspace; the allowed twin found in a system dir
+    /// runs, with the writable entry off its `PATH`.
+    #[cfg(windows)]
+    #[test]
+    fn writable_path_entries_hold_for_exe_names() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(t.path()).expect("canonicalize");
+        let (ws, sys) = (root.join("ws"), root.join("sys"));
+        let venv = ws.join(".venv").join("Scripts");
+        for d in [&venv, &sys] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        std::fs::write(venv.join("pytest.exe"), "MZ").expect("write");
+        std::fs::write(sys.join("where.exe"), "MZ").expect("write");
+        let path = std::env::join_paths([venv.as_path(), sys.as_path()]).expect("join");
+        let w = [ws.as_path()];
+        let e = shell_path("pytest", &path, &w, true).unwrap_err();
+        assert_eq!(e.rule(), "shell.writable_path");
+        assert!(e.to_string().contains("pytest.exe"), "{e}");
+        let p = shell_path("where", &path, &w, true)
+            .expect("where")
+            .expect("changed");
+        assert_eq!(p, sys.as_os_str());
+    }
+
+    #[test]
     fn interpreter_families() {
         for name in [
             "python",
@@ -537,6 +653,12 @@ mod tests {
             "perl5.36",
             "node.exe",
             "pwsh",
+            "py",
+            "PY.EXE",
+            "pyw",
+            "powershell_ise",
+            "dotnet",
+            "MSBuild.exe",
         ] {
             assert!(is_interpreter(name), "{name}");
         }

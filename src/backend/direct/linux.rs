@@ -94,6 +94,9 @@ impl Control {
         }
     }
 
+    /// Nothing to wait for here before [`finish`](Self::finish).
+    pub async fn settle(&mut self) {}
+
     /// Reads the supervisor's report, once it has exited.
     pub fn finish(&mut self, _status: Option<ExitStatus>) -> Finished {
         self.finished = true;

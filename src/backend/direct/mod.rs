@@ -206,6 +206,7 @@ async fn run(plan: &ExecPlan) -> RunOutput {
                 }
             }
         }
+        spawned.control.settle().await;
         let finished = spawned.control.finish(status);
         let _ = done_tx.send(true);
         (timed_out, finished)

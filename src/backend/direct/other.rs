@@ -23,6 +23,9 @@ impl Control {
         let _ = child.start_kill();
     }
 
+    /// Nothing to wait for here before [`finish`](Self::finish).
+    pub async fn settle(&mut self) {}
+
     pub fn finish(&mut self, status: Option<ExitStatus>) -> Finished {
         Finished {
             termination: match status.and_then(|s| s.code()) {

@@ -31,6 +31,9 @@ impl Control {
         }
     }
 
+    /// Nothing to wait for here before [`finish`](Self::finish).
+    pub async fn settle(&mut self) {}
+
     pub fn finish(&mut self, status: Option<ExitStatus>) -> Finished {
         use std::os::unix::process::ExitStatusExt;
         self.finished = true;

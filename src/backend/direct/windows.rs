@@ -736,18 +736,9 @@ impl Job {
         (ok != 0).then_some(info)
     }
 
-    /// Terminates the job and waits (briefly) until no process is left in
-    /// it; returns how many still are.
-    fn empty(&self) -> u32 {
-        self.terminate();
-        let until = Instant::now() + EMPTY_WAIT;
-        loop {
-            let active = self.accounting().map_or(0, |a| a.ActiveProcesses);
-            if active == 0 || Instant::now() >= until {
-                return active;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+    /// How many processes are in the job now.
+    fn active(&self) -> u32 {
+        self.accounting().map_or(0, |a| a.ActiveProcesses)
     }
 }
 
@@ -764,11 +755,24 @@ impl Control {
         self.job.terminate();
     }
 
+    /// Ends whatever the tool left running, and waits (up to
+    /// [`EMPTY_WAIT`], on the runtime's timer: no thread is held) until no
+    /// process is left in the job.
+    pub async fn settle(&mut self) {
+        self.job.terminate();
+        let until = Instant::now() + EMPTY_WAIT;
+        while self.job.active() > 0 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The call's result; after [`settle`](Self::settle), which emptied
+    /// the job (what is left is counted as survivors).
     pub fn finish(&mut self, status: Option<ExitStatus>) -> Finished {
         self.finished = true;
         let messages = self.job.messages();
-        // Whatever the tool left running ends with the call.
-        let survivors = self.job.empty();
+        self.job.terminate();
+        let survivors = self.job.active();
         let cpu_time = self.job.accounting().map(|a| {
             let ticks = a.TotalUserTime.saturating_add(a.TotalKernelTime).max(0) as u64;
             Duration::from_nanos(ticks.saturating_mul(100))

@@ -212,7 +212,8 @@ pub struct WasmConfig {
     /// Whether compiled modules are cached on disk. Default true.
     pub cache: bool,
     /// Cache directory; default `$XDG_CACHE_HOME/toolhost/wasm` or
-    /// `~/.cache/toolhost/wasm`.
+    /// `~/.cache/toolhost/wasm` (on Windows `%LOCALAPPDATA%\toolhost\wasm`
+    /// first).
     pub cache_dir: Option<std::path::PathBuf>,
     /// Most MiB the disk cache holds: past it, the entries used least recently
     /// are removed after each new entry is written. 0 means no cap.

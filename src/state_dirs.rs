@@ -12,8 +12,10 @@
 //!
 //! The state:
 //! - the compiled-module cache (`[wasm] cache_dir`, default
-//!   `$XDG_CACHE_HOME/toolhost/wasm` or `~/.cache/toolhost/wasm`);
-//! - toolhost's cache base (`$XDG_CACHE_HOME/toolhost` or `~/.cache/toolhost`):
+//!   `$XDG_CACHE_HOME/toolhost/wasm` or `~/.cache/toolhost/wasm`; on Windows
+//!   `%LOCALAPPDATA%\toolhost\wasm`);
+//! - toolhost's cache base (`$XDG_CACHE_HOME/toolhost` or `~/.cache/toolhost`;
+//!   on Windows `%LOCALAPPDATA%\toolhost`):
 //!   the docker warm-mode helper (PID 1 of warm containers) and the special-file
 //!   watchdog's self-test dirs;
 //! - `$XDG_RUNTIME_DIR/toolhost`, where the helper goes when there is no base;
@@ -45,9 +47,24 @@ fn absolute_var(name: &str) -> Option<PathBuf> {
         .filter(|p| p.is_absolute())
 }
 
-/// toolhost's cache base: `$XDG_CACHE_HOME/toolhost` or `~/.cache/toolhost`.
+/// The variables that set the cache base, in the order they are tried.
+pub const CACHE_BASE_VARS: &str = if cfg!(windows) {
+    "LOCALAPPDATA, XDG_CACHE_HOME or HOME"
+} else {
+    "XDG_CACHE_HOME or HOME"
+};
+
+/// toolhost's cache base: `$XDG_CACHE_HOME/toolhost` or `~/.cache/toolhost`;
+/// on Windows `%LOCALAPPDATA%\toolhost` first (where Windows keeps a user's
+/// caches; `HOME` is rarely set there).
 pub fn cache_base() -> Option<PathBuf> {
-    absolute_var("XDG_CACHE_HOME")
+    let local = if cfg!(windows) {
+        absolute_var("LOCALAPPDATA")
+    } else {
+        None
+    };
+    local
+        .or_else(|| absolute_var("XDG_CACHE_HOME"))
         .or_else(|| absolute_var("HOME").map(|h| h.join(".cache")))
         .map(|b| b.join("toolhost"))
 }
@@ -80,7 +97,11 @@ pub fn state_paths(config: &SandboxConfig) -> Vec<StatePath> {
             moved_by: if config.wasm.cache_dir.is_some() {
                 "[wasm] cache_dir"
             } else {
-                "[wasm] cache_dir, XDG_CACHE_HOME or HOME"
+                if cfg!(windows) {
+                    "[wasm] cache_dir, LOCALAPPDATA, XDG_CACHE_HOME or HOME"
+                } else {
+                    "[wasm] cache_dir, XDG_CACHE_HOME or HOME"
+                }
             },
         });
     }
@@ -88,7 +109,7 @@ pub fn state_paths(config: &SandboxConfig) -> Vec<StatePath> {
         Some(path) => out.push(StatePath {
             what: "cache dir (the docker warm-mode helper, self-test dirs)",
             path,
-            moved_by: "XDG_CACHE_HOME or HOME",
+            moved_by: CACHE_BASE_VARS,
         }),
         None => {
             if let Some(path) = runtime_dir() {

@@ -738,6 +738,57 @@ fn a_cache_in_the_workspace_is_refused_in_every_spelling() {
     assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
 }
 
+/// The compile cache is on by default on Windows, under
+/// `%LOCALAPPDATA%\toolhost\wasm`, with the same trust rules: a
+/// `LOCALAPPDATA` inside the writable workspace is refused (naming the
+/// variable), one beside it is used and holds the compiled tool.
+#[test]
+fn the_default_cache_lives_under_localappdata() {
+    let t = Tmp::new();
+    t.write("a.txt", "x\n");
+    let wc = |local: &Path| {
+        let local = local.to_string_lossy().into_owned();
+        toolhost(
+            &t.ws(),
+            &["run", "--backend", "wasm", "--", "wc", "-l", "a.txt"],
+            &[("LOCALAPPDATA", &local)],
+        )
+    };
+    let o = wc(&t.ws().join("AppData"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("compile cache") && err.contains("LOCALAPPDATA"),
+        "{err}"
+    );
+    assert!(!t.ws().join("AppData").exists());
+    let local = t.root.join("AppData");
+    let o = wc(&local);
+    assert_eq!(
+        stdout(&o),
+        "1 a.txt\n",
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let entries = std::fs::read_dir(local.join("toolhost").join("wasm"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+        .count();
+    assert_eq!(entries, 1);
+    let o = toolhost(
+        &t.ws(),
+        &["check"],
+        &[("LOCALAPPDATA", local.to_str().unwrap())],
+    );
+    let report = stdout(&o);
+    let row = report
+        .lines()
+        .find(|l| l.contains("compile cache"))
+        .unwrap_or_default();
+    assert!(row.contains(" ok ") && row.contains("AppData"), "{report}");
+}
+
 // ------------------------------------------------------------------ file tools
 
 /// The file tools against NTFS's other names for one file: streams, trailing

@@ -56,6 +56,13 @@ pub(crate) fn final_path(f: &std::fs::File) -> std::io::Result<std::path::PathBu
     windows::final_path(f)
 }
 
+/// Where `p` leads on the host, as the filesystem names it now (see
+/// [`final_path`]).
+#[cfg(windows)]
+pub(crate) fn final_path_of(p: &Path) -> std::io::Result<std::path::PathBuf> {
+    final_path(&windows::open_for_identity(p)?)
+}
+
 /// The identity of the entry `p` names itself: a final symlink (or
 /// junction) is not followed.
 pub(crate) fn of_path_unfollowed(p: &Path) -> std::io::Result<FileId> {
@@ -76,24 +83,45 @@ pub(crate) fn of_path_unfollowed(p: &Path) -> std::io::Result<FileId> {
 }
 
 /// The identity of the entry `name` in the directory open as `dir`, not
-/// followed; `None` when there is none. On Windows one entry answers to
-/// several names (an 8.3 short name such as `GIT~1`, a stream suffix):
-/// whichever the name is, this is the entry it finds.
+/// followed; `Ok(None)` when there is none. On Windows one entry answers to
+/// several names (an 8.3 short name such as `GIT~1`): whichever the name is,
+/// this is the entry it finds, by a `\\?\` path (taken as written).
 #[cfg(windows)]
-pub(crate) fn of_entry(dir: &std::fs::File, name: &str) -> Option<FileId> {
+pub(crate) fn of_entry(dir: &std::fs::File, name: &str) -> std::io::Result<Option<FileId>> {
     if name.is_empty() || name.contains(['/', '\\']) {
-        return None;
+        return Ok(None);
     }
-    of_path_unfollowed(&final_path(dir).ok()?.join(name)).ok()
+    match of_path_unfollowed(&final_path(dir)?.join(name)) {
+        Ok(id) => Ok(Some(id)),
+        Err(e) if is_missing(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
-/// The long name of the entry `p` names, if it exists: the name behind an
-/// 8.3 short name such as `GIT~1` (Windows's `GetLongPathNameW`, which
-/// follows no link and keeps a hard link's own name). A long name comes
-/// back as it is.
+/// Whether `e` says there is no such file (or no such dir on the way).
 #[cfg(windows)]
-pub(crate) fn name_on_disk(p: &Path) -> Option<std::ffi::OsString> {
-    windows::long_path(p)?.file_name().map(Into::into)
+fn is_missing(e: &std::io::Error) -> bool {
+    // ERROR_FILE_NOT_FOUND, ERROR_PATH_NOT_FOUND, ERROR_INVALID_NAME.
+    e.kind() == std::io::ErrorKind::NotFound || matches!(e.raw_os_error(), Some(2 | 3 | 123))
+}
+
+/// The name the entry `p` names (not followed) has on disk: for an 8.3
+/// short name such as `GIT~1`, the long name it stands for. Read from a
+/// handle on the entry (`\\?\` paths and paths of any length work), as the
+/// last name of the path the filesystem gives it. `Ok(None)`: there is no
+/// such entry; `Err`: there is one, and its name cannot be told.
+#[cfg(windows)]
+pub(crate) fn name_on_disk(p: &Path) -> std::io::Result<Option<std::ffi::OsString>> {
+    let f = match windows::open_meta(p, true) {
+        Ok(f) => f,
+        Err(e) if is_missing(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let real = final_path(&f)?;
+    match real.file_name() {
+        Some(n) => Ok(Some(n.to_os_string())),
+        None => Err(std::io::Error::other("the entry's path has no name")),
+    }
 }
 
 #[cfg(windows)]
@@ -140,46 +168,6 @@ mod windows {
 
     pub(super) fn open_for_identity(p: &Path) -> std::io::Result<std::fs::File> {
         open_meta(p, false)
-    }
-
-    pub(super) fn long_path(p: &Path) -> Option<PathBuf> {
-        use std::os::windows::ffi::OsStrExt as _;
-        use windows_sys::Win32::Storage::FileSystem::GetLongPathNameW;
-        // Wine expands no short name in a `\\?\C:\` path: give it `C:\`
-        // where that names the same file (short enough, and no name ending
-        // in a dot or space, which a `C:\` path would drop).
-        let s = p.to_string_lossy();
-        let p = match s.strip_prefix(r"\\?\") {
-            Some(rest)
-                if rest.len() < 250
-                    && rest.as_bytes().get(1) == Some(&b':')
-                    && rest.as_bytes().get(2) == Some(&b'\\')
-                    && !rest.split('\\').any(|n| n.ends_with(['.', ' '])) =>
-            {
-                Path::new(rest)
-            }
-            _ => p,
-        };
-        let wide: Vec<u16> = p.as_os_str().encode_wide().chain([0]).collect();
-        let mut buf = vec![0u16; 512];
-        loop {
-            // SAFETY: `wide` is NUL-terminated; the buffer is writable for
-            // the length passed.
-            let n = unsafe { GetLongPathNameW(wide.as_ptr(), buf.as_mut_ptr(), buf.len() as u32) }
-                as usize;
-            if n == 0 {
-                return None;
-            }
-            if n < buf.len() {
-                buf.truncate(n);
-                return Some(PathBuf::from(std::ffi::OsString::from_wide(&buf)));
-            }
-            // Too small: `n` is the length needed, the NUL included.
-            if n > 1 << 16 {
-                return None;
-            }
-            buf.resize(n, 0);
-        }
     }
 
     pub(super) fn final_path(f: &std::fs::File) -> std::io::Result<PathBuf> {
@@ -259,16 +247,20 @@ mod tests {
         std::fs::create_dir(&long).unwrap();
         let dir = windows::open_meta(d.path(), false).unwrap();
         let want = of_path(&long).unwrap();
-        assert_eq!(of_entry(&dir, "long directory name"), Some(want));
-        // Relative to a handle a name is taken as written (a `\\?\` path, as
-        // wasmtime-wasi and cap-std open it): a trailing dot is its own name.
-        assert_eq!(of_entry(&dir, "Long Directory Name."), None);
-        assert_eq!(of_entry(&dir, "missing"), None);
-        assert_eq!(of_entry(&dir, "a/b"), None);
-        assert_eq!(name_on_disk(&d.path().join("missing")), None);
+        assert_eq!(of_entry(&dir, "long directory name").unwrap(), Some(want));
+        // Relative to a handle a name is taken as written (a `\\?\` path): a
+        // trailing dot is its own name here. Some of wasmtime-wasi's calls
+        // (rename) go through a plain Win32 path, which drops it: the guard
+        // looks names up without it (`protect::win32_base`).
+        assert_eq!(of_entry(&dir, "Long Directory Name.").unwrap(), None);
+        assert_eq!(of_entry(&dir, "missing").unwrap(), None);
+        assert_eq!(of_entry(&dir, "a/b").unwrap(), None);
+        assert_eq!(name_on_disk(&d.path().join("missing")).unwrap(), None);
+        assert_eq!(name_on_disk(&d.path().join("no/such")).unwrap(), None);
         let long_name = std::ffi::OsStr::new("Long Directory Name");
-        assert_eq!(name_on_disk(&long).as_deref(), Some(long_name));
-        // By its 8.3 name, where the volume makes them.
+        assert_eq!(name_on_disk(&long).unwrap().as_deref(), Some(long_name));
+        // By its 8.3 name, where the volume makes them, also in a `\\?\`
+        // path and in one longer than MAX_PATH.
         let wide: Vec<u16> = {
             use std::os::windows::ffi::OsStrExt as _;
             long.as_os_str().encode_wide().chain([0]).collect()
@@ -284,7 +276,48 @@ mod tests {
         } as usize;
         let short = std::path::PathBuf::from(String::from_utf16_lossy(&buf[..n.min(buf.len())]));
         if n > 0 && short.file_name() != Some(long_name) {
-            assert_eq!(name_on_disk(&short).as_deref(), Some(long_name));
+            let short_name = short.file_name().unwrap();
+            let verbatim = std::fs::canonicalize(d.path()).unwrap();
+            assert_eq!(
+                name_on_disk(&verbatim.join(short_name)).unwrap().as_deref(),
+                Some(long_name)
+            );
+            let deep = verbatim.join("d".repeat(200)).join("e".repeat(100));
+            std::fs::create_dir_all(deep.join("Another Long Name")).unwrap();
+            let mut buf = vec![0u16; 1024];
+            let wide: Vec<u16> = {
+                use std::os::windows::ffi::OsStrExt as _;
+                deep.join("Another Long Name")
+                    .as_os_str()
+                    .encode_wide()
+                    .chain([0])
+                    .collect()
+            };
+            // SAFETY: as above.
+            let n = unsafe {
+                windows_sys::Win32::Storage::FileSystem::GetShortPathNameW(
+                    wide.as_ptr(),
+                    buf.as_mut_ptr(),
+                    buf.len() as u32,
+                )
+            } as usize;
+            let deep_short =
+                std::path::PathBuf::from(String::from_utf16_lossy(&buf[..n.min(buf.len())]));
+            if let Some(name) = deep_short.file_name().filter(|_| n > 0) {
+                let got = name_on_disk(&deep.join(name));
+                if std::fs::canonicalize(deep.join("Another Long Name")).is_ok() {
+                    assert_eq!(
+                        got.unwrap().as_deref(),
+                        Some(std::ffi::OsStr::new("Another Long Name"))
+                    );
+                } else {
+                    // Wine 8 names no handle past MAX_PATH (ERROR_MORE_DATA,
+                    // std's canonicalize too): the name cannot be told, and
+                    // that is an error, never the short name taken as is.
+                    println!("this host gives no final path past MAX_PATH: {got:?}");
+                    assert!(got.is_err(), "{got:?}");
+                }
+            }
         }
     }
 }

@@ -509,7 +509,14 @@ impl AllowedDirs {
             match dir.canonicalize(target) {
                 Ok(canon) => {
                     #[cfg(windows)]
-                    let canon = names_on_disk(&self.dirs[root].path, &canon);
+                    let canon =
+                        long_names(&self.dirs[root].path, &canon).map_err(|e| PathError::Io {
+                            path: shown.to_string(),
+                            reason: format!(
+                                "cannot tell the long name of a short one: {}",
+                                io_reason(&e)
+                            ),
+                        })?;
                     let mut canon = canon;
                     for name in missing.iter().rev() {
                         canon.push(name);
@@ -551,23 +558,27 @@ impl AllowedDirs {
     }
 }
 
-/// `rel` (existing, below `root`) with each name in its long form: on
-/// Windows an entry also answers to an 8.3 short name (`GIT~1` for `.git`),
-/// and what is judged by its names (protected paths, the extension
-/// denylist) must see the long one.
+/// `rel` (existing, below `root`) with each name that may be an 8.3 short
+/// name (it has a `~`, as every generated one does) in its long form: on
+/// Windows an entry also answers to a short name (`GIT~1` for `.git`), and
+/// what is judged by its names (protected paths, the extension denylist)
+/// must see the long one. A short name whose long one cannot be told is an
+/// error, never judged as it is.
 #[cfg(windows)]
-fn names_on_disk(root: &Path, rel: &Path) -> PathBuf {
+fn long_names(root: &Path, rel: &Path) -> io::Result<PathBuf> {
     let mut out = PathBuf::new();
     for c in rel.components() {
         match c {
-            Component::Normal(name) => {
-                let real = crate::file_id::name_on_disk(&root.join(&out).join(name));
-                out.push(real.as_deref().unwrap_or(name));
+            Component::Normal(name) if name.to_string_lossy().contains('~') => {
+                match crate::file_id::name_on_disk(&root.join(&out).join(name))? {
+                    Some(real) => out.push(real),
+                    None => out.push(name),
+                }
             }
             other => out.push(other),
         }
     }
-    out
+    Ok(out)
 }
 
 /// Whether `..` components climb above the start of `rel`, read as written.

@@ -92,11 +92,23 @@ pub(crate) fn resolve_entry(root: &Path, raw: &[String]) -> Resolved {
                     };
                 };
                 if target.has_root() {
-                    // Its root: `/`, or on Windows `C:\` or `\\?\C:\`.
-                    cur = target
-                        .components()
-                        .take_while(|c| matches!(c, Component::Prefix(_) | Component::RootDir))
-                        .collect();
+                    // Its root: `/`, or on Windows `C:\` or `\\?\C:\`; a
+                    // rooted target without a drive (`\x`) is on the link's
+                    // own drive.
+                    let own = matches!(target.components().next(), Some(Component::Prefix(_)));
+                    let mut root: PathBuf = if own {
+                        PathBuf::new()
+                    } else {
+                        cur.components()
+                            .take_while(|c| matches!(c, Component::Prefix(_)))
+                            .collect()
+                    };
+                    root.extend(
+                        target
+                            .components()
+                            .take_while(|c| matches!(c, Component::Prefix(_) | Component::RootDir)),
+                    );
+                    cur = root;
                 }
                 let parts: Vec<std::ffi::OsString> = target
                     .components()

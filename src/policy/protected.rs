@@ -55,12 +55,30 @@ pub enum Relation {
     Ancestor(String),
 }
 
-/// One name as Windows reads it, lowercased: an NTFS stream suffix
-/// (`:stream`, `::$DATA`) and trailing dots and spaces dropped.
+/// One name as Windows compares it: its [`win32_base`], with each letter
+/// in the one case NTFS compares in (its simple uppercase mapping: `ü` and
+/// `Ü` are one name, as `a` and `A` are), ASCII then written lowercase.
 pub fn normalize(name: &str) -> String {
-    let lower = name.to_ascii_lowercase();
-    let file = lower.split(':').next().unwrap_or("");
-    file.trim_end_matches(['.', ' ']).to_string()
+    win32_base(name)
+        .chars()
+        .map(|c| {
+            let mut up = c.to_uppercase();
+            match (up.next(), up.next()) {
+                (Some(u), None) => u.to_ascii_lowercase(),
+                // No one-letter uppercase (`ß`): NTFS keeps it as it is.
+                _ => c,
+            }
+        })
+        .collect()
+}
+
+/// The name a Win32 path reaches: an NTFS stream suffix (`:stream`,
+/// `::$DATA`) and trailing dots and spaces dropped (`.git. ` is `.git`).
+pub fn win32_base(name: &str) -> &str {
+    name.split(':')
+        .next()
+        .unwrap_or("")
+        .trim_end_matches(['.', ' '])
 }
 
 impl ProtectedPaths {
@@ -249,6 +267,25 @@ mod tests {
         );
         assert_eq!(p.touches(&[], ".git"), Some(".git/hooks".into()));
         assert_eq!(p.touches(&[".git".into()], "index.lock"), None);
+    }
+
+    /// Names NTFS compares as one: any letter's case, ASCII or not.
+    #[test]
+    fn names_compare_as_ntfs_does() {
+        let p = ProtectedPaths::parse(&[".git".into(), "ärger".into()]).expect("valid");
+        for rel in ["ÄRGER", "Ärger/x", "ärger. ", ".GIT", "ÄRGER::$DATA"] {
+            assert!(
+                matches!(p.judge(Path::new(rel)), Relation::Protected(_)),
+                "{rel:?}"
+            );
+        }
+        assert_eq!(normalize("ÄRGER"), normalize("ärger"));
+        assert_eq!(normalize("Ünter"), normalize("üNTER"));
+        assert_eq!(normalize(".GIT. ."), ".git");
+        assert_eq!(normalize("Straße"), normalize("STRAßE"));
+        assert_eq!(p.judge(Path::new("arger")), Relation::Free);
+        assert_eq!(win32_base("x.txt:hidden.sh"), "x.txt");
+        assert_eq!(win32_base("_GIT~IBP. ."), "_GIT~IBP");
     }
 
     #[test]

@@ -210,6 +210,11 @@ fn target(dirs: &AllowedDirs, path: &str) -> Result<Target, FsError> {
     if p.as_os_str().is_empty() {
         return Err(PathError::Empty.into());
     }
+    // A NUL ends the name for the host (and on Windows a wide string cut
+    // there would name another file than the one judged).
+    if path.contains('\0') {
+        return Err(PathError::Nul.into());
+    }
     let name = match p.components().next_back() {
         Some(Component::Normal(n)) => PathBuf::from(n),
         _ => {
@@ -239,18 +244,28 @@ fn target(dirs: &AllowedDirs, path: &str) -> Result<Target, FsError> {
             ),
         ));
     }
-    // Windows: an existing entry named by its 8.3 short name (`GIT~1`) is
-    // judged, and changed, by its long name: the protected paths and the
-    // extension denylist are names.
+    // Windows: an existing entry named by its 8.3 short name (`GIT~1`, also
+    // with the trailing dots or a stream Win32 drops) is judged, and
+    // changed, by its long name: the protected paths and the extension
+    // denylist are names. One whose long name cannot be told is refused.
     #[cfg(windows)]
-    let name = match crate::file_id::name_on_disk(&parent.host_path().join(&name)) {
-        Some(real)
-            if crate::policy::protected::normalize(&real.to_string_lossy())
-                != crate::policy::protected::normalize(&name.to_string_lossy()) =>
-        {
-            PathBuf::from(real)
+    let name = {
+        use crate::policy::protected::{normalize, win32_base};
+        let text = name.to_string_lossy().into_owned();
+        let base = win32_base(&text);
+        if base.contains('~') {
+            match crate::file_id::name_on_disk(&parent.host_path().join(base)) {
+                Ok(Some(real)) if normalize(&real.to_string_lossy()) != normalize(base) => {
+                    let mut n = real;
+                    n.push(text.find(':').map_or("", |i| &text[i..]));
+                    PathBuf::from(n)
+                }
+                Ok(_) => name,
+                Err(e) => return Err(io_error(&shown(path), &e)),
+            }
+        } else {
+            name
         }
-        _ => name,
     };
     let host = parent.host_path().join(&name);
     let read_only = parent.read_only()

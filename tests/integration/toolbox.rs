@@ -775,6 +775,46 @@ fn audit_log_concurrent_handles_and_threads_make_one_chain() {
 }
 
 // Unix only: Unix modes and FIFOs
+/// A NUL in a change's final name is refused, whatever follows it, and the
+/// file named before it is not touched (found by review: on Windows a wide
+/// string cut at the NUL made `victim.txt\0x` delete `victim.txt`). The
+/// allowed twin deletes it by its own name.
+#[tokio::test]
+async fn a_nul_in_a_final_name_changes_nothing() {
+    let t = tmp();
+    let tb = toolbox(&t, cfg(&[])).await;
+    t.write("victim.txt", "keep");
+    t.write("other", "other");
+    for (tool, args) in [
+        ("file_delete", json!({"path": "victim.txt\u{0}x"})),
+        (
+            "file_write",
+            json!({"path": "victim.txt\u{0}x", "content": "PWNED"}),
+        ),
+        (
+            "file_move",
+            json!({"from": "victim.txt\u{0}x", "to": "moved"}),
+        ),
+        (
+            "file_move",
+            json!({"from": "other", "to": "victim.txt\u{0}x", "overwrite": true}),
+        ),
+        ("file_mkdir", json!({"path": "victim.txt\u{0}x"})),
+    ] {
+        let r = tb.call(tool, &args).await;
+        assert!(r.is_error && r.text.contains("NUL"), "{tool} {args}: {r:?}");
+        assert_eq!(
+            std::fs::read_to_string(t.ws().join("victim.txt")).unwrap(),
+            "keep",
+            "{tool} {args}"
+        );
+    }
+    assert!(t.ws().join("other").exists() && !t.ws().join("moved").exists());
+    let r = tb.call("file_delete", &json!({"path": "victim.txt"})).await;
+    assert!(!r.is_error, "{r:?}");
+    assert!(!t.ws().join("victim.txt").exists());
+}
+
 #[cfg(unix)]
 /// From a review of the file tools: nested read-only dirs, symlinks at the
 /// final name, FIFOs, deep trees, long names, modes, long globs.

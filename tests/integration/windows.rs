@@ -626,7 +626,18 @@ async fn protected_paths_hold_by_every_windows_name_on_every_preview() {
             ".Git::$INDEX_ALLOCATION".into(),
             r"not-a-repo\..\.git".into(),
         ];
-        names.extend(short.clone());
+        // The 8.3 name, also with what a Win32 path drops after it (found
+        // by review: `_GIT~IBP.` was looked up as a name of its own).
+        if let Some(s) = &short {
+            names.extend([
+                s.clone(),
+                format!("{s}."),
+                format!("{s} "),
+                format!("{s}. ."),
+                format!(r"not-a-repo\..\{s}.."),
+                s.to_lowercase(),
+            ]);
+        }
         for g in &names {
             for (op, a, b) in [
                 ("write", format!(r"{g}\hooks\pre-commit"), None),
@@ -673,6 +684,138 @@ async fn protected_paths_hold_by_every_windows_name_on_every_preview() {
             "{preview}"
         );
     }
+}
+
+/// Case 44 with `.git` a file (a worktree's or submodule's `gitdir:` link):
+/// another file moved over it by any of its names, or written through
+/// one, is refused on p1, p2 and p3 and by the file tools (found by review:
+/// `rename evil _GIT~IBP.` replaced it). The allowed twin: the same over an
+/// ordinary file.
+#[tokio::test]
+async fn a_git_file_is_not_replaced_by_any_name() {
+    for preview in ["p1", "p2", "p3", "file tools"] {
+        let (t, sb) = crate::wasm::setup(wasm_config());
+        let probe = match preview {
+            "p2" => crate::wasm::probe_p2_path(),
+            "p3" => crate::wasm_p3::probe_p3_path(),
+            _ => crate::wasm::probe_path(),
+        };
+        std::fs::copy(probe, t.ws().join("probe.wasm")).unwrap();
+        let git = t.ws().join(".git");
+        std::fs::write(&git, "gitdir: ../real/.git/worktrees/w\n").unwrap();
+        std::fs::write(t.ws().join("evil"), "gitdir: ./evil-repo\n").unwrap();
+        std::fs::write(t.ws().join("plain-target.txt"), "plain\n").unwrap();
+        let before = sha256_file(&git);
+        let short = short_name(&git);
+        let mut names = vec![".git".to_string(), ".GIT.".into(), ".git ".into()];
+        if let Some(s) = &short {
+            names.extend([
+                s.clone(),
+                format!("{s}."),
+                format!("{s} . "),
+                s.to_lowercase(),
+            ]);
+        }
+        let policy = toolhost::tools::fs::FsPolicy {
+            max_file_size: Some(1 << 20),
+            max_read_bytes: 1 << 20,
+            denied_extensions: Vec::new(),
+            protected: toolhost::policy::protected::ProtectedPaths::default_list(),
+        };
+        let rename = |to: String| {
+            let sb = &sb;
+            let policy = &policy;
+            async move {
+                if preview == "file tools" {
+                    let moved =
+                        toolhost::tools::fs::rename(sb.dirs(), policy, "evil", &to, true).is_ok();
+                    let written =
+                        toolhost::tools::fs::write(sb.dirs(), policy, &to, b"gitdir: x\n", false)
+                            .is_ok();
+                    return moved || written;
+                }
+                let mut argv = vec!["./probe.wasm".to_string(), "rename".into()];
+                if preview == "p3" {
+                    argv.push(".".into());
+                }
+                argv.extend(["evil".to_string(), to]);
+                sb.run(RunRequest::new(argv)).await.success()
+            }
+        };
+        for n in &names {
+            assert!(!rename(n.clone()).await, "{preview}: over {n:?}");
+            assert_eq!(sha256_file(&git), before, "{preview}: {n:?}");
+            assert!(t.ws().join("evil").exists(), "{preview}: {n:?}");
+        }
+        assert!(
+            rename("plain-target.txt".into()).await,
+            "{preview}: the twin"
+        );
+        assert_eq!(
+            std::fs::read_to_string(t.ws().join("plain-target.txt")).unwrap(),
+            if preview == "file tools" {
+                "gitdir: x\n"
+            } else {
+                "gitdir: ./evil-repo\n"
+            },
+            "{preview}"
+        );
+    }
+}
+
+/// Names that differ in a non-ASCII letter's case are one name to NTFS (and
+/// Wine): a read-only dir nested in a writable one (`Ünter`) cannot be
+/// moved away as `ünter` and replaced, and a configured protected path
+/// (`ärger`) cannot be moved as `ÄRGER` (found by review: only ASCII case
+/// was folded). The allowed twin: another non-ASCII name moves.
+#[tokio::test]
+async fn non_ascii_case_is_one_name() {
+    let t = Tmp::new();
+    std::fs::copy(crate::wasm::probe_path(), t.ws().join("probe.wasm")).unwrap();
+    let inner = t.ws().join("Ünter");
+    std::fs::create_dir_all(inner.join("ro")).unwrap();
+    std::fs::write(inner.join("ro/keep.txt"), "KEEP").unwrap();
+    std::fs::create_dir_all(t.ws().join("ärger")).unwrap();
+    std::fs::write(t.ws().join("ärger/keep"), "KEEP").unwrap();
+    std::fs::create_dir_all(t.ws().join("Öther")).unwrap();
+    let mut cfg = wasm_config();
+    cfg.protected_paths = vec![".git".into(), "ärger".into()];
+    let sb = Sandbox::new(
+        [
+            AllowedDirSpec::read_write(t.ws()),
+            AllowedDirSpec::read_only(inner.join("ro")).at("/d"),
+        ],
+        cfg,
+    )
+    .unwrap();
+    for (from, to) in [
+        ("ünter", "moved"),
+        ("ÜNTER", "moved"),
+        ("ünter/ro", "moved"),
+        ("ÄRGER", "moved"),
+        ("Ärger", "moved"),
+    ] {
+        let r = crate::wasm::probe(&sb, &["rename", from, to]).await;
+        assert!(r.stdout.starts_with("ERR"), "{from}: {r:?}");
+        assert!(!t.ws().join(to).exists(), "{from}");
+    }
+    for p in ["ärger/x", "ÄRGER/x", "ünter/ro/x", "ÜNTER/RO/x"] {
+        let r = crate::wasm::probe(&sb, &["write", p, "3"]).await;
+        assert!(r.stdout.starts_with("ERR"), "{p}: {r:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(inner.join("ro/keep.txt")).unwrap(),
+        "KEEP"
+    );
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("ärger/keep")).unwrap(),
+        "KEEP"
+    );
+    let r = crate::wasm::probe(&sb, &["read", "/d/keep.txt"]).await;
+    assert_eq!(r.stdout, "KEEP", "{r:?}");
+    let r = crate::wasm::probe(&sb, &["rename", "öther", "moved"]).await;
+    assert!(r.success(), "the twin: {r:?}");
+    assert!(t.ws().join("moved").is_dir());
 }
 
 /// Attack 41 on Windows: a compile cache inside a writable allowed dir is
@@ -858,6 +1001,62 @@ async fn file_tools_hold_against_ntfs_spellings() {
         let r = write(p).await;
         assert!(!r.is_error, "{p}: {r:?}");
         assert_eq!(std::fs::read_to_string(t.ws().join(p)).unwrap(), "PWNED");
+    }
+}
+
+/// The file tools judge a path through `.git`'s 8.3 name by its long name
+/// also where the allowed dir's path is longer than MAX_PATH, or passes a
+/// name ending in a space (found by review: there the long name was not
+/// found, and the short one was judged as a name of its own). The allowed
+/// twin writes beside `.git`.
+#[tokio::test]
+async fn file_tools_see_short_names_in_long_and_odd_paths() {
+    let t = Tmp::new();
+    // 240 characters: Wine 8 names no handle past MAX_PATH (260), so the
+    // sandbox itself must stay below; its `.git` entries lie past 250.
+    let pad = 240usize.saturating_sub(t.ws().as_os_str().len() + 1).max(1);
+    let deep = t.ws().join("d".repeat(pad));
+    let spaced = t.ws().join("proj ").join("ws");
+    for ws in [deep, spaced] {
+        let git = ws.join(".git");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::write(git.join("config"), "[core]\n").unwrap();
+        let before = sha256_file(&git.join("config"));
+        let Some(short) = short_name(&git) else {
+            println!("no 8.3 name for .git here: not reached");
+            continue;
+        };
+        let sb = Sandbox::new([AllowedDirSpec::read_write(&ws)], config()).unwrap();
+        let policy = toolhost::tools::fs::FsPolicy {
+            max_file_size: Some(1 << 20),
+            max_read_bytes: 1 << 20,
+            denied_extensions: Vec::new(),
+            protected: toolhost::policy::protected::ProtectedPaths::default_list(),
+        };
+        use toolhost::tools::fs;
+        let (cfg, hook) = (
+            format!("{short}/config"),
+            format!(r"{short}\hooks\pre-commit"),
+        );
+        let tries = [
+            ("config", fs::write(sb.dirs(), &policy, &cfg, b"X", true)),
+            ("hook", fs::write(sb.dirs(), &policy, &hook, b"x", false)),
+            (
+                "move",
+                fs::rename(sb.dirs(), &policy, &short, "moved", false),
+            ),
+            ("delete", fs::delete(sb.dirs(), &policy, &short, true)),
+        ];
+        for (what, r) in tries {
+            assert!(r.is_err(), "{} {what}: {r:?}", ws.display());
+        }
+        assert_eq!(sha256_file(&git.join("config")), before);
+        assert!(!git.join("hooks/pre-commit").exists() && !ws.join("moved").exists());
+        fs::write(sb.dirs(), &policy, "beside.txt", b"ok", false).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.join("beside.txt")).unwrap(),
+            "ok"
+        );
     }
 }
 

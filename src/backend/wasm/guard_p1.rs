@@ -182,9 +182,10 @@ async fn target(
 }
 
 /// Whether the entry `t` names, unfollowed, is one a protected name finds
-/// (by identity: on Windows `GIT~1` finds `.git`).
+/// (by identity: on Windows `GIT~1` finds `.git`), looked up as a Win32 path
+/// would (`GIT~1.` too). An entry that cannot be looked at counts as one.
 async fn entry_named(caller: &mut Caller<'_, State>, t: &Target) -> bool {
-    let name = t.name.trim_end_matches('/');
+    let name = crate::policy::protected::win32_base(t.name.trim_end_matches('/'));
     let mut s = Scratch::new(&[name], 0);
     let name = s.str(0);
     let fd = types::Fd::from(t.fd as u32);
@@ -196,7 +197,10 @@ async fn entry_named(caller: &mut Caller<'_, State>, t: &Target) -> bool {
         name,
     )
     .await;
-    st.is_ok_and(|st| caller.data().common.guard.entry_named_hash(st.ino))
+    match st {
+        Ok(st) => caller.data().common.guard.entry_named_hash(st.ino),
+        Err(e) => !matches!(e.downcast(), Ok(types::Errno::Noent)),
+    }
 }
 
 /// The target of a change whose final name is not followed. `Ok(None)`: go

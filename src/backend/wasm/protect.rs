@@ -14,10 +14,11 @@
 //!   a handle a guest opens right after the open (preview 1: every directory
 //!   handle of the table; preview 2 and 3: the new one). Whether a
 //!   directory is inside is decided on the host by identity
-//!   ([`crate::file_id`]): its physical parents are walked up to the root
-//!   (Unix: `..` from the handle; Windows: the ancestors of the path the
-//!   filesystem gives the handle now, links and 8.3 names resolved), so no
-//!   name, symlink or `..` in the guest's path matters.
+//!   ([`crate::file_id`]): its physical parents are walked up (Unix: by `..`
+//!   from the handle to `/`; Windows: the ancestors of the path the
+//!   filesystem gives the handle now, links and 8.3 names resolved, up to an
+//!   outermost writable allowed dir), so no name, symlink or `..` in the
+//!   guest's path matters. What cannot be told counts as inside.
 //! - **Changes by path.** Before a change, the parent of its final name is
 //!   opened as a fresh handle (checked as above), and the change is made
 //!   through that handle with the final name alone, so a symlink swapped into
@@ -27,10 +28,11 @@
 //!   the first missing name of an absent protected path), names compared as
 //!   Windows reads them (`normalize`). On Windows, where an entry has other
 //!   names (an 8.3 short name such as `GIT~1`), the entry a name that may be
-//!   one finds ([`may_be_short_name`]) is also compared by identity with
-//!   those protected names lead to. An open
-//!   for writing follows a final symlink itself, hop by hop, and opens the
-//!   last name without following.
+//!   one finds ([`may_be_short_name`]), looked up as a Win32 path would
+//!   (`GIT~1.` too: some host calls go through one), is also compared by
+//!   identity with those protected names lead to. An open for writing
+//!   follows a final symlink itself, hop by hop, and opens the last name
+//!   without following.
 //!
 //! - **File descriptors.** A file opened for reading is not walked (it
 //!   changes nothing), so one may be open on a file in `.git`; setting times
@@ -82,8 +84,22 @@ struct Inner {
     /// The same, by the identity hash preview 1 reports as `ino`.
     entries_hash: HashSet<u64>,
     /// Directories already walked: whether each is inside.
-    walked: HashMap<Id, bool>,
+    walked: HashMap<WalkKey, bool>,
+    /// Windows: where the outermost writable allowed dirs are (their final
+    /// paths, compared as `state_dirs::path_key` spells them): a walk up
+    /// stops there, since no protected dir lies above one.
+    #[cfg(windows)]
+    roots: Vec<std::path::PathBuf>,
 }
+
+/// What a walk up is remembered by: a directory's identity; on Windows with
+/// its final path too, since identities there are not always unique (Wine
+/// gives every non-root Unix filesystem the volume serial 0, and ReFS file
+/// indexes are 128-bit).
+#[cfg(not(windows))]
+type WalkKey = Id;
+#[cfg(windows)]
+type WalkKey = (Id, std::path::PathBuf);
 
 /// Whether `m` is a read-only allowed dir inside a writable one.
 fn ro_inside_writable(m: &crate::sandbox::Mount, mounts: &[crate::sandbox::Mount]) -> bool {
@@ -208,13 +224,16 @@ impl Guard {
         if i.names.contains(&(id, normalize(name))) {
             return true;
         }
-        // Windows: the entry the name finds, by identity (`GIT~1` is `.git`).
+        // Windows: the entry the name finds, by identity (`GIT~1` is `.git`),
+        // looked up as a Win32 path would (`GIT~1.` too); cannot tell: refuse.
         #[cfg(windows)]
-        if may_be_short_name(name)
-            && !i.entries.is_empty()
-            && let Some(e) = crate::file_id::of_entry(dir, name)
-        {
-            return i.entries.contains(&e);
+        if may_be_short_name(name) && !i.entries.is_empty() {
+            let base = crate::policy::protected::win32_base(name);
+            return match crate::file_id::of_entry(dir, base) {
+                Ok(Some(e)) => i.entries.contains(&e),
+                Ok(None) => false,
+                Err(_) => true,
+            };
         }
         false
     }
@@ -255,6 +274,18 @@ impl Inner {
             if let Some(outer) = crate::backend::protect::outermost_writable(mounts, &m.path) {
                 self.name_chain(&m.path, outer);
             }
+        }
+        #[cfg(windows)]
+        {
+            self.roots = mounts
+                .iter()
+                .filter(|m| {
+                    !m.read_only
+                        && crate::backend::protect::outermost_writable(mounts, &m.path).is_none()
+                })
+                .filter_map(|m| crate::file_id::final_path_of(&m.path).ok())
+                .map(|p| crate::state_dirs::path_key(&p))
+                .collect();
         }
         for m in mounts.iter().filter(|m| !m.read_only) {
             self.add_root(&m.path, mounts, protected);
@@ -321,8 +352,10 @@ impl Inner {
         }
     }
 
-    /// Walks up from `f` by `..` (physically) to `/`, looking for a protected
-    /// directory. A parent that cannot be opened ends the walk.
+    /// Walks up from `f` (physically) looking for a protected directory:
+    /// on Unix by `..` to `/` (a parent that cannot be opened ends the
+    /// walk), on Windows through the ancestors of its final path up to an
+    /// outermost writable allowed dir.
     fn inside(&mut self, f: &std::fs::File) -> bool {
         if self.dirs.is_empty() {
             return false;
@@ -330,11 +363,21 @@ impl Inner {
         let Some(start) = identity(f) else {
             return true;
         };
-        if let Some(&b) = self.walked.get(&start) {
+        #[cfg(not(windows))]
+        let key = start;
+        #[cfg(windows)]
+        let key = match crate::file_id::final_path(f) {
+            Ok(p) => (start, p),
+            Err(_) => return true, // cannot tell: inside
+        };
+        if let Some(&b) = self.walked.get(&key) {
             return b;
         }
+        #[cfg(not(windows))]
         let found = walk_up(f, start, &self.dirs);
-        self.walked.insert(start, found);
+        #[cfg(windows)]
+        let found = walk_up(&key.1, start, &self.dirs, &self.roots);
+        self.walked.insert(key, found);
         found
     }
 }
@@ -383,20 +426,27 @@ fn walk_up(f: &std::fs::File, start: Id, dirs: &HashSet<Id>) -> bool {
     true
 }
 
-/// Windows: the ancestors of the path the filesystem gives `f` now (links,
-/// junctions and short names resolved), each opened and compared by
-/// identity. A guest cannot move a protected dir or a dir on the way to one
-/// (name rules), so the path cannot lead past one unseen; what cannot be
-/// told counts as inside.
+/// Windows: the ancestors of `path`, the path the filesystem gives the
+/// handle now (links, junctions and short names resolved), each opened and
+/// compared by identity, up to an outermost writable allowed dir (`roots`):
+/// no protected dir lies above one, and the dirs above it may not even be
+/// open to toolhost. A guest cannot move a protected dir or a dir on the way
+/// to one (name rules), so the path cannot lead past one unseen; an
+/// ancestor below a root that cannot be opened counts as inside.
 #[cfg(windows)]
-fn walk_up(f: &std::fs::File, start: Id, dirs: &HashSet<Id>) -> bool {
+fn walk_up(
+    path: &std::path::Path,
+    start: Id,
+    dirs: &HashSet<Id>,
+    roots: &[std::path::PathBuf],
+) -> bool {
     if dirs.contains(&start) {
         return true;
     }
-    let Ok(path) = crate::file_id::final_path(f) else {
-        return true;
-    };
     for up in path.ancestors().skip(1) {
+        if roots.contains(&crate::state_dirs::path_key(up)) {
+            return false;
+        }
         match crate::file_id::of_path(up) {
             Ok(id) if dirs.contains(&id) => return true,
             Ok(_) => {}

@@ -10,9 +10,9 @@
 
 use serde::Serialize;
 
-use crate::backend::BackendKind;
 use crate::isolation::IsolationLevel;
 use crate::outcome::OutcomeKind;
+use crate::plan::BackendKind;
 use crate::sandbox::{RunRequest, Sandbox};
 
 /// How one capability stands on this host.

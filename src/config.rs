@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::backend::BackendKind;
+use crate::plan::BackendKind;
 
 /// Why a configuration was refused. `key` is the dotted TOML key at fault, when
 /// there is one.
@@ -277,8 +277,8 @@ pub struct SandboxConfig {
     /// File extensions file tools refuse to write (lowercase, with the dot).
     pub write_denied_extensions: Vec<String>,
     /// Paths inside every writable allowed dir that no tool may change, on
-    /// any backend (see [`crate::policy::protected`]): relative paths of plain
-    /// names. Default [`crate::policy::protected::DEFAULT_PROTECTED_PATHS`]
+    /// any backend (see [`crate::protected`]): relative paths of plain
+    /// names. Default [`crate::protected::DEFAULT_PROTECTED_PATHS`]
     /// (`.git`); an empty list protects nothing.
     pub protected_paths: Vec<String>,
     /// Backend that runs calls. Default `direct`.
@@ -380,7 +380,7 @@ impl Default for SandboxConfig {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
-            protected_paths: crate::policy::protected::DEFAULT_PROTECTED_PATHS
+            protected_paths: crate::protected::DEFAULT_PROTECTED_PATHS
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
@@ -467,6 +467,22 @@ const WASM_KEYS: &[&str] = &[
 ];
 
 impl SandboxConfig {
+    /// The limits of one call under this config, in the units backends
+    /// apply (0 in a `max_*` key disables that limit).
+    pub fn limits(&self) -> crate::plan::Limits {
+        let nonzero = |v: u64| (v != 0).then_some(v);
+        let (stdout_cap, stderr_cap) = crate::output::split_budget(self.max_output_bytes);
+        crate::plan::Limits {
+            timeout: self.timeout,
+            stdout_cap,
+            stderr_cap,
+            memory_bytes: nonzero(self.max_memory_mb).map(|m| m.saturating_mul(1 << 20)),
+            cpu_seconds: nonzero(self.max_cpu_seconds),
+            processes: nonzero(self.max_processes),
+            file_size_bytes: nonzero(self.max_file_size_mb).map(|m| m.saturating_mul(1 << 20)),
+        }
+    }
+
     /// Every key a config file may set, sections as `docker.image` and
     /// `wasm.tool_dirs` (the section names themselves are not listed).
     pub fn keys() -> Vec<String> {
@@ -649,7 +665,7 @@ impl SandboxConfig {
                 ));
             }
         }
-        crate::policy::protected::ProtectedPaths::parse(&self.protected_paths)
+        crate::protected::ProtectedPaths::parse(&self.protected_paths)
             .map_err(|m| ConfigError::key("protected_paths", m))?;
         check_duration("rate_limit_window", self.rate_limit_window)?;
         for p in &self.isolation_read_paths {

@@ -50,16 +50,16 @@ pub mod mcp;
 pub mod outcome;
 pub mod output;
 pub mod paths;
+pub mod plan;
 pub mod platform;
 pub mod policy;
+pub mod protected;
 pub mod sandbox;
 pub mod state_dirs;
 pub mod tools;
 
-pub use backend::BackendKind;
 pub use config::{ConfigError, SandboxConfig};
 pub use outcome::{Outcome, OutcomeKind, RunOutput};
 pub use paths::{AllowedDir, AllowedDirSpec, PathError, ResolvedPath};
-pub use sandbox::{
-    ExecPlan, Limits, Mount, RunRequest, Sandbox, SandboxError, ToolCallOutput, TypedTool,
-};
+pub use plan::{BackendKind, ExecPlan, Limits, Mount};
+pub use sandbox::{RunRequest, Sandbox, SandboxError, ToolCallOutput, TypedTool};

@@ -290,6 +290,89 @@ pub enum AllowedDirsError {
     },
 }
 
+/// `p` below `dir`: the rest of `p`, in `p`'s spelling (empty when `p` is
+/// `dir`), or `None` when `p` does not lie there. Compared by components as
+/// the host compares names: on Windows by [`path_key`] (no case, trailing
+/// dots and spaces dropped, `\\?\C:\` as `C:\`), so that a tool's
+/// `DATA FILES\x` is seen under the allowed dir `Data Files`; elsewhere as
+/// written.
+pub(crate) fn strip_dir(p: &Path, dir: &Path) -> Option<PathBuf> {
+    #[cfg(not(windows))]
+    {
+        p.strip_prefix(dir).ok().map(Path::to_path_buf)
+    }
+    #[cfg(windows)]
+    {
+        let (pv, dv) = (is_verbatim(p), is_verbatim(dir));
+        let mut rest = p.components();
+        for d in dir.components() {
+            let c = rest.next()?;
+            if component_key(c, pv) != component_key(d, dv) {
+                return None;
+            }
+        }
+        Some(rest.as_path().to_path_buf())
+    }
+}
+
+/// Whether `p` is `dir` or lies below it (see [`strip_dir`]).
+pub(crate) fn within(p: &Path, dir: &Path) -> bool {
+    strip_dir(p, dir).is_some()
+}
+
+/// Whether `a` and `b` name one place as the host compares paths (see
+/// [`strip_dir`]).
+pub(crate) fn same_path(a: &Path, b: &Path) -> bool {
+    strip_dir(a, b).is_some_and(|rest| rest.as_os_str().is_empty())
+}
+
+/// `p` spelled one way for comparisons on Windows (see [`strip_dir`]): the
+/// verbatim prefixes `\\?\C:` and `\\?\UNC\s\h` as `C:` and `\\s\h`, every
+/// name in NTFS's case fold ([`crate::protected::fold_case`]), and, in a
+/// path that is not verbatim, names without the trailing dots and spaces
+/// Windows drops (`ws.` is `ws`). Short 8.3 names and links are not
+/// resolved: callers compare canonical paths too.
+#[cfg(windows)]
+pub(crate) fn path_key(p: &Path) -> PathBuf {
+    let verbatim = is_verbatim(p);
+    p.components().map(|c| component_key(c, verbatim)).collect()
+}
+
+#[cfg(windows)]
+fn is_verbatim(p: &Path) -> bool {
+    matches!(p.components().next(), Some(Component::Prefix(pre)) if pre.kind().is_verbatim())
+}
+
+/// One component of a Windows path as [`path_key`] spells it.
+#[cfg(windows)]
+fn component_key(c: Component<'_>, verbatim: bool) -> String {
+    use std::path::Prefix;
+    let text = match c {
+        Component::Normal(n) if !verbatim => {
+            let n = n.to_string_lossy();
+            let trimmed = n.trim_end_matches(['.', ' ']);
+            if trimmed.is_empty() {
+                n.into_owned()
+            } else {
+                trimmed.to_string()
+            }
+        }
+        Component::Prefix(pre) => match pre.kind() {
+            Prefix::VerbatimDisk(d) | Prefix::Disk(d) => {
+                format!("{}:", char::from(d.to_ascii_uppercase()))
+            }
+            Prefix::VerbatimUNC(server, share) | Prefix::UNC(server, share) => format!(
+                "\\\\{}\\{}",
+                server.to_string_lossy(),
+                share.to_string_lossy()
+            ),
+            _ => c.as_os_str().to_string_lossy().into_owned(),
+        },
+        other => other.as_os_str().to_string_lossy().into_owned(),
+    };
+    crate::protected::fold_case(&text)
+}
+
 fn display(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
@@ -422,9 +505,14 @@ impl AllowedDirs {
             .enumerate()
             .filter_map(|(i, d)| {
                 let b = base(d);
-                p.strip_prefix(&b)
-                    .ok()
-                    .map(|rest| (i, b.components().count(), d.read_only, rest.to_path_buf()))
+                // Host paths as the host compares them; guest paths (which
+                // no filesystem spells) exactly as configured.
+                let rest = if guest {
+                    p.strip_prefix(&b).ok().map(Path::to_path_buf)
+                } else {
+                    strip_dir(p, &b)
+                };
+                rest.map(|rest| (i, b.components().count(), d.read_only, rest))
             })
             // Most specific first; for the same dir given twice, read-only wins.
             .max_by_key(|(_, depth, ro, _)| (*depth, *ro))

@@ -9,20 +9,20 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use cap_std::fs::Dir;
-
+use crate::backend::Backend;
 use crate::backend::direct::DirectBackend;
 use crate::backend::docker::DockerBackend;
-use crate::backend::wasm::{WasmBackend, WasmTarget};
-use crate::backend::{Backend, BackendKind};
+use crate::backend::wasm::WasmBackend;
+use crate::backend::wasm::registry::{Registry, ToolInfo};
 use crate::config::{ConfigError, SandboxConfig};
 use crate::env::{build_env_from, given_env_from, is_denied};
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::paths::{
     AllowedDir, AllowedDirSpec, AllowedDirs, AllowedDirsError, PathError, ResolvedPath,
 };
-use crate::policy::protected::ProtectedPaths;
-use crate::tools::registry::{Registry, ToolFile, ToolInfo, ToolSource};
+use crate::plan::BackendKind;
+use crate::plan::{ExecPlan, Mount, ToolFile, ToolSource, WorkDir};
+use crate::protected::ProtectedPaths;
 
 /// Host variables that name places of the host's layout, which a wasm
 /// guest does not see: not passed from the host to a guest, even when
@@ -105,142 +105,6 @@ impl RunRequest {
     pub fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> Self {
         self.stdin = Some(bytes.into());
         self
-    }
-}
-
-/// Limits of one call, in the units backends apply. `None` disables a limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Wall-clock limit of the whole call.
-    pub timeout: Duration,
-    /// Bytes of stdout kept.
-    pub stdout_cap: usize,
-    /// Bytes of stderr kept.
-    pub stderr_cap: usize,
-    /// Address-space bytes.
-    pub memory_bytes: Option<u64>,
-    /// CPU seconds.
-    pub cpu_seconds: Option<u64>,
-    /// Processes (per user on `direct`).
-    pub processes: Option<u64>,
-    /// Bytes of the largest file written.
-    pub file_size_bytes: Option<u64>,
-}
-
-impl Limits {
-    /// The limits a config asks for.
-    pub fn from_config(c: &SandboxConfig) -> Self {
-        let nonzero = |v: u64| (v != 0).then_some(v);
-        let (stdout_cap, stderr_cap) = crate::output::split_budget(c.max_output_bytes);
-        Limits {
-            timeout: c.timeout,
-            stdout_cap,
-            stderr_cap,
-            memory_bytes: nonzero(c.max_memory_mb).map(|m| m.saturating_mul(1 << 20)),
-            cpu_seconds: nonzero(c.max_cpu_seconds),
-            processes: nonzero(c.max_processes),
-            file_size_bytes: nonzero(c.max_file_size_mb).map(|m| m.saturating_mul(1 << 20)),
-        }
-    }
-}
-
-/// A directory visible to the call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
-    /// Absolute host path.
-    pub path: PathBuf,
-    /// Where the tool sees it: its guest path, or the host path when the dir
-    /// is not mapped (the default).
-    pub guest: PathBuf,
-    /// Whether the call may only read it.
-    pub read_only: bool,
-}
-
-/// The working directory of a call.
-#[derive(Debug, Clone)]
-pub struct WorkDir {
-    /// Absolute host path.
-    pub path: PathBuf,
-    /// The path the tool sees (below its allowed dir's guest path).
-    pub guest: PathBuf,
-    /// Capability handle on it (backends enter it by handle, so a symlink
-    /// swapped in after planning cannot move the call outside).
-    pub dir: Arc<Dir>,
-}
-
-/// Everything a backend needs to run one call, fixed by [`Sandbox::plan`].
-#[derive(Debug, Clone)]
-pub struct ExecPlan {
-    /// Backend that should run it.
-    pub backend: BackendKind,
-    /// Program and arguments; never empty, no NUL bytes.
-    pub argv: Vec<OsString>,
-    /// The complete environment of the tool.
-    pub env: Vec<(OsString, OsString)>,
-    /// Working directory, inside an allowed dir; `None` only in a sandbox
-    /// without allowed dirs (`direct` never gets such a plan).
-    pub cwd: Option<WorkDir>,
-    /// Standard input; `None` is empty input.
-    pub stdin: Option<Arc<[u8]>>,
-    /// Limits.
-    pub limits: Limits,
-    /// Whether the network is allowed.
-    pub allow_network: bool,
-    /// Kernel isolation of the `direct` backend.
-    pub isolation: crate::isolation::IsolationLevel,
-    /// Paths a `direct` tool may read and execute besides the allowed dirs.
-    pub isolation_read_paths: Arc<[PathBuf]>,
-    /// Paths inside the writable allowed dirs no tool may change.
-    pub protected: ProtectedPaths,
-    /// The allowed dirs.
-    pub mounts: Vec<Mount>,
-    /// Capability handles on the allowed dirs, by path (the wasm backend preopens
-    /// these handles, not the paths).
-    pub mount_dirs: Vec<(PathBuf, Arc<Dir>)>,
-    /// The WASI tool to run, when the backend is `wasm`.
-    pub wasm: Option<WasmTarget>,
-}
-
-impl ExecPlan {
-    /// Every place the tool sees the host path `host` at: below the guest
-    /// path of each allowed dir that holds it (one place unless dirs nest
-    /// and are mapped apart), most specific dir first.
-    pub fn guest_places(&self, host: &Path) -> Vec<PathBuf> {
-        let mut holders: Vec<(&Mount, &Path)> = self
-            .mounts
-            .iter()
-            .filter_map(|m| host.strip_prefix(&m.path).ok().map(|rest| (m, rest)))
-            .collect();
-        holders.sort_by_key(|(m, _)| std::cmp::Reverse(m.path.components().count()));
-        let mut out: Vec<PathBuf> = Vec::new();
-        for (m, rest) in holders {
-            let p = if rest.as_os_str().is_empty() {
-                m.guest.clone()
-            } else {
-                m.guest.join(rest)
-            };
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
-        out
-    }
-
-    /// Where the tool sees the host path `host`: below the guest path of the
-    /// most specific allowed dir (by host path) that holds it; `None` when
-    /// none does.
-    pub fn guest_of(&self, host: &Path) -> Option<PathBuf> {
-        self.mounts
-            .iter()
-            .filter_map(|m| host.strip_prefix(&m.path).ok().map(|rest| (m, rest)))
-            .max_by_key(|(m, _)| m.path.components().count())
-            .map(|(m, rest)| {
-                if rest.as_os_str().is_empty() {
-                    m.guest.clone()
-                } else {
-                    m.guest.join(rest)
-                }
-            })
     }
 }
 
@@ -489,7 +353,7 @@ impl Sandbox {
             env,
             cwd,
             stdin: request.stdin.as_deref().map(Arc::from),
-            limits: Limits::from_config(&self.config),
+            limits: self.config.limits(),
             allow_network: self.config.allow_network,
             isolation: self.config.isolation,
             isolation_read_paths: Arc::clone(&self.read_paths),
@@ -608,7 +472,7 @@ impl Sandbox {
         kind: BackendKind,
         program: &std::ffi::OsStr,
         cwd: Option<&Path>,
-    ) -> Result<(BackendKind, Option<WasmTarget>), Outcome> {
+    ) -> Result<(BackendKind, Option<ToolFile>), Outcome> {
         match kind {
             BackendKind::Direct => Ok((BackendKind::Direct, None)),
             BackendKind::Wasm => match self.wasm_target(program, cwd)? {
@@ -687,7 +551,7 @@ impl Sandbox {
             Ok(b) => b,
             Err(e) => return vec![Err(Outcome::new(OutcomeKind::BackendUnavailable, e))],
         };
-        let limits = Limits::from_config(&self.config);
+        let limits = self.config.limits();
         let mut out = Vec::new();
         for info in self.registry.list().into_iter().filter(|t| t.component) {
             let Some(file) = self.registry.find(&info.name) else {

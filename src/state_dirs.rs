@@ -318,59 +318,7 @@ fn mount_table() -> Vec<(String, PathBuf, PathBuf)> {
         .collect()
 }
 
-/// Whether `p` is `dir` or lies below it, by components. On Windows, where
-/// one place has many spellings, both are compared by [`path_key`]: drive
-/// letters and names without case, `\\?\C:\` as `C:\`, `/` as `\`.
-pub(crate) fn within(p: &Path, dir: &Path) -> bool {
-    if cfg!(windows) {
-        path_key(p).starts_with(path_key(dir))
-    } else {
-        p.starts_with(dir)
-    }
-}
-
-/// `p` spelled one way for comparisons on Windows (see [`within`]): the
-/// verbatim prefixes `\\?\C:` and `\\?\UNC\s\h` as `C:` and `\\s\h`, every
-/// component upper-cased (NTFS compares names without case), and, in a path
-/// that is not verbatim, names without the trailing dots and spaces Windows
-/// drops (`ws.` is `ws`). Short 8.3 names and links are not resolved: callers
-/// compare canonical paths too. Elsewhere `p` as it is.
-pub(crate) fn path_key(p: &Path) -> PathBuf {
-    if !cfg!(windows) {
-        return p.to_path_buf();
-    }
-    use std::path::{Component, Prefix};
-    let verbatim =
-        matches!(p.components().next(), Some(Component::Prefix(pre)) if pre.kind().is_verbatim());
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        let text = match c {
-            Component::Normal(n) if !verbatim => {
-                let n = n.to_string_lossy();
-                let trimmed = n.trim_end_matches(['.', ' ']);
-                if trimmed.is_empty() {
-                    n.into_owned()
-                } else {
-                    trimmed.to_string()
-                }
-            }
-            Component::Prefix(pre) => match pre.kind() {
-                Prefix::VerbatimDisk(d) | Prefix::Disk(d) => {
-                    format!("{}:", char::from(d.to_ascii_uppercase()))
-                }
-                Prefix::VerbatimUNC(server, share) | Prefix::UNC(server, share) => format!(
-                    "\\\\{}\\{}",
-                    server.to_string_lossy(),
-                    share.to_string_lossy()
-                ),
-                _ => c.as_os_str().to_string_lossy().into_owned(),
-            },
-            other => other.as_os_str().to_string_lossy().into_owned(),
-        };
-        out.push(text.to_uppercase());
-    }
-    out
-}
+pub(crate) use crate::paths::within;
 
 /// The writable allowed dirs of `dirs`: their paths and, on Linux, where
 /// they sit in their filesystems (see [`fs_position`]), so that another path
@@ -536,14 +484,14 @@ pub fn refuse_exposed_state(dirs: &AllowedDirs, config: &SandboxConfig) -> Resul
 }
 
 /// Refuses allowed dirs that would reach a protected path
-/// (`policy::protected`) of a writable allowed dir another way than through
+/// (`protected`) of a writable allowed dir another way than through
 /// that dir, where the backends could not tell it is protected: a writable
 /// allowed dir inside an existing protected path (nested, or a bind mount of a
 /// place in it), or a mount of a place inside one whose mount point lies in a
 /// writable dir.
 pub fn refuse_aliased_protected(
     dirs: &AllowedDirs,
-    protected: &crate::policy::protected::ProtectedPaths,
+    protected: &crate::protected::ProtectedPaths,
 ) -> Result<(), String> {
     if protected.is_empty() {
         return Ok(());

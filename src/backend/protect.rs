@@ -1,4 +1,4 @@
-//! The protected paths (`policy::protected`) that exist in a plan's writable
+//! The protected paths (`protected`) that exist in a plan's writable
 //! dirs, as the mounts that hold them: read-only over each protected path,
 //! and the same place mounted over itself (writable) for each directory on
 //! the way to one below the dir (`.git` for `.git/hooks`), since a mount
@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::sandbox::ExecPlan;
+use crate::plan::ExecPlan;
 
 /// One mount that holds a protected path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,13 +144,13 @@ pub(crate) fn resolve_entry(root: &Path, raw: &[String]) -> Resolved {
 /// Whether a resolved protected place is one to honour: not `/`, an allowed
 /// dir or an ancestor of one (a link `.git -> ..` would make everything
 /// protected; that is no repository to keep).
-pub(crate) fn honoured(mounts: &[crate::sandbox::Mount], place: &Path) -> bool {
+pub(crate) fn honoured(mounts: &[crate::plan::Mount], place: &Path) -> bool {
     !mounts.iter().any(|m| m.path.starts_with(place))
 }
 
 /// The outermost writable allowed dir of `mounts` that `p` lies strictly in.
 pub(crate) fn outermost_writable<'a>(
-    mounts: &'a [crate::sandbox::Mount],
+    mounts: &'a [crate::plan::Mount],
     p: &Path,
 ) -> Option<&'a Path> {
     mounts

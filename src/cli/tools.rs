@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
+use toolhost::SandboxConfig;
 use toolhost::backend::wasm::WasmBackend;
-use toolhost::tools::registry::Registry;
-use toolhost::{Limits, SandboxConfig};
+use toolhost::backend::wasm::registry::Registry;
 
 /// List the WASI tools: commands, which `toolhost run --backend wasm -- NAME`
 /// runs, and typed tools (toolhost:tool world), which `toolhost call NAME JSON`
@@ -47,7 +47,7 @@ pub fn main(args: ToolsArgs) -> anyhow::Result<i32> {
     };
     let registry = Registry::open(&config.wasm)?;
     let tools = registry.list();
-    let limits = Limits::from_config(&config);
+    let limits = config.limits();
     let has_components = tools.iter().any(|t| t.component);
     let backend = if has_components {
         Some(WasmBackend::new(&config.wasm).map_err(|e| anyhow::anyhow!("wasm engine: {e}"))?)

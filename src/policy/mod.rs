@@ -10,7 +10,6 @@ use std::fmt;
 
 use serde::Serialize;
 
-pub mod protected;
 pub mod rate;
 pub mod shell;
 pub mod write;

@@ -9,7 +9,7 @@
 //! directory handle and are renamed over the name, so a reader never sees a
 //! half-written file and a symlink at the name is replaced, not followed.
 //! Nothing is written under a read-only allowed dir, and no protected path
-//! of a writable one (`policy::protected`) is written, created, moved or
+//! of a writable one (`protected`) is written, created, moved or
 //! deleted, nor an ancestor of one moved, deleted or replaced.
 
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -18,9 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cap_std::fs::{Dir, OpenOptions};
 
-use crate::paths::{AllowedDirs, PathError};
-use crate::policy::protected::{ProtectedPaths, Relation};
+use crate::paths::{AllowedDirs, PathError, same_path, strip_dir, within};
 use crate::policy::{Decision, write};
+use crate::protected::{ProtectedPaths, Relation};
 
 /// Why a file tool failed: a stable kind (for the audit log) and a message
 /// for the agent that names no host path outside the sandbox.
@@ -141,7 +141,7 @@ fn refuse_protected(
     // Moving or deleting an allowed dir nested in another (or a dir holding
     // one) would take its protected paths with it.
     if change == Change::Replace
-        && let Some(d) = dirs.as_slice().iter().find(|d| d.path().starts_with(host))
+        && let Some(d) = dirs.as_slice().iter().find(|d| within(d.path(), host))
     {
         return refused(format!(
             "is (or holds) the allowed dir {}",
@@ -149,8 +149,8 @@ fn refuse_protected(
         ));
     }
     for d in dirs.as_slice().iter().filter(|d| !d.read_only()) {
-        if let Ok(rel) = host.strip_prefix(d.path()) {
-            match policy.protected.judge(rel) {
+        if let Some(rel) = strip_dir(host, d.path()) {
+            match policy.protected.judge(&rel) {
                 Relation::Free => {}
                 Relation::Protected(p) => return refused(format!("inside protected path {p}")),
                 Relation::Ancestor(p) if change == Change::Replace => {
@@ -165,19 +165,15 @@ fn refuse_protected(
         // replaced.
         for (_, raw) in policy.protected.entries_raw() {
             let r = crate::backend::protect::resolve_entry(d.path(), raw);
-            if dirs
-                .as_slice()
-                .iter()
-                .any(|a| a.path().starts_with(&r.place))
-            {
+            if dirs.as_slice().iter().any(|a| within(a.path(), &r.place)) {
                 continue; // a link to `/` or `..`: no repository to keep
             }
-            if host.starts_with(&r.place) {
+            if within(host, &r.place) {
                 return refused(format!("inside protected path {}", raw.join("/")));
             }
             if change == Change::Replace
-                && host != d.path()
-                && (r.place.starts_with(host) || r.links.iter().any(|l| l.starts_with(host)))
+                && !same_path(host, d.path())
+                && (within(&r.place, host) || r.links.iter().any(|l| within(l, host)))
             {
                 return refused(format!("would replace protected path {}", raw.join("/")));
             }
@@ -250,7 +246,7 @@ fn target(dirs: &AllowedDirs, path: &str) -> Result<Target, FsError> {
     // denylist are names. One whose long name cannot be told is refused.
     #[cfg(windows)]
     let name = {
-        use crate::policy::protected::{normalize, win32_base};
+        use crate::protected::{normalize, win32_base};
         let text = name.to_string_lossy().into_owned();
         let base = win32_base(&text);
         if base.contains('~') {
@@ -272,7 +268,7 @@ fn target(dirs: &AllowedDirs, path: &str) -> Result<Target, FsError> {
         || dirs
             .as_slice()
             .iter()
-            .any(|d| d.read_only() && d.path().starts_with(&host));
+            .any(|d| d.read_only() && within(d.path(), &host));
     Ok(Target {
         parent: handle,
         name,

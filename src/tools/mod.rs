@@ -1,8 +1,7 @@
-//! What agents can call: the registry of WASI tools, the file tools, and the
-//! [`toolbox::Toolbox`] that puts them (and the shell) behind policy and the
-//! session's rate limit.
+//! What agents can call: the file tools, and the [`toolbox::Toolbox`] that
+//! puts them, the shell and the WASI tools (see
+//! [`crate::backend::wasm::registry`]) behind policy and the session's rate
+//! limit.
 
-pub mod builtin;
 pub mod fs;
-pub mod registry;
 pub mod toolbox;

@@ -16,8 +16,8 @@ use serde_json::{Map, Value, json};
 
 use super::fs::{self, FsError, FsPolicy};
 use crate::audit::{AuditError, AuditLog};
-use crate::backend::BackendKind;
 use crate::outcome::RunOutput;
+use crate::plan::BackendKind;
 use crate::policy::rate::RateLimiter;
 use crate::policy::shell::ShellPolicy;
 use crate::policy::{Capability, Decision, Level, Permission, PermissionPolicy};

@@ -254,7 +254,7 @@ fn files_policy() -> toolhost::tools::fs::FsPolicy {
         max_file_size: Some(1 << 20),
         max_read_bytes: 1 << 20,
         denied_extensions: Vec::new(),
-        protected: toolhost::policy::protected::ProtectedPaths::default_list(),
+        protected: toolhost::protected::ProtectedPaths::default_list(),
     }
 }
 

@@ -151,7 +151,7 @@ impl PathFixture {
                 max_file_size: Some(1 << 20),
                 max_read_bytes: 1 << 16,
                 denied_extensions: vec![".sh".into()],
-                protected: toolhost::policy::protected::ProtectedPaths::default_list(),
+                protected: toolhost::protected::ProtectedPaths::default_list(),
             },
             ro,
             outside,

@@ -52,11 +52,20 @@ async fn preview3_commands_see_exactly_their_args_env_and_preopens() {
     cfg.env_allowlist = vec![];
     let (t, sb) = setup_p3(cfg.clone());
     let bytes = std::fs::read(t.ws().join("probe3.wasm")).unwrap();
-    assert_eq!(toolhost::tools::registry::wasi_preview(&bytes), "p3");
+    assert_eq!(
+        toolhost::backend::wasm::registry::wasi_preview(&bytes),
+        "p3"
+    );
     let p2 = std::fs::read(Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe-p2.wasm"));
-    assert_eq!(toolhost::tools::registry::wasi_preview(&p2.unwrap()), "p2");
+    assert_eq!(
+        toolhost::backend::wasm::registry::wasi_preview(&p2.unwrap()),
+        "p2"
+    );
     let p1 = std::fs::read(Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe.wasm"));
-    assert_eq!(toolhost::tools::registry::wasi_preview(&p1.unwrap()), "p1");
+    assert_eq!(
+        toolhost::backend::wasm::registry::wasi_preview(&p1.unwrap()),
+        "p1"
+    );
 
     let r = probe3(&sb, &["hello"]).await;
     assert_eq!(

@@ -720,7 +720,7 @@ async fn a_git_file_is_not_replaced_by_any_name() {
             max_file_size: Some(1 << 20),
             max_read_bytes: 1 << 20,
             denied_extensions: Vec::new(),
-            protected: toolhost::policy::protected::ProtectedPaths::default_list(),
+            protected: toolhost::protected::ProtectedPaths::default_list(),
         };
         let rename = |to: String| {
             let sb = &sb;
@@ -1031,7 +1031,7 @@ async fn file_tools_see_short_names_in_long_and_odd_paths() {
             max_file_size: Some(1 << 20),
             max_read_bytes: 1 << 20,
             denied_extensions: Vec::new(),
-            protected: toolhost::policy::protected::ProtectedPaths::default_list(),
+            protected: toolhost::protected::ProtectedPaths::default_list(),
         };
         use toolhost::tools::fs;
         let (cfg, hook) = (
@@ -1058,6 +1058,185 @@ async fn file_tools_see_short_names_in_long_and_odd_paths() {
             "ok"
         );
     }
+}
+
+/// Review of e05d48a: the file tools compared a host path with the nested
+/// allowed dirs as written, so another case of a nested dir's name was
+/// judged by the outer dir alone. A read-only dir nested in a writable one,
+/// a writable one with its own `.git`, and the parent of a nested read-only
+/// dir now hold by every case; the exact names and the twins beside them
+/// behave as before.
+#[tokio::test]
+async fn file_tools_know_nested_dirs_by_any_case() {
+    use toolhost::tools::fs;
+    let t = Tmp::new();
+    let ro = t.ws().join("Data Files");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::write(ro.join("keep.txt"), "KEEP").unwrap();
+    let inner = t.ws().join("inner");
+    std::fs::create_dir_all(inner.join(".git/hooks")).unwrap();
+    std::fs::write(inner.join(".git/config"), "[core]\n").unwrap();
+    let deep = t.ws().join("a").join("ro");
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("keep.txt"), "KEEP").unwrap();
+    std::fs::create_dir(t.ws().join("b")).unwrap();
+    let (keep, config, deep_keep) = (
+        sha256_file(&ro.join("keep.txt")),
+        sha256_file(&inner.join(".git/config")),
+        sha256_file(&deep.join("keep.txt")),
+    );
+    let sb = Sandbox::new(
+        [
+            AllowedDirSpec::read_write(t.ws()),
+            AllowedDirSpec::read_only(&ro).at("/d"),
+            AllowedDirSpec::read_write(&inner).at("/inner"),
+            AllowedDirSpec::read_only(&deep).at("/deep"),
+        ],
+        wasm_config(),
+    )
+    .unwrap();
+    let policy = fs::FsPolicy {
+        max_file_size: Some(1 << 20),
+        max_read_bytes: 1 << 20,
+        denied_extensions: Vec::new(),
+        protected: toolhost::protected::ProtectedPaths::default_list(),
+    };
+    let d = sb.dirs();
+    let read_only = [
+        (
+            "write",
+            fs::write(d, &policy, "DATA FILES/keep.txt", b"PWNED", false),
+        ),
+        (
+            "write new",
+            fs::write(d, &policy, "data files/new.txt", b"x", false),
+        ),
+        ("mkdir", fs::mkdir(d, &policy, "DATA FILES/sub")),
+        ("move", fs::rename(d, &policy, "DATA FILES", "moved", false)),
+        (
+            "exact",
+            fs::write(d, &policy, "Data Files/keep.txt", b"x", false),
+        ),
+    ];
+    for (what, r) in read_only {
+        let e = r.expect_err(what);
+        assert_eq!(
+            e.rule.as_deref(),
+            Some("sandbox.read_only"),
+            "{what}: {e:?}"
+        );
+    }
+    let protected = [
+        (
+            "config",
+            fs::write(d, &policy, "INNER/.git/config", b"x", false),
+        ),
+        (
+            "hook",
+            fs::write(d, &policy, "Inner/.git/hooks/pre-commit", b"x", false),
+        ),
+        (
+            "move",
+            fs::rename(d, &policy, "INNER/.git", "INNER/moved", false),
+        ),
+        (
+            "exact",
+            fs::write(d, &policy, "inner/.git/config", b"x", false),
+        ),
+    ];
+    for (what, r) in protected {
+        let e = r.expect_err(what);
+        assert_eq!(
+            e.rule.as_deref(),
+            Some("sandbox.protected"),
+            "{what}: {e:?}"
+        );
+    }
+    for from in ["A", "a"] {
+        let e = fs::rename(d, &policy, from, "moved", false).expect_err(from);
+        assert!(e.rule.is_some(), "{from}: {e:?}");
+    }
+    assert_eq!(sha256_file(&ro.join("keep.txt")), keep);
+    assert_eq!(sha256_file(&inner.join(".git/config")), config);
+    assert_eq!(sha256_file(&deep.join("keep.txt")), deep_keep);
+    assert!(!inner.join(".git/hooks/pre-commit").exists());
+    assert!(!ro.join("new.txt").exists() && !ro.join("sub").exists());
+    assert!(!t.ws().join("moved").exists() && !inner.join("moved").exists());
+    assert!(t.ws().join("a").is_dir());
+    // The twins: a file in the nested writable dir by another case, a
+    // sibling moved, a read through the read-only dir by another case.
+    fs::write(d, &policy, "INNER/notes.txt", b"ok", false).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(inner.join("notes.txt")).unwrap(),
+        "ok"
+    );
+    fs::rename(d, &policy, "B", "moved", false).unwrap();
+    assert!(t.ws().join("moved").is_dir());
+    let r = fs::read(d, &policy, "DATA FILES/keep.txt", 0, None).unwrap();
+    assert!(r.contains("KEEP"), "{r:?}");
+}
+
+/// Review of e05d48a: NTFS folds `ᾀ` (U+1F80) to `ᾈ` (U+1F88), its simple
+/// uppercase, where Rust's full uppercase is two letters. A protected name
+/// and a read-only dir's parent spelled with such a letter hold by its
+/// other case, for guests and the file tools; `ἀ`, another letter, is free.
+#[tokio::test]
+async fn greek_iota_subscript_is_one_name() {
+    let t = Tmp::new();
+    std::fs::copy(crate::wasm::probe_path(), t.ws().join("probe.wasm")).unwrap();
+    std::fs::create_dir(t.ws().join("ᾀrchive")).unwrap();
+    std::fs::write(t.ws().join("ᾀrchive/keep"), "KEEP").unwrap();
+    let ro = t.ws().join("ᾳ").join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::write(ro.join("keep.txt"), "KEEP").unwrap();
+    std::fs::create_dir(t.ws().join("ἀrchive")).unwrap();
+    let mut cfg = wasm_config();
+    cfg.protected_paths = vec![".git".into(), "ᾀrchive".into()];
+    let sb = Sandbox::new(
+        [
+            AllowedDirSpec::read_write(t.ws()),
+            AllowedDirSpec::read_only(&ro).at("/d"),
+        ],
+        cfg.clone(),
+    )
+    .unwrap();
+    for (from, to) in [("ᾈrchive", "moved"), ("ᾼ", "moved"), ("ᾼ/ro", "moved")] {
+        let r = crate::wasm::probe(&sb, &["rename", from, to]).await;
+        assert!(r.stdout.starts_with("ERR"), "{from}: {r:?}");
+        assert!(!t.ws().join(to).exists(), "{from}");
+    }
+    for p in ["ᾈrchive/x", "ᾼ/ro/x"] {
+        let r = crate::wasm::probe(&sb, &["write", p, "3"]).await;
+        assert!(r.stdout.starts_with("ERR"), "{p}: {r:?}");
+    }
+    use toolhost::tools::fs;
+    let policy = fs::FsPolicy {
+        max_file_size: Some(1 << 20),
+        max_read_bytes: 1 << 20,
+        denied_extensions: Vec::new(),
+        protected: toolhost::protected::ProtectedPaths::parse(&cfg.protected_paths).unwrap(),
+    };
+    let d = sb.dirs();
+    assert!(fs::write(d, &policy, "ᾈrchive/z", b"x", false).is_err());
+    assert!(fs::write(d, &policy, "ᾼ/ro/z", b"x", false).is_err());
+    assert!(fs::rename(d, &policy, "ᾼ", "moved", false).is_err());
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("ᾀrchive/keep")).unwrap(),
+        "KEEP"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ro.join("keep.txt")).unwrap(),
+        "KEEP"
+    );
+    assert!(!t.ws().join("ᾀrchive/x").exists() && !t.ws().join("ᾀrchive/z").exists());
+    assert!(!ro.join("x").exists() && !ro.join("z").exists());
+    let r = crate::wasm::probe(&sb, &["write", "ἀrchive/x", "3"]).await;
+    assert!(r.success(), "the twin: {r:?}");
+    fs::write(d, &policy, "ἀrchive/z", b"ok", false).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("ἀrchive/z")).unwrap(),
+        "ok"
+    );
 }
 
 // ------------------------------------------------------------------ direct

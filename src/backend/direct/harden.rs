@@ -29,7 +29,7 @@ use libc::c_int;
 
 use crate::isolation::{IsolationLevel, Layer};
 use crate::outcome::{Outcome, OutcomeKind};
-use crate::sandbox::ExecPlan;
+use crate::plan::ExecPlan;
 
 // ---------------------------------------------------------------- Landlock
 

@@ -13,7 +13,7 @@ use super::supervisor::{self, Params, RLimit, Report};
 use super::{Finished, Termination};
 use crate::isolation::{ALL_LAYERS, IsolationReport};
 use crate::outcome::Outcome;
-use crate::sandbox::ExecPlan;
+use crate::plan::ExecPlan;
 
 /// The call's isolation, prepared before the spawn (see `harden`).
 pub(super) struct Hardening(Prepared);

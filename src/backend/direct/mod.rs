@@ -16,10 +16,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use crate::backend::{Backend, BackendKind};
+use crate::backend::Backend;
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::output::drain;
-use crate::sandbox::ExecPlan;
+use crate::plan::BackendKind;
+use crate::plan::ExecPlan;
 
 #[cfg(target_os = "linux")]
 mod harden;

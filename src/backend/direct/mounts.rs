@@ -22,7 +22,7 @@ use std::os::unix::ffi::OsStrExt as _;
 
 use libc::c_int;
 
-use crate::sandbox::ExecPlan;
+use crate::plan::ExecPlan;
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const AT_EMPTY_PATH: libc::c_uint = 0x1000;

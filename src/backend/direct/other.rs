@@ -9,7 +9,7 @@ use std::process::ExitStatus;
 use tokio::process::{Child, Command};
 
 use super::{Finished, Termination};
-use crate::sandbox::ExecPlan;
+use crate::plan::ExecPlan;
 
 pub(super) struct Spawned {
     pub control: Control,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 use super::{Finished, Termination};
-use crate::sandbox::ExecPlan;
+use crate::plan::ExecPlan;
 
 pub(super) struct Spawned {
     pub control: Control,

@@ -77,7 +77,7 @@ use windows_sys::Win32::System::Threading::{
 use super::{Finished, LimitHit, Termination};
 use crate::isolation::{IsolationLevel, IsolationReport, Layer};
 use crate::outcome::{Outcome, OutcomeKind};
-use crate::sandbox::{ExecPlan, Limits};
+use crate::plan::{ExecPlan, Limits};
 
 /// The exit code the tool's processes get when toolhost ends them.
 const KILLED_EXIT_CODE: u32 = 1;

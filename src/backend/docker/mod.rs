@@ -31,11 +31,11 @@ use bollard::query_parameters::{
 use futures_util::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
 
-use crate::backend::BackendKind;
 use crate::config::DockerConfig;
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::output::CappedBuffer;
-use crate::sandbox::ExecPlan;
+use crate::plan::BackendKind;
+use crate::plan::ExecPlan;
 
 mod user;
 pub mod warm;
@@ -1034,7 +1034,7 @@ fn launch_failed(e: &bollard::errors::Error) -> Outcome {
 
 /// Each read-only allowed dir's places in the container other than its own
 /// guest path (where a writable dir holding it on the host shows it).
-pub(super) fn ro_elsewhere(plan: &ExecPlan) -> Vec<(std::path::PathBuf, &crate::sandbox::Mount)> {
+pub(super) fn ro_elsewhere(plan: &ExecPlan) -> Vec<(std::path::PathBuf, &crate::plan::Mount)> {
     let mut out = Vec::new();
     for m in plan.mounts.iter().filter(|m| m.read_only) {
         for p in plan.guest_places(&m.path) {
@@ -1122,7 +1122,7 @@ fn unmountable_guest_path(guest: &std::path::Path) -> Option<&'static str> {
 /// `msg` with each mapped dir's host path written as its guest path (the
 /// longest host path first, so a nested dir's is replaced whole).
 fn to_guest_paths(plan: &ExecPlan, msg: &str) -> String {
-    let mut mapped: Vec<&crate::sandbox::Mount> =
+    let mut mapped: Vec<&crate::plan::Mount> =
         plan.mounts.iter().filter(|m| m.guest != m.path).collect();
     if mapped.is_empty() {
         return msg.to_string();

@@ -27,7 +27,7 @@ use bollard::Docker;
 
 use super::{DockerBackend, engine_error, unavailable};
 use crate::outcome::{Outcome, OutcomeKind};
-use crate::sandbox::ExecPlan;
+use crate::plan::ExecPlan;
 
 /// What toolhost needs to know of the engine, asked once per backend.
 #[derive(Debug, Clone)]

@@ -26,10 +26,10 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::{
     DockerBackend, Ended, WarmSlot, engine_error, finish, remove, start_refusal, unavailable,
 };
-use crate::backend::BackendKind;
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::output::CappedBuffer;
-use crate::sandbox::ExecPlan;
+use crate::plan::BackendKind;
+use crate::plan::ExecPlan;
 
 /// The helper, built by build.rs for the target (empty where it cannot be).
 static HELPER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/toolhost-docker-helper"));
@@ -420,7 +420,7 @@ pub(super) fn expected_mounts(
         };
         // The allowed dir `m`, open as `dir`, must be seen at `at`.
         let expect_dir = |out: &mut Vec<String>,
-                          m: &crate::sandbox::Mount,
+                          m: &crate::plan::Mount,
                           dir: &cap_std::fs::Dir,
                           at: &std::path::Path| {
             let meta = dir

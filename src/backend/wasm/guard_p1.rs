@@ -185,7 +185,7 @@ async fn target(
 /// (by identity: on Windows `GIT~1` finds `.git`), looked up as a Win32 path
 /// would (`GIT~1.` too). An entry that cannot be looked at counts as one.
 async fn entry_named(caller: &mut Caller<'_, State>, t: &Target) -> bool {
-    let name = crate::policy::protected::win32_base(t.name.trim_end_matches('/'));
+    let name = crate::protected::win32_base(t.name.trim_end_matches('/'));
     let mut s = Scratch::new(&[name], 0);
     let name = s.str(0);
     let fd = types::Fd::from(t.fd as u32);

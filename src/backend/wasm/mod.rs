@@ -29,12 +29,13 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use crate::backend::BackendKind;
 use crate::config::{CpuMeter, WasmConfig};
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
-use crate::sandbox::{ExecPlan, Limits};
-use crate::tools::registry::{ToolFile, ToolSource};
+use crate::plan::BackendKind;
+use crate::plan::{ExecPlan, Limits};
+use crate::plan::{ToolFile, ToolSource};
 
+pub mod builtin;
 pub(crate) mod cache;
 mod component;
 mod guard_p1;
@@ -42,6 +43,7 @@ mod guard_p2;
 mod guard_path;
 mod p3;
 mod protect;
+pub mod registry;
 mod special;
 mod streams;
 
@@ -131,9 +133,6 @@ pub(crate) const MAX_GUEST_PATH: usize = 128 * 1024;
 /// Refusal of a special file (`special`), and the EINTR its watchdog causes.
 const ERRNO_PERM: i32 = 63;
 const ERRNO_INTR: i32 = 27;
-
-/// A WASI tool to run: where its file is, and the name it is called by.
-pub type WasmTarget = ToolFile;
 
 /// Per-call store state of a preview-1 module.
 struct State {
@@ -1850,7 +1849,7 @@ fn build_wasi(
 /// paths then already reach it (wasi-libc starts in `/` and resolves them
 /// from there), so it gets no `.` preopen of its own and sees exactly the
 /// dirs it was given.
-fn cwd_is_guest_root(plan: &ExecPlan, cwd: &crate::sandbox::WorkDir) -> bool {
+fn cwd_is_guest_root(plan: &ExecPlan, cwd: &crate::plan::WorkDir) -> bool {
     plan.mounts
         .iter()
         .any(|m| m.guest == Path::new("/") && m.path == cwd.path)
@@ -1859,7 +1858,7 @@ fn cwd_is_guest_root(plan: &ExecPlan, cwd: &crate::sandbox::WorkDir) -> bool {
 /// Whether the cwd lies at or under a protected dir (its preopen is then
 /// read-only). An allowed dir itself cannot (`Sandbox::new` refuses one
 /// inside another's protected path), so only a cwd below one is walked.
-fn cwd_inside(guard: &protect::Guard, plan: &ExecPlan, cwd: &crate::sandbox::WorkDir) -> bool {
+fn cwd_inside(guard: &protect::Guard, plan: &ExecPlan, cwd: &crate::plan::WorkDir) -> bool {
     guard.active()
         && !plan.mounts.iter().any(|m| m.path == cwd.path)
         && cwd

@@ -1,5 +1,5 @@
 //! Protected paths in wasm guests (docs/src/attacks.md case 44; the rule is in
-//! [`crate::policy::protected`]). Held on Unix and Windows hosts.
+//! [`crate::protected`]). Held on Unix and Windows hosts.
 //!
 //! Three parts, the first two enforced by wasmtime-wasi's own permission
 //! checks:
@@ -49,8 +49,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::filesystem::{Descriptor, Dir};
 
-use crate::policy::protected::normalize;
-use crate::sandbox::ExecPlan;
+use crate::plan::ExecPlan;
+use crate::protected::normalize;
 
 /// A file's identity on the host ([`crate::file_id`]).
 pub(crate) type Id = crate::file_id::FileId;
@@ -65,10 +65,7 @@ pub(crate) struct Guard {
 struct Inner {
     /// The plan's allowed dirs and protected paths, until the sets below are
     /// computed (on first use: a call that changes nothing pays nothing).
-    setup: Option<(
-        Vec<crate::sandbox::Mount>,
-        crate::policy::protected::ProtectedPaths,
-    )>,
+    setup: Option<(Vec<crate::plan::Mount>, crate::protected::ProtectedPaths)>,
     /// Whether the handles made before the first check (the preopens) have
     /// been restricted.
     swept: bool,
@@ -86,7 +83,7 @@ struct Inner {
     /// Directories already walked: whether each is inside.
     walked: HashMap<WalkKey, bool>,
     /// Windows: where the outermost writable allowed dirs are (their final
-    /// paths, compared as `state_dirs::path_key` spells them): a walk up
+    /// paths, compared as `paths::path_key` spells them): a walk up
     /// stops there, since no protected dir lies above one.
     #[cfg(windows)]
     roots: Vec<std::path::PathBuf>,
@@ -102,7 +99,7 @@ type WalkKey = Id;
 type WalkKey = (Id, std::path::PathBuf);
 
 /// Whether `m` is a read-only allowed dir inside a writable one.
-fn ro_inside_writable(m: &crate::sandbox::Mount, mounts: &[crate::sandbox::Mount]) -> bool {
+fn ro_inside_writable(m: &crate::plan::Mount, mounts: &[crate::plan::Mount]) -> bool {
     m.read_only
         && mounts
             .iter()
@@ -228,7 +225,7 @@ impl Guard {
         // looked up as a Win32 path would (`GIT~1.` too); cannot tell: refuse.
         #[cfg(windows)]
         if may_be_short_name(name) && !i.entries.is_empty() {
-            let base = crate::policy::protected::win32_base(name);
+            let base = crate::protected::win32_base(name);
             return match crate::file_id::of_entry(dir, base) {
                 Ok(Some(e)) => i.entries.contains(&e),
                 Ok(None) => false,
@@ -261,8 +258,8 @@ impl Inner {
     /// The sets of the call, from its allowed dirs and protected paths.
     fn compute(
         &mut self,
-        mounts: &[crate::sandbox::Mount],
-        protected: &crate::policy::protected::ProtectedPaths,
+        mounts: &[crate::plan::Mount],
+        protected: &crate::protected::ProtectedPaths,
     ) {
         // A read-only allowed dir inside a writable one is held like a
         // protected dir: the writable one's preopen (or the cwd's `.`) must
@@ -284,7 +281,7 @@ impl Inner {
                         && crate::backend::protect::outermost_writable(mounts, &m.path).is_none()
                 })
                 .filter_map(|m| crate::file_id::final_path_of(&m.path).ok())
-                .map(|p| crate::state_dirs::path_key(&p))
+                .map(|p| crate::paths::path_key(&p))
                 .collect();
         }
         for m in mounts.iter().filter(|m| !m.read_only) {
@@ -305,8 +302,8 @@ impl Inner {
     fn add_root(
         &mut self,
         root: &std::path::Path,
-        mounts: &[crate::sandbox::Mount],
-        protected: &crate::policy::protected::ProtectedPaths,
+        mounts: &[crate::plan::Mount],
+        protected: &crate::protected::ProtectedPaths,
     ) {
         for (_, raw) in protected.entries_raw() {
             let r = crate::backend::protect::resolve_entry(root, raw);
@@ -444,7 +441,7 @@ fn walk_up(
         return true;
     }
     for up in path.ancestors().skip(1) {
-        if roots.contains(&crate::state_dirs::path_key(up)) {
+        if roots.contains(&crate::paths::path_key(up)) {
             return false;
         }
         match crate::file_id::of_path(up) {

@@ -34,7 +34,7 @@ mod tests {
             assert!(w[0].0 < w[1].0, "{} before {}", w[0].0, w[1].0);
         }
         for (name, bytes) in all() {
-            assert!(crate::tools::registry::valid_name(name), "{name}");
+            assert!(crate::backend::wasm::registry::valid_name(name), "{name}");
             assert_eq!(get(name), Some(bytes));
             assert!(bytes.starts_with(b"\0asm"), "{name} is not wasm");
         }

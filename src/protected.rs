@@ -55,21 +55,44 @@ pub enum Relation {
     Ancestor(String),
 }
 
-/// One name as Windows compares it: its [`win32_base`], with each letter
-/// in the one case NTFS compares in (its simple uppercase mapping: `ü` and
-/// `Ü` are one name, as `a` and `A` are), ASCII then written lowercase.
+/// One name as Windows compares it: its [`win32_base`] in [`fold_case`].
 pub fn normalize(name: &str) -> String {
-    win32_base(name)
-        .chars()
+    fold_case(win32_base(name))
+}
+
+/// `name` with each letter in the one case NTFS compares names in (its
+/// upcase table, Unicode's simple uppercase mapping: `ü` and `Ü` are one
+/// name, as `a` and `A` are, and so are `ᾀ` and `ᾈ`), ASCII then written
+/// lowercase. A letter without a one-letter uppercase (`ß`) stays as it is.
+pub fn fold_case(name: &str) -> String {
+    name.chars()
         .map(|c| {
+            if let Some(u) = simple_upper_special(c) {
+                return u;
+            }
             let mut up = c.to_uppercase();
             match (up.next(), up.next()) {
                 (Some(u), None) => u.to_ascii_lowercase(),
-                // No one-letter uppercase (`ß`): NTFS keeps it as it is.
                 _ => c,
             }
         })
         .collect()
+}
+
+/// The simple uppercase mapping of the letters whose full mapping (Rust's
+/// `to_uppercase`) is more than one letter but whose simple one is a
+/// letter: the Greek letters with a subscript iota, folded to their
+/// titlecase forms (UnicodeData.txt; every other multi-letter uppercase
+/// has no simple mapping).
+fn simple_upper_special(c: char) -> Option<char> {
+    let u = match c as u32 {
+        0x1F80..=0x1F87 | 0x1F90..=0x1F97 | 0x1FA0..=0x1FA7 => c as u32 + 8,
+        0x1FB3 => 0x1FBC,
+        0x1FC3 => 0x1FCC,
+        0x1FF3 => 0x1FFC,
+        _ => return None,
+    };
+    char::from_u32(u)
 }
 
 /// The name a Win32 path reaches: an NTFS stream suffix (`:stream`,
@@ -286,6 +309,27 @@ mod tests {
         assert_eq!(p.judge(Path::new("arger")), Relation::Free);
         assert_eq!(win32_base("x.txt:hidden.sh"), "x.txt");
         assert_eq!(win32_base("_GIT~IBP. ."), "_GIT~IBP");
+    }
+
+    /// Letters whose full uppercase is two letters fold by their simple
+    /// mapping, as NTFS's upcase table does: `ᾀ` (U+1F80) and `ᾈ` (U+1F88)
+    /// are one name; `ß` is not `SS`.
+    #[test]
+    fn greek_iota_subscript_folds_as_ntfs_does() {
+        let p = ProtectedPaths::parse(&["ᾀrchive".into()]).expect("valid");
+        for rel in ["ᾈrchive", "ᾈRCHIVE/x", "ᾀrchive"] {
+            assert!(
+                matches!(p.judge(Path::new(rel)), Relation::Protected(_)),
+                "{rel:?}"
+            );
+        }
+        for (a, b) in [("ᾳ", "ᾼ"), ("ῃ", "ῌ"), ("ῳ", "ῼ"), ("ᾧ", "ᾯ"), ("ᾐ", "ᾘ")]
+        {
+            assert_eq!(fold_case(a), fold_case(b), "{a} {b}");
+        }
+        assert_ne!(fold_case("ß"), fold_case("SS"));
+        assert_ne!(fold_case("ᾀ"), fold_case("ἀ"));
+        assert_eq!(p.judge(Path::new("ἀrchive")), Relation::Free);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Invariant: a registered tool is a `NAME.wasm` file directly inside a
 //! configured tool dir (or the built-in collection), opened through a handle on
 //! that dir, or one of the built-in tools carried in the binary
-//! ([`crate::tools::builtin`]); names are plain (`[A-Za-z0-9._-]`, no path), so
+//! ([`crate::backend::wasm::builtin`]); names are plain (`[A-Za-z0-9._-]`, no path), so
 //! a name can never reach outside the tool dirs.
 
 use std::path::PathBuf;
@@ -12,8 +12,9 @@ use std::sync::Arc;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
+use super::builtin;
 use crate::config::WasmConfig;
-use crate::tools::builtin;
+use crate::plan::{ToolFile, ToolSource};
 
 /// Custom section in which a tool describes itself in one line.
 pub const DESCRIPTION_SECTION: &str = "toolhost-description";
@@ -33,33 +34,6 @@ fn read_regular(dir: &cap_std::fs::Dir, name: &str) -> Option<Vec<u8>> {
     let mut bytes = Vec::new();
     f.read_to_end(&mut bytes).ok()?;
     Some(bytes)
-}
-
-/// A tool found in a tool dir, in the built-in collection, or a `.wasm` file
-/// inside the sandbox.
-#[derive(Debug, Clone)]
-pub struct ToolFile {
-    /// The tool's name (file stem).
-    pub name: String,
-    /// Where its bytes are.
-    pub source: ToolSource,
-    /// Host path, for messages and listings (`builtin:NAME.wasm` for a
-    /// built-in tool).
-    pub host_path: PathBuf,
-}
-
-/// Where a tool's bytes are.
-#[derive(Debug, Clone)]
-pub enum ToolSource {
-    /// A file, by its name relative to a handle on its directory.
-    File {
-        /// Handle on the directory holding the file.
-        dir: Arc<Dir>,
-        /// File name relative to `dir`.
-        rel: PathBuf,
-    },
-    /// The built-in collection carried in the binary.
-    Builtin(&'static [u8]),
 }
 
 /// A listing entry of `toolhost tools`.

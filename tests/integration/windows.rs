@@ -716,12 +716,7 @@ async fn a_git_file_is_not_replaced_by_any_name() {
                 s.to_lowercase(),
             ]);
         }
-        let policy = toolhost::tools::fs::FsPolicy {
-            max_file_size: Some(1 << 20),
-            max_read_bytes: 1 << 20,
-            denied_extensions: Vec::new(),
-            protected: toolhost::protected::ProtectedPaths::default_list(),
-        };
+        let policy = files_policy(toolhost::protected::ProtectedPaths::default_list());
         let rename = |to: String| {
             let sb = &sb;
             let policy = &policy;
@@ -1027,12 +1022,7 @@ async fn file_tools_see_short_names_in_long_and_odd_paths() {
             continue;
         };
         let sb = Sandbox::new([AllowedDirSpec::read_write(&ws)], config()).unwrap();
-        let policy = toolhost::tools::fs::FsPolicy {
-            max_file_size: Some(1 << 20),
-            max_read_bytes: 1 << 20,
-            denied_extensions: Vec::new(),
-            protected: toolhost::protected::ProtectedPaths::default_list(),
-        };
+        let policy = files_policy(toolhost::protected::ProtectedPaths::default_list());
         use toolhost::tools::fs;
         let (cfg, hook) = (
             format!("{short}/config"),
@@ -1095,12 +1085,7 @@ async fn file_tools_know_nested_dirs_by_any_case() {
         wasm_config(),
     )
     .unwrap();
-    let policy = fs::FsPolicy {
-        max_file_size: Some(1 << 20),
-        max_read_bytes: 1 << 20,
-        denied_extensions: Vec::new(),
-        protected: toolhost::protected::ProtectedPaths::default_list(),
-    };
+    let policy = files_policy(toolhost::protected::ProtectedPaths::default_list());
     let d = sb.dirs();
     let read_only = [
         (
@@ -1210,12 +1195,8 @@ async fn greek_iota_subscript_is_one_name() {
         assert!(r.stdout.starts_with("ERR"), "{p}: {r:?}");
     }
     use toolhost::tools::fs;
-    let policy = fs::FsPolicy {
-        max_file_size: Some(1 << 20),
-        max_read_bytes: 1 << 20,
-        denied_extensions: Vec::new(),
-        protected: toolhost::protected::ProtectedPaths::parse(&cfg.protected_paths).unwrap(),
-    };
+    let policy =
+        files_policy(toolhost::protected::ProtectedPaths::parse(&cfg.protected_paths).unwrap());
     let d = sb.dirs();
     assert!(fs::write(d, &policy, "ᾈrchive/z", b"x", false).is_err());
     assert!(fs::write(d, &policy, "ᾼ/ro/z", b"x", false).is_err());
@@ -1237,6 +1218,17 @@ async fn greek_iota_subscript_is_one_name() {
         std::fs::read_to_string(t.ws().join("ἀrchive/z")).unwrap(),
         "ok"
     );
+}
+
+/// The file tools' policy of these tests: 1 MiB files, no extension
+/// denylist, `protected` as given.
+fn files_policy(protected: toolhost::protected::ProtectedPaths) -> toolhost::tools::fs::FsPolicy {
+    toolhost::tools::fs::FsPolicy {
+        max_file_size: Some(1 << 20),
+        max_read_bytes: 1 << 20,
+        denied_extensions: Vec::new(),
+        protected,
+    }
 }
 
 // ------------------------------------------------------------------ direct

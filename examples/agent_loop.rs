@@ -85,5 +85,7 @@ async fn main() -> anyhow::Result<()> {
         .run(RunRequest::new(["sh", "-c", "echo done; exit 3"]))
         .await;
     println!("{}", serde_json::to_string_pretty(&last)?);
+    // Before exiting: wait for the cleanups that run in the background.
+    sandbox.shutdown().await;
     Ok(())
 }

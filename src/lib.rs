@@ -34,6 +34,8 @@
 //!         // Hand the model something it can act on.
 //!         println!("{}", serde_json::to_string(&result)?);
 //!     }
+//!     // Before exiting: wait for the cleanups that run in the background.
+//!     sandbox.shutdown().await;
 //!     Ok(())
 //! }
 //! ```
@@ -54,6 +56,7 @@ pub mod plan;
 pub mod platform;
 pub mod policy;
 pub mod protected;
+mod reach;
 pub mod sandbox;
 pub mod state_dirs;
 pub mod tools;

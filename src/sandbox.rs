@@ -516,19 +516,35 @@ impl Sandbox {
         }
     }
 
-    /// Releases what the sandbox keeps between calls (the docker backend's
-    /// warm container), and waits until the private tmps of finished `direct`
-    /// calls are removed (they are removed in the background). Dropping the
-    /// sandbox inside a tokio runtime releases the container too, in the
-    /// background; call this before the process exits.
+    /// Releases what the sandbox keeps between calls and waits for every
+    /// cleanup still running in the background; call it before the process
+    /// exits (the CLI does, after each call and when the MCP session ends).
+    /// In order:
+    /// - the docker backend's warm container is removed;
+    /// - the containers of cancelled or timed-out docker calls, removed in
+    ///   the background, are waited for (of every sandbox in the process);
+    /// - the private tmps of finished `direct` calls are removed;
+    /// - what cancelled `direct` and `docker` calls made at protected paths
+    ///   that did not exist is moved aside (after the containers are gone,
+    ///   so none can still write there);
+    /// - the wasm backend's background self-test (the FIFO watchdog's, a
+    ///   few ms) is waited for, so that it leaves no temp dir behind.
+    ///
+    /// Dropping the sandbox inside a tokio runtime releases the warm
+    /// container too, in the background, but waits for nothing. After
+    /// `shutdown` the sandbox still works; calls made later need another
+    /// `shutdown`.
     pub async fn shutdown(&self) {
         if let Some(d) = self.docker.get() {
             d.shutdown().await;
         }
-        // Private tmps of finished `direct` calls are removed in the background.
-        let _ = tokio::task::spawn_blocking(crate::backend::direct::flush_private_tmps).await;
-        // What cancelled calls made at absent protected paths.
-        let _ = tokio::task::spawn_blocking(crate::backend::protect::sweep_cancelled).await;
+        crate::backend::docker::flush_removals().await;
+        let _ = tokio::task::spawn_blocking(|| {
+            crate::backend::direct::flush_private_tmps();
+            crate::backend::protect::sweep_cancelled();
+            crate::backend::wasm::settle_background_checks();
+        })
+        .await;
     }
 
     /// The docker backend, created on first use (it contacts the engine on

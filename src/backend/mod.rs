@@ -13,13 +13,6 @@ pub mod direct;
 pub mod docker;
 pub(crate) mod protect;
 
-/// Moves aside what cancelled `direct` and `docker` calls made at protected
-/// paths that did not exist (see the book: protected paths). Call it before
-/// the process exits, after the docker backend's removals are flushed;
-/// [`crate::Sandbox::shutdown`] calls it too.
-pub fn sweep_cancelled_protected_paths() {
-    protect::sweep_cancelled();
-}
 pub mod wasm;
 
 /// Something that runs plans.

@@ -80,7 +80,6 @@ pub fn main(args: CallArgs) -> anyhow::Result<i32> {
     });
     // As in `run`: a guest's blocking-pool thread stuck in open(2) must not
     // keep the process alive.
-    toolhost::backend::wasm::settle_background_checks();
     runtime.shutdown_background();
     let mut out = std::io::stdout().lock();
     if args.json {

@@ -74,12 +74,9 @@ pub fn main(args: McpArgs) -> anyhow::Result<i32> {
         let (read, write) = (async_reader(read), async_writer(write));
         let r = toolhost::mcp::serve(Arc::new(toolbox), read, write).await;
         sandbox.shutdown().await;
-        toolhost::backend::docker::flush_removals().await;
-        toolhost::backend::sweep_cancelled_protected_paths();
         r
     })?;
     // Reading stdin may still hold a runtime thread; nothing is left to do.
-    toolhost::backend::wasm::settle_background_checks();
     runtime.shutdown_background();
     Ok(0)
 }

@@ -316,14 +316,12 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
             s = stop_signal() => (None, Some(s)),
         };
         sandbox.shutdown().await;
-        toolhost::backend::docker::flush_removals().await;
-        toolhost::backend::sweep_cancelled_protected_paths();
         r
     });
-    // Everything of the call's that must finish has (above). A wasm guest
-    // blocked in a host open(2) on a FIFO leaves a blocking-pool thread that
-    // dropping the runtime would wait for forever: do not wait.
-    toolhost::backend::wasm::settle_background_checks();
+    // Everything of the call's that must finish has (`Sandbox::shutdown`,
+    // above). A wasm guest blocked in a host open(2) on a FIFO leaves a
+    // blocking-pool thread that dropping the runtime would wait for
+    // forever: do not wait.
     runtime.shutdown_background();
     let Some(result) = result else {
         let (name, number) = signal.unwrap_or(("a signal", 15));

@@ -253,7 +253,7 @@ pub fn shell_path(
     writable: &[&std::path::Path],
     host_visible: bool,
 ) -> Result<Option<std::ffi::OsString>, ShellDenial> {
-    use crate::state_dirs::{Writable, resolution_trail};
+    use crate::reach::{Writable, resolution_trail};
     let w = Writable::new(writable.iter().copied());
     let is_program = |p: &std::path::Path| {
         std::fs::metadata(p).is_ok_and(|m| {

@@ -31,6 +31,9 @@ mod guest_view;
 #[cfg(unix)]
 mod install;
 mod invariants;
+// Unix only: it reads the source tree, which is one for every target.
+#[cfg(unix)]
+mod layout;
 // Unix only: Linux kernel isolation (Landlock, seccomp, namespaces).
 #[cfg(unix)]
 mod isolation;

@@ -68,7 +68,7 @@ impl MountPlan {
         let mut binds: Vec<(CString, bool, bool)> = Vec::new();
         for h in &held {
             let mut places = vec![h.source.clone()];
-            places.extend(crate::state_dirs::mount_aliases(&h.source));
+            places.extend(crate::reach::mount_aliases(&h.source));
             for p in places {
                 // A path with a NUL byte cannot exist.
                 if let Ok(c) = CString::new(p.as_os_str().as_bytes())

@@ -87,9 +87,9 @@ pub fn fifo_watchdog_available() -> bool {
     special::watchdog_available()
 }
 
-/// Waits for the FIFO watchdog's self-test if one has started (a few ms):
-/// call before the process exits, so that it leaves no temp dir behind.
-pub fn settle_background_checks() {
+/// Waits for the FIFO watchdog's self-test if one has started (a few ms), so
+/// that it leaves no temp dir behind ([`crate::Sandbox::shutdown`] calls it).
+pub(crate) fn settle_background_checks() {
     special::settle();
 }
 

@@ -216,7 +216,7 @@ impl AuditLog {
 /// Takes the log's writer lock (blocking). On Unix an exclusive `flock` of
 /// the file. On Windows byte locks are mandatory: a lock of the records would
 /// make every other handle's reads and writes of them fail, so the lock is
-/// one byte at [`WINDOWS_LOCK_OFFSET`], which no record reaches, and writers
+/// one byte at 2^62 (`crate::sys::file_lock`), which no record reaches, and writers
 /// still exclude each other.
 #[cfg(not(windows))]
 fn lock(file: &File) -> std::io::Result<()> {
@@ -228,51 +228,14 @@ fn unlock(file: &File) -> std::io::Result<()> {
     file.unlock()
 }
 
-/// Where the Windows writer lock lies: 2^62, past any file a disk holds.
-#[cfg(windows)]
-const WINDOWS_LOCK_OFFSET: u64 = 1 << 62;
-
-#[cfg(windows)]
-fn lock_overlapped() -> windows_sys::Win32::System::IO::OVERLAPPED {
-    let mut ov = windows_sys::Win32::System::IO::OVERLAPPED::default();
-    ov.Anonymous.Anonymous.Offset = WINDOWS_LOCK_OFFSET as u32;
-    ov.Anonymous.Anonymous.OffsetHigh = (WINDOWS_LOCK_OFFSET >> 32) as u32;
-    ov
-}
-
 #[cfg(windows)]
 fn lock(file: &File) -> std::io::Result<()> {
-    use std::os::windows::io::AsRawHandle;
-    use windows_sys::Win32::Storage::FileSystem::{LOCKFILE_EXCLUSIVE_LOCK, LockFileEx};
-    let mut ov = lock_overlapped();
-    // SAFETY: an open file handle (synchronous, so the call returns once the
-    // lock is held); `ov` lives through the call and only carries the offset.
-    if unsafe {
-        LockFileEx(
-            file.as_raw_handle(),
-            LOCKFILE_EXCLUSIVE_LOCK,
-            0,
-            1,
-            0,
-            &mut ov,
-        )
-    } == 0
-    {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    crate::sys::file_lock::lock_writer_byte(file)
 }
 
 #[cfg(windows)]
 fn unlock(file: &File) -> std::io::Result<()> {
-    use std::os::windows::io::AsRawHandle;
-    use windows_sys::Win32::Storage::FileSystem::UnlockFileEx;
-    let mut ov = lock_overlapped();
-    // SAFETY: as in `lock`: the same handle and byte.
-    if unsafe { UnlockFileEx(file.as_raw_handle(), 0, 1, 0, &mut ov) } == 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    crate::sys::file_lock::unlock_writer_byte(file)
 }
 
 /// Why the last record could not be read.

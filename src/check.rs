@@ -105,13 +105,8 @@ fn platform() -> String {
     let mut s = format!("{} {}", std::env::consts::OS, std::env::consts::ARCH);
     #[cfg(unix)]
     {
-        // SAFETY: uname only writes the struct.
-        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-        if unsafe { libc::uname(&mut u) } == 0 {
-            // SAFETY: uname NUL-terminates its fields.
-            let rel = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
-            s.push_str(&format!(", kernel {}", rel.to_string_lossy()));
-        }
+        let u = rustix::system::uname();
+        s.push_str(&format!(", kernel {}", u.release().to_string_lossy()));
     }
     s
 }
@@ -354,8 +349,7 @@ fn direct_host_checks(out: &mut Vec<Check>) {
             "no seccomp filtering for this kernel or architecture",
         );
     }
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     let userns = if root { None } else { Some(d::shared_userns()) };
     let netns = match &userns {
         None => d::shared_netns().map(|_| ()),

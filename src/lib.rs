@@ -40,13 +40,15 @@
 //! }
 //! ```
 #![warn(missing_docs)]
+// Unsafe code lives in one island: `sys` and `backend::direct` (the book:
+// Design, "The unsafe island").
+#![deny(unsafe_code)]
 
 pub mod audit;
 pub mod backend;
 pub mod check;
 pub mod config;
 pub mod env;
-mod file_id;
 pub mod isolation;
 pub mod mcp;
 pub mod outcome;
@@ -59,10 +61,18 @@ pub mod protected;
 mod reach;
 pub mod sandbox;
 pub mod state_dirs;
+#[allow(unsafe_code)]
+mod sys;
 pub mod tools;
 
-pub use config::{ConfigError, SandboxConfig};
+pub use audit::{AuditError, verify as verify_audit_log};
+pub use backend::wasm::catalog::{CatalogEntry, ToolKind, catalog};
+pub use check::{CheckReport, check};
+pub use config::{ConfigError, MAX_TIMEOUT_SECS, SandboxConfig};
+pub use isolation::IsolationLevel;
+pub use mcp::serve as serve_mcp;
 pub use outcome::{Outcome, OutcomeKind, RunOutput};
 pub use paths::{AllowedDir, AllowedDirSpec, PathError, ResolvedPath};
 pub use plan::{BackendKind, ExecPlan, Limits, Mount};
 pub use sandbox::{RunRequest, Sandbox, SandboxError, ToolCallOutput, TypedTool};
+pub use tools::toolbox::Toolbox;

@@ -1,4 +1,5 @@
 //! The `toolhost` command: parse arguments, run the subcommand, exit with its code.
+#![deny(unsafe_code)]
 
 mod cli;
 

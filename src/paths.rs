@@ -658,7 +658,7 @@ fn long_names(root: &Path, rel: &Path) -> io::Result<PathBuf> {
     for c in rel.components() {
         match c {
             Component::Normal(name) if name.to_string_lossy().contains('~') => {
-                match crate::file_id::name_on_disk(&root.join(&out).join(name))? {
+                match crate::sys::file_id::name_on_disk(&root.join(&out).join(name))? {
                     Some(real) => out.push(real),
                     None => out.push(name),
                 }

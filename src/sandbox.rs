@@ -757,8 +757,5 @@ fn has_nul(s: &std::ffi::OsStr) -> bool {
 /// read `/proc/<toolhost>/environ` and find host secrets there. Idempotent.
 fn protect_host_environ() {
     #[cfg(target_os = "linux")]
-    // SAFETY: prctl(PR_SET_DUMPABLE) takes plain integers and affects only this process.
-    unsafe {
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-    }
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
 }

@@ -23,7 +23,7 @@
 //!   every session chains from;
 //! - the config file a sandbox was read from (its limits and policy).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::config::SandboxConfig;
 use crate::paths::AllowedDirs;
@@ -139,26 +139,6 @@ pub fn state_paths(config: &SandboxConfig) -> Vec<StatePath> {
         });
     }
     out
-}
-
-/// Creates `dir` if needed and checks that only this user can write to it.
-pub(crate) fn private_dir(dir: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
-        // SAFETY: geteuid cannot fail.
-        let me = unsafe { libc::geteuid() };
-        if meta.uid() != me {
-            return Err("not owned by this user".into());
-        }
-        if meta.mode() & 0o022 != 0 {
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| format!("writable by others and cannot be fixed: {e}"))?;
-        }
-    }
-    Ok(())
 }
 
 /// Refuses allowed dirs that would let a call write toolhost's state: a
@@ -282,6 +262,7 @@ pub fn refuse_aliased_protected(
 mod tests {
     use super::*;
     use crate::paths::AllowedDirSpec;
+    use std::path::Path;
 
     fn dirs(root: &Path, ro: bool) -> AllowedDirs {
         let spec = if ro {

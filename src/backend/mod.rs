@@ -9,6 +9,9 @@ use std::future::Future;
 use crate::outcome::RunOutput;
 use crate::plan::{BackendKind, ExecPlan};
 
+// The unsafe island, part two: process creation, post-fork code, kernel
+// isolation and Windows jobs (part one is `crate::sys`).
+#[allow(unsafe_code)]
 pub mod direct;
 pub mod docker;
 pub(crate) mod protect;

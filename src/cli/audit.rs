@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use toolhost::audit::{AuditError, verify};
+use toolhost::{AuditError, verify_audit_log as verify};
 
 /// Work with audit logs (the `audit_log` config key).
 #[derive(Debug, Args)]

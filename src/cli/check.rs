@@ -36,7 +36,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<i32> {
         .enable_all()
         .build()?;
     let report = runtime.block_on(async {
-        let r = toolhost::check::check(&sandbox).await;
+        let r = toolhost::check(&sandbox).await;
         sandbox.shutdown().await;
         r
     });

@@ -7,8 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use toolhost::BackendKind;
-use toolhost::tools::toolbox::Toolbox;
+use toolhost::{BackendKind, Toolbox};
 
 use super::run::{SandboxArgs, build_config, build_sandbox_with};
 
@@ -72,7 +71,7 @@ pub fn main(args: McpArgs) -> anyhow::Result<i32> {
             toolbox.tools().len()
         );
         let (read, write) = (async_reader(read), async_writer(write));
-        let r = toolhost::mcp::serve(Arc::new(toolbox), read, write).await;
+        let r = toolhost::serve_mcp(Arc::new(toolbox), read, write).await;
         sandbox.shutdown().await;
         r
     })?;
@@ -91,31 +90,29 @@ type BoxWrite = Box<dyn AsyncWrite + Unpin + Send>;
 /// tool cannot reach them through /proc either.
 #[cfg(unix)]
 fn protocol_stdio() -> anyhow::Result<(std::fs::File, std::fs::File)> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain fd syscalls on fds this process owns; each new fd is
-    // owned by exactly one File.
-    unsafe {
-        let input = libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 3);
-        let output = libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3);
-        if input < 0 || output < 0 {
-            anyhow::bail!(
-                "stdin and stdout must be open: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if null < 0 || libc::dup2(null, 0) < 0 || libc::dup2(2, 1) < 0 {
-            anyhow::bail!(
-                "cannot move the protocol off stdin and stdout: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        libc::close(null);
-        Ok((
-            std::fs::File::from_raw_fd(input),
-            std::fs::File::from_raw_fd(output),
-        ))
+    use rustix::io::fcntl_dupfd_cloexec;
+    let moved = fcntl_dupfd_cloexec(std::io::stdin(), 3)
+        .and_then(|i| Ok((i, fcntl_dupfd_cloexec(std::io::stdout(), 3)?)));
+    let (input, output) = match moved {
+        Ok(fds) => fds,
+        Err(e) => anyhow::bail!("stdin and stdout must be open: {}", std::io::Error::from(e)),
+    };
+    let null = rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    );
+    let replaced = null.and_then(|null| {
+        rustix::stdio::dup2_stdin(&null)?;
+        rustix::stdio::dup2_stdout(std::io::stderr())
+    });
+    if let Err(e) = replaced {
+        anyhow::bail!(
+            "cannot move the protocol off stdin and stdout: {}",
+            std::io::Error::from(e)
+        );
     }
+    Ok((std::fs::File::from(input), std::fs::File::from(output)))
 }
 
 #[cfg(not(unix))]
@@ -144,22 +141,12 @@ fn reopen_fifo(f: &std::fs::File, write: bool) -> Option<std::fs::File> {
 /// Whether `f` is a unix-domain socket (what libuv-based clients hand over).
 #[cfg(unix)]
 fn is_unix_socket(f: &std::fs::File) -> bool {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileTypeExt;
     if !f.metadata().is_ok_and(|m| m.file_type().is_socket()) {
         return false;
     }
-    // SAFETY: getsockname writes at most `len` bytes into `addr`.
-    unsafe {
-        let mut addr: libc::sockaddr_storage = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        let r = libc::getsockname(
-            f.as_raw_fd(),
-            (&mut addr as *mut libc::sockaddr_storage).cast(),
-            &mut len,
-        );
-        r == 0 && libc::c_int::from(addr.ss_family) == libc::AF_UNIX
-    }
+    rustix::net::getsockname(f)
+        .is_ok_and(|a| a.address_family() == rustix::net::AddressFamily::UNIX)
 }
 
 /// `f` as a unix stream on the reactor (non-blocking, as a client that hands
@@ -175,13 +162,11 @@ fn unix_stream(f: std::fs::File) -> Option<tokio::net::UnixStream> {
 /// socket left non-blocking would otherwise read as the end of input).
 #[cfg(unix)]
 fn blocking(f: std::fs::File) -> tokio::fs::File {
-    use std::os::fd::AsRawFd;
-    // SAFETY: fcntl on an fd we own.
-    unsafe {
-        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
-            libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
-        }
+    use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+    if let Ok(flags) = fcntl_getfl(&f)
+        && flags.contains(OFlags::NONBLOCK)
+    {
+        let _ = fcntl_setfl(&f, flags - OFlags::NONBLOCK);
     }
     tokio::fs::File::from_std(f)
 }

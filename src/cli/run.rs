@@ -115,11 +115,11 @@ pub struct SandboxArgs {
     /// the call does not run), best-effort, off [default: best-effort on Linux,
     /// or the config's]
     #[arg(long, value_name = "LEVEL", value_parser = parse_isolation)]
-    isolation: Option<toolhost::isolation::IsolationLevel>,
+    isolation: Option<toolhost::IsolationLevel>,
 }
 
-fn parse_isolation(s: &str) -> Result<toolhost::isolation::IsolationLevel, String> {
-    toolhost::isolation::IsolationLevel::parse(s)
+fn parse_isolation(s: &str) -> Result<toolhost::IsolationLevel, String> {
+    toolhost::IsolationLevel::parse(s)
         .ok_or_else(|| format!("{s:?} is not one of strict, best-effort, off"))
 }
 
@@ -142,10 +142,10 @@ pub(crate) fn build_config(
         cfg.backend = b;
     }
     if let Some(t) = args.timeout {
-        if !t.is_finite() || t <= 0.0 || t > toolhost::config::MAX_TIMEOUT_SECS {
+        if !t.is_finite() || t <= 0.0 || t > toolhost::MAX_TIMEOUT_SECS {
             bail!(
                 "--timeout must be more than 0 and at most {} seconds",
-                toolhost::config::MAX_TIMEOUT_SECS
+                toolhost::MAX_TIMEOUT_SECS
             );
         }
         cfg.timeout = Duration::from_secs_f64(t);

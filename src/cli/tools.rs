@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use toolhost::SandboxConfig;
-use toolhost::backend::wasm::WasmBackend;
-use toolhost::backend::wasm::registry::Registry;
+use toolhost::{SandboxConfig, ToolKind, catalog};
 
 /// List the WASI tools: commands, which `toolhost run --backend wasm -- NAME`
 /// runs, and typed tools (toolhost:tool world), which `toolhost call NAME JSON`
@@ -27,61 +25,16 @@ pub struct ToolsArgs {
     json: bool,
 }
 
-#[derive(Debug, serde::Serialize)]
-struct Listed {
-    name: String,
-    kind: &'static str,
-    wasi: &'static str,
-    description: String,
-    path: PathBuf,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    input_schema: Option<serde_json::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-}
-
 pub fn main(args: ToolsArgs) -> anyhow::Result<i32> {
     let config = match &args.config {
         Some(p) => SandboxConfig::from_file(p)?,
         None => SandboxConfig::default(),
     };
-    let registry = Registry::open(&config.wasm)?;
-    let tools = registry.list();
-    let limits = config.limits();
-    let has_components = tools.iter().any(|t| t.component);
-    let backend = if has_components {
-        Some(WasmBackend::new(&config.wasm).map_err(|e| anyhow::anyhow!("wasm engine: {e}"))?)
-    } else {
-        None
-    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let mut listed = Vec::with_capacity(tools.len());
-    for t in tools {
-        let mut item = Listed {
-            name: t.name.clone(),
-            kind: "command",
-            wasi: t.wasi,
-            description: t.description.clone(),
-            path: t.path.clone(),
-            input_schema: None,
-            error: None,
-        };
-        if let (true, Some(backend), Some(file)) = (t.component, &backend, registry.find(&t.name)) {
-            match runtime.block_on(backend.describe(&file, &limits)) {
-                Ok(Some(info)) => {
-                    item.kind = "typed";
-                    item.description = info.description;
-                    item.input_schema = Some(info.input_schema);
-                }
-                Ok(None) => {}
-                Err(o) => item.error = Some(o.message),
-            }
-        }
-        listed.push(item);
-    }
+    let listed = runtime.block_on(catalog(&config.wasm, &config.limits()))?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &listed)?;
@@ -96,7 +49,7 @@ pub fn main(args: ToolsArgs) -> anyhow::Result<i32> {
         for t in &listed {
             let text = match &t.error {
                 Some(e) => format!("(unusable: {e})"),
-                None if t.kind == "typed" => format!("[typed] {}", t.description),
+                None if t.kind == ToolKind::Typed => format!("[typed] {}", t.description),
                 None if t.wasi == "p3" => format!("[p3] {}", t.description),
                 None => t.description.clone(),
             };

@@ -250,7 +250,7 @@ fn target(dirs: &AllowedDirs, path: &str) -> Result<Target, FsError> {
         let text = name.to_string_lossy().into_owned();
         let base = win32_base(&text);
         if base.contains('~') {
-            match crate::file_id::name_on_disk(&parent.host_path().join(base)) {
+            match crate::sys::file_id::name_on_disk(&parent.host_path().join(base)) {
                 Ok(Some(real)) if normalize(&real.to_string_lossy()) != normalize(base) => {
                     let mut n = real;
                     n.push(text.find(':').map_or("", |i| &text[i..]));

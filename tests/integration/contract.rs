@@ -674,6 +674,8 @@ async fn run_case(c: &Ctx, case: u32) -> CaseResult {
         }
         // /proc: no canary from the parent's or init's environment.
         14 => {
+            // SAFETY: as in cases 12 and 13: the same value for the same
+            // name, which no other thread of this binary changes.
             unsafe { std::env::set_var("TOOLHOST_CONTRACT_CANARY", CANARY) };
             let r = c.run(&sb, "cat /proc/$PPID/environ /proc/1/environ /proc/self/root/proc/1/environ 2>&1; echo; cat /proc/self/status | head -1", &[]).await;
             ensure(

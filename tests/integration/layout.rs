@@ -73,19 +73,9 @@ fn expand(prefix: &str, body: &str, out: &mut Vec<String>) {
             (true, false) => head.to_string(),
             (false, false) => format!("{prefix}::{head}"),
         };
-        let (mut depth, mut start) = (0, 0);
-        for (i, c) in inner.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => depth -= 1,
-                ',' if depth == 0 => {
-                    expand(&prefix, &inner[start..i], out);
-                    start = i + 1;
-                }
-                _ => {}
-            }
+        for item in top_level_items(inner) {
+            expand(&prefix, item, out);
         }
-        expand(&prefix, &inner[start..], out);
     } else if !body.is_empty() {
         let body = body.split(" as ").next().unwrap_or(body).trim();
         out.push(if prefix.is_empty() {
@@ -96,18 +86,42 @@ fn expand(prefix: &str, body: &str, out: &mut Vec<String>) {
     }
 }
 
+/// The items of a brace group's inside, split at its top-level commas.
+fn top_level_items(inner: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut out) = (0, 0, Vec::new());
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&inner[start..]);
+    out
+}
+
 /// Every `crate::` path in `text`.
 fn crate_paths(text: &str) -> Vec<String> {
+    paths_under("crate::", text)
+}
+
+/// Every path in `text` that starts with `root` (`crate::`, `toolhost::`),
+/// without it.
+fn paths_under(root: &str, text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = text;
-    while let Some(i) = rest.find("crate::") {
+    while let Some(i) = rest.find(root) {
         let before = rest[..i].chars().next_back();
-        let after = &rest[i + "crate::".len()..];
+        let after = &rest[i + root.len()..];
         rest = after;
         if before.is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | ':' | '$')) {
             continue; // `$crate::`, `foo_crate::`
         }
-        let is_use = text_before_is_use(&text[..text.len() - after.len() - "crate::".len()]);
+        let is_use = text_before_is_use(&text[..text.len() - after.len() - root.len()]);
         if is_use {
             let end = after.find(';').unwrap_or(after.len());
             expand("", &after[..end], &mut out);
@@ -124,6 +138,60 @@ fn crate_paths(text: &str) -> Vec<String> {
 fn text_before_is_use(before: &str) -> bool {
     let t = before.trim_end();
     t.ends_with("use") && !t[..t.len() - 3].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+}
+
+/// The names `lib.rs` exports at the crate root: its `pub use` items (by
+/// their alias where renamed).
+fn root_exports() -> BTreeSet<String> {
+    let text = code(&std::fs::read_to_string(src().join("lib.rs")).expect("read lib.rs"));
+    let mut out = BTreeSet::new();
+    for stmt in text.split(';') {
+        let stmt = stmt.trim();
+        if let Some(body) = stmt.strip_prefix("pub use ") {
+            let mut raw = Vec::new();
+            expand_keeping_alias(body, &mut raw);
+            out.extend(raw);
+        }
+    }
+    out
+}
+
+/// As [`expand`], but each item is the name it is known by: the last name
+/// of its path, or its alias.
+fn expand_keeping_alias(body: &str, out: &mut Vec<String>) {
+    let body = body.trim();
+    if let Some(open) = body.find('{') {
+        let inner = &body[open + 1..body.rfind('}').expect("closing brace")];
+        for item in top_level_items(inner) {
+            expand_keeping_alias(item, out);
+        }
+    } else if !body.is_empty() {
+        let name = match body.split_once(" as ") {
+            Some((_, alias)) => alias.trim(),
+            None => body.rsplit("::").next().unwrap_or(body).trim(),
+        };
+        out.push(name.to_string());
+    }
+}
+
+/// The `toolhost::` paths of the CLI (`src/cli/`, `src/main.rs`) that do
+/// not start with a name the crate root exports, each with its file.
+fn cli_paths_past_the_root(exports: &BTreeSet<String>) -> Vec<String> {
+    let mut files = vec![src().join("main.rs")];
+    for e in std::fs::read_dir(src().join("cli")).expect("read src/cli") {
+        files.push(e.expect("entry").path());
+    }
+    let mut bad = Vec::new();
+    for f in files {
+        let text = code(&std::fs::read_to_string(&f).expect("read"));
+        for path in paths_under("toolhost::", &text) {
+            let first = path.split("::").next().unwrap_or_default();
+            if !exports.contains(first) {
+                bad.push(format!("{}: toolhost::{path}", f.display()));
+            }
+        }
+    }
+    bad
 }
 
 /// The unit of a module path: its first name, a backend's first two.
@@ -251,6 +319,16 @@ fn the_layout_check_finds_what_it_looks_for() {
     assert_eq!(found.len(), 1);
     assert_eq!(found[0], ["a", "b", "c"].map(String::from).into());
     assert_eq!(unit("backend::wasm::p3"), "backend::wasm");
+    let mut names = Vec::new();
+    expand_keeping_alias("a::{B, c::{D as E}}", &mut names);
+    assert_eq!(names, ["B", "E"]);
+    let exports: BTreeSet<String> = ["Sandbox", "check"].map(String::from).into();
+    let uses = "use toolhost::{Sandbox, check};\nlet x = toolhost::backend::wasm::X;";
+    let past: Vec<String> = paths_under("toolhost::", uses)
+        .into_iter()
+        .filter(|p| !exports.contains(p.split("::").next().unwrap_or_default()))
+        .collect();
+    assert_eq!(past, ["backend::wasm::X"]);
     assert_eq!(unit("tools::fs"), "tools");
 }
 
@@ -304,4 +382,142 @@ fn backends_import_nothing_from_the_layers_above() {
     }
     assert!(bad.is_empty(), "backends reach up:\n{}", bad.join("\n"));
     assert!(g["backend::wasm"].contains_key("plan"));
+}
+
+/// The CLI is a user of the library like any other: it names only what the
+/// crate root exports (`toolhost::Sandbox`, `toolhost::OutcomeKind::Exited`),
+/// never a module's insides (`toolhost::backend::wasm::…`).
+#[test]
+fn the_cli_uses_only_what_the_crate_root_exports() {
+    let exports = root_exports();
+    assert!(exports.contains("Sandbox") && exports.contains("serve_mcp"));
+    assert!(!exports.contains("backend"), "modules are not root exports");
+    let bad = cli_paths_past_the_root(&exports);
+    assert!(
+        bad.is_empty(),
+        "the CLI reaches past lib.rs:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The folders of the unsafe island: the only places `unsafe` may appear.
+const UNSAFE_ISLAND: &[&str] = &["sys", "backend/direct"];
+
+/// Each file of `src/` outside the island whose code (comments aside) says
+/// `unsafe` other than in a lint attribute, with the line.
+fn unsafe_outside_the_island(files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (path, text) in files {
+        let rel = path.strip_prefix(src()).unwrap_or(path);
+        if UNSAFE_ISLAND.iter().any(|d| rel.starts_with(d)) {
+            continue;
+        }
+        for (n, line) in code(text).lines().enumerate() {
+            let line = line.replace("unsafe_code", "");
+            let has_word = line.match_indices("unsafe").any(|(i, _)| {
+                let before = line[..i].chars().next_back();
+                let after = line[i + "unsafe".len()..].chars().next();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            });
+            if has_word {
+                bad.push(format!("{}:{}: {}", rel.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    bad
+}
+
+/// Every `.rs` file under `src/` (the binary's too), with its text.
+fn all_sources() -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+        for e in std::fs::read_dir(dir).expect("read src") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).expect("read");
+                out.push((p, text));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&src(), &mut out);
+    out
+}
+
+/// `unsafe` lives in one island, `src/sys` and `src/backend/direct`: the
+/// library and the binary deny it elsewhere (`#![deny(unsafe_code)]`), only
+/// the island's two modules allow it, and Cargo.toml turns on the lints that
+/// make every unsafe block and unsafe fn explain itself.
+#[test]
+fn unsafe_code_lives_in_one_island() {
+    let files = all_sources();
+    let bad = unsafe_outside_the_island(&files);
+    assert!(
+        bad.is_empty(),
+        "unsafe outside the island:\n{}",
+        bad.join("\n")
+    );
+    // The checker sees what it must, and not lint names or identifiers.
+    let probe = vec![
+        (
+            src().join("paths.rs"),
+            "let x = unsafe { f() };\n".to_string(),
+        ),
+        (
+            src().join("env.rs"),
+            "#![deny(unsafe_code)]\nfn not_unsafe_x() {}\n// unsafe\n".to_string(),
+        ),
+        (src().join("sys/x.rs"), "unsafe fn y() {}\n".to_string()),
+    ];
+    assert_eq!(unsafe_outside_the_island(&probe).len(), 1);
+    // Where unsafe code is allowed: exactly the island's two modules.
+    let allows: BTreeSet<String> = files
+        .iter()
+        .flat_map(|(p, t)| {
+            let lines: Vec<&str> = t.lines().collect();
+            lines
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.contains("allow(unsafe_code)"))
+                .map(|(i, _)| {
+                    let item = lines[i + 1..]
+                        .iter()
+                        .find(|l| {
+                            !l.trim_start().starts_with("//") && !l.trim_start().starts_with("#[")
+                        })
+                        .map_or("", |l| l.trim());
+                    format!("{}: {item}", p.strip_prefix(src()).unwrap_or(p).display())
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let expected: BTreeSet<String> = ["backend/mod.rs: pub mod direct;", "lib.rs: mod sys;"]
+        .map(String::from)
+        .into();
+    assert_eq!(allows, expected, "modules that allow unsafe code");
+    for root in ["lib.rs", "main.rs"] {
+        let text = std::fs::read_to_string(src().join(root)).expect("read");
+        assert!(
+            text.contains("#![deny(unsafe_code)]"),
+            "{root} must deny unsafe code"
+        );
+    }
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .expect("read Cargo.toml");
+    let lints = manifest
+        .split("[lints.clippy]")
+        .nth(1)
+        .expect("a [lints.clippy] table");
+    for lint in ["undocumented_unsafe_blocks", "missing_safety_doc"] {
+        assert!(
+            lints
+                .lines()
+                .take_while(|l| !l.starts_with('['))
+                .any(|l| l.starts_with(lint) && l.contains("deny")),
+            "{lint} must be denied in [lints.clippy]"
+        );
+    }
 }

@@ -262,6 +262,9 @@ fn supervisor_signals() -> libc::sigset_t {
 /// # Safety
 /// Must only be called between `fork` and `exec`.
 pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
+    // SAFETY: the caller runs this in the forked child before exec (see
+    // `# Safety`): each call below is a raw system call on plain values and
+    // on fds and memory this process owns; nothing allocates or takes a lock.
     unsafe {
         // Blocked from the first instruction: a kill request that arrives
         // before we wait for it stays pending (see `supervise`).
@@ -465,6 +468,8 @@ extern "C" fn init_main(arg: *mut c_void) -> c_int {
 /// failed), or has exited. No timeout: the wait must not write errno while
 /// the tool may still read it (see `init_main`).
 unsafe fn wait_launched() {
+    // SAFETY: reads an atomic in memory shared with the init (CLONE_VM) and
+    // sleeps with nanosleep; no allocation, as post-fork code requires.
     unsafe {
         while LAUNCHED.load(Ordering::SeqCst) == LAUNCH_PENDING {
             libc::syscall(
@@ -535,6 +540,9 @@ extern "C" fn tool_main(arg: *mut c_void) -> c_int {
 /// In the tool process, sharing the supervisor's memory: only system calls.
 /// `Err(Some(layer))`: a required isolation layer failed.
 unsafe fn prepare_tool(p: &Params) -> Result<(), Option<Layer>> {
+    // SAFETY: runs in the tool process, which shares the supervisor's memory
+    // until exec (see `# Safety`): only system calls on plain values and on
+    // the fds and pointers in `p`, which outlive the call.
     unsafe {
         let supervisor = libc::getppid();
         libc::setpgid(0, 0);
@@ -596,6 +604,9 @@ unsafe fn clear_inheritable_caps() {
         inheritable: u32,
     }
     const V3: u32 = 0x2008_0522;
+    // SAFETY: capget/capset on this thread with `h` and `d` laid out as the
+    // kernel's v3 header and two data structs (`#[repr(C)]`), both live
+    // through the calls.
     unsafe {
         let mut h = Header {
             version: V3,
@@ -621,6 +632,9 @@ unsafe fn clear_inheritable_caps() {
 /// execve, searching PATH like execvp when the program has no slash. Returns
 /// only on failure, with errno set as execvp would.
 unsafe fn exec_tool(e: &ExecArgs) {
+    // SAFETY: `e`'s pointer arrays are NUL-terminated and point into C strings
+    // that `e` owns (built before the fork), so execve and the PATH search
+    // read only valid memory.
     unsafe {
         let argv = e.argv_ptrs.as_ptr();
         let envp = e.envp_ptrs.as_ptr();
@@ -666,6 +680,8 @@ fn set_errno(e: c_int) {
 }
 
 unsafe fn set_limit(resource: c_int, value: u64) -> Result<(), ()> {
+    // SAFETY: getrlimit and setrlimit write and read `rlimit` structs on this
+    // stack frame.
     unsafe {
         let mut cur: libc::rlimit = std::mem::zeroed();
         if libc::getrlimit(resource as _, &mut cur) < 0 {
@@ -693,6 +709,8 @@ unsafe fn set_limit(resource: c_int, value: u64) -> Result<(), ()> {
 /// Marks every fd from `first` up close-on-exec, so the tool inherits only 0-2
 /// while std can still report an exec failure on its own pipe.
 unsafe fn cloexec_from(first: c_int) {
+    // SAFETY: close_range and fcntl take plain integers; setting close-on-exec
+    // on an fd we do not own only affects this process's exec.
     unsafe {
         let r = libc::syscall(
             libc::SYS_close_range,
@@ -710,6 +728,8 @@ unsafe fn cloexec_from(first: c_int) {
 }
 
 unsafe fn close_from(first: c_int, last: c_int) {
+    // SAFETY: close_range and close take plain integers; the fds from `first`
+    // to `last` are ones the caller is done with (see the callers).
     unsafe {
         if first > last {
             return;
@@ -730,8 +750,9 @@ unsafe fn close_from(first: c_int, last: c_int) {
 }
 
 fn max_fd() -> c_int {
-    // SAFETY: getrlimit only writes the struct.
+    // SAFETY: all zeroes is a valid rlimit (plain integers).
     let mut l: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `l` is a valid rlimit for getrlimit to write.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } < 0 {
         return 1024;
     }
@@ -739,8 +760,9 @@ fn max_fd() -> c_int {
 }
 
 fn now_ns() -> i64 {
-    // SAFETY: clock_gettime only writes the struct.
+    // SAFETY: all zeroes is a valid timespec (plain integers).
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is a valid timespec for clock_gettime to write.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
@@ -752,6 +774,9 @@ fn errno() -> c_int {
 /// Waits for `child` (the tool, or in a PID namespace its init), ends the call
 /// and reports. `ns_layers`: the namespace layers applied here.
 unsafe fn supervise(p: &Params, child: pid_t, in_pidns: bool, ns_layers: u32) -> ! {
+    // SAFETY: runs in the supervisor after fork (see `# Safety`): waitpid,
+    // kill, write and _exit on this process's children and on the status fd
+    // in `p`; no allocation.
     unsafe {
         let tool = child;
         let (failure, stage) = if tool < 0 {
@@ -905,6 +930,8 @@ unsafe fn supervise(p: &Params, child: pid_t, in_pidns: bool, ns_layers: u32) ->
 
 /// Reports a call whose tool never ran, and exits.
 unsafe fn report_not_started(p: &Params, errno: c_int, stage: u32, layers: u32) -> ! {
+    // SAFETY: writes a report held on this stack frame to the status fd in
+    // `p`, then exits; no allocation.
     unsafe {
         let report = Report {
             reason: REASON_NOT_STARTED,
@@ -922,6 +949,8 @@ unsafe fn report_not_started(p: &Params, errno: c_int, stage: u32, layers: u32) 
 /// Kills every child of this (subreaper) process, round after round, until it has
 /// none; returns how many were still there when the budget ran out.
 unsafe fn kill_all_children() -> u32 {
+    // SAFETY: signals and reaps only this process's own children (pids it is
+    // subreaper of), and sleeps; no allocation.
     unsafe {
         let deadline = now_ns() + CLEANUP_BUDGET_NS;
         let mut buf = [0u8; 4096];
@@ -951,6 +980,9 @@ unsafe fn kill_all_children() -> u32 {
 /// Reads `/proc/thread-self/children` and SIGKILLs each pid in it. Children of
 /// this process cannot be reused pids: they stay ours until reaped.
 unsafe fn kill_listed_children(buf: &mut [u8; 4096]) -> u32 {
+    // SAFETY: reads /proc/thread-self/children into `buf`, within its length,
+    // and signals the listed children of this process, which stay ours until
+    // reaped.
     unsafe {
         let fd = libc::open(
             c"/proc/thread-self/children".as_ptr(),

@@ -180,8 +180,8 @@ impl DockerBackend {
         // someone else owns.
         #[cfg(unix)]
         {
-            // SAFETY: geteuid and getegid cannot fail.
-            let (me, my_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+            let me = rustix::process::geteuid().as_raw();
+            let my_gid = rustix::process::getegid().as_raw();
             if me != 0 {
                 return Ok(format!("{me}:{my_gid}"));
             }

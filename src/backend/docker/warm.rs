@@ -361,8 +361,7 @@ fn write_helper(dir: &std::path::Path, name: &str) -> std::io::Result<()> {
 
 #[cfg(unix)]
 fn uid() -> u32 {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 /// The read-only mount of the helper at [`HELPER_TARGET`]. A call must not be

@@ -351,7 +351,7 @@ pub(super) async fn open_for_writing(
     };
     release(caller, &t).await;
     if r != 0 {
-        return Ok(Some(super::refusal(r, watched.interrupted)));
+        return Ok(Some(super::p1::refusal(r, watched.interrupted)));
     }
     let new = s.result();
     let Some(mem) = caller.get_export("memory").and_then(|e| e.into_memory()) else {
@@ -366,7 +366,7 @@ pub(super) async fn open_for_writing(
             return Ok(Some(ERRNO_FAULT));
         }
     }
-    Ok(Some(super::p1_postcheck(caller, opened).await))
+    Ok(Some(super::p1::p1_postcheck(caller, opened).await))
 }
 
 /// Whether the first string of `s`, under `fd` (following as `flags` say),
@@ -494,7 +494,10 @@ pub(super) async fn set_times(
         glue::path_filestat_set_times(wasi, &mut mem, t.fd, flags, np, nl, atim, mtim, fst_flags);
     let watched = special::watched(set).await;
     release(caller, &t).await;
-    Ok(Some(super::refusal(watched.result?, watched.interrupted)))
+    Ok(Some(super::p1::refusal(
+        watched.result?,
+        watched.interrupted,
+    )))
 }
 
 /// Whether `fd_filestat_set_times` on `fd` is refused (`Guard::refuses_times`):
@@ -540,7 +543,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
                         };
                         let t = match change_target(&mut caller, fd, &path_s).await? {
                             Ok(Some(t)) => t,
-                            Ok(None) => return super::call_p1!(caller, $func(fd, path, len)),
+                            Ok(None) => return super::p1::call_p1!(caller, $func(fd, path, len)),
                             Err(e) => return Ok(e),
                         };
                         let mut s = Scratch::new(&[t.name.as_str()], 0);
@@ -566,7 +569,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
                 if times_refused(&mut caller, fd, fst_flags).await {
                     return Ok(ERRNO_PERM);
                 }
-                super::call_p1!(caller, fd_filestat_set_times(fd, atim, mtim, fst_flags))
+                super::p1::call_p1!(caller, fd_filestat_set_times(fd, atim, mtim, fst_flags))
             })
         },
     )?;
@@ -583,7 +586,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
                 let t = match change_target(&mut caller, fd, &new_s).await? {
                     Ok(Some(t)) => t,
                     Ok(None) => {
-                        return super::call_p1!(
+                        return super::p1::call_p1!(
                             caller,
                             path_symlink(old, old_len, fd, new, new_len)
                         );
@@ -620,7 +623,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
                 let (a, b) = match two_targets(&mut caller, fd, &old_s, new_fd, &new_s).await? {
                     Ok(Some(ab)) => ab,
                     Ok(None) => {
-                        return super::call_p1!(
+                        return super::p1::call_p1!(
                             caller,
                             path_rename(fd, old, old_len, new_fd, new, new_len)
                         );
@@ -667,7 +670,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
                 let (a, b) = match two_targets(&mut caller, old_fd, &old_s, new_fd, &new_s).await? {
                     Ok(Some(ab)) => ab,
                     Ok(None) => {
-                        return super::call_p1!(
+                        return super::p1::call_p1!(
                             caller,
                             path_link(old_fd, old_flags, old, old_len, new_fd, new, new_len)
                         );

@@ -14,7 +14,7 @@
 //!   a handle a guest opens right after the open (preview 1: every directory
 //!   handle of the table; preview 2 and 3: the new one). Whether a
 //!   directory is inside is decided on the host by identity
-//!   ([`crate::file_id`]): its physical parents are walked up (Unix: by `..`
+//!   ([`crate::sys::file_id`]): its physical parents are walked up (Unix: by `..`
 //!   from the handle to `/`; Windows: the ancestors of the path the
 //!   filesystem gives the handle now, links and 8.3 names resolved, up to an
 //!   outermost writable allowed dir), so no name, symlink or `..` in the
@@ -52,8 +52,8 @@ use wasmtime_wasi::filesystem::{Descriptor, Dir};
 use crate::plan::ExecPlan;
 use crate::protected::normalize;
 
-/// A file's identity on the host ([`crate::file_id`]).
-pub(crate) type Id = crate::file_id::FileId;
+/// A file's identity on the host ([`crate::sys::file_id`]).
+pub(crate) type Id = crate::sys::file_id::FileId;
 
 /// What one call protects, fixed when its context is built. Clones share it.
 #[derive(Debug, Default, Clone)]
@@ -108,7 +108,7 @@ fn ro_inside_writable(m: &crate::plan::Mount, mounts: &[crate::plan::Mount]) -> 
 
 /// The identity hash wasmtime-wasi reports as a preview-1 `ino` and a
 /// preview-2 `metadata-hash` (its `MetadataHashValue::new`: the standard
-/// library's default hasher over the pair [`crate::file_id`] reads, on Unix
+/// library's default hasher over the pair [`crate::sys::file_id`] reads, on Unix
 /// and Windows alike). The contract tests that rename `.git` from a
 /// preview-1 guest fail if this ever diverges.
 pub(crate) fn guest_hash(id: Id) -> u64 {
@@ -226,7 +226,7 @@ impl Guard {
         #[cfg(windows)]
         if may_be_short_name(name) && !i.entries.is_empty() {
             let base = crate::protected::win32_base(name);
-            return match crate::file_id::of_entry(dir, base) {
+            return match crate::sys::file_id::of_entry(dir, base) {
                 Ok(Some(e)) => i.entries.contains(&e),
                 Ok(None) => false,
                 Err(_) => true,
@@ -265,7 +265,7 @@ impl Inner {
         // protected dir: the writable one's preopen (or the cwd's `.`) must
         // not reach it for writing, nor rename it away.
         for m in mounts.iter().filter(|m| ro_inside_writable(m, mounts)) {
-            if let Ok(id) = crate::file_id::of_path(&m.path) {
+            if let Ok(id) = crate::sys::file_id::of_path(&m.path) {
                 self.dirs.insert(id);
             }
             if let Some(outer) = crate::backend::protect::outermost_writable(mounts, &m.path) {
@@ -280,7 +280,7 @@ impl Inner {
                     !m.read_only
                         && crate::backend::protect::outermost_writable(mounts, &m.path).is_none()
                 })
-                .filter_map(|m| crate::file_id::final_path_of(&m.path).ok())
+                .filter_map(|m| crate::sys::file_id::final_path_of(&m.path).ok())
                 .map(|p| crate::paths::path_key(&p))
                 .collect();
         }
@@ -312,7 +312,7 @@ impl Inner {
             }
             if r.exists
                 && std::fs::metadata(&r.place).is_ok_and(|m| m.is_dir())
-                && let Ok(id) = crate::file_id::of_path(&r.place)
+                && let Ok(id) = crate::sys::file_id::of_path(&r.place)
             {
                 self.dirs.insert(id);
             }
@@ -334,13 +334,13 @@ impl Inner {
             let (Some(parent), Some(name)) = (cur.parent(), cur.file_name()) else {
                 break;
             };
-            if let Ok(id) = crate::file_id::of_path(parent) {
+            if let Ok(id) = crate::sys::file_id::of_path(parent) {
                 let n = normalize(&name.to_string_lossy());
                 self.names.insert((id, n.clone()));
                 self.names_hash.insert((guest_hash(id), n));
             }
             if Guard::ENTRIES_HAVE_OTHER_NAMES
-                && let Ok(id) = crate::file_id::of_path_unfollowed(&cur)
+                && let Ok(id) = crate::sys::file_id::of_path_unfollowed(&cur)
             {
                 self.entries.insert(id);
                 self.entries_hash.insert(guest_hash(id));
@@ -363,7 +363,7 @@ impl Inner {
         #[cfg(not(windows))]
         let key = start;
         #[cfg(windows)]
-        let key = match crate::file_id::final_path(f) {
+        let key = match crate::sys::file_id::final_path(f) {
             Ok(p) => (start, p),
             Err(_) => return true, // cannot tell: inside
         };
@@ -380,16 +380,17 @@ impl Inner {
 }
 
 fn identity(f: &std::fs::File) -> Option<Id> {
-    crate::file_id::of_file(f).ok()
+    crate::sys::file_id::of_file(f).ok()
 }
 
 #[cfg(unix)]
 fn walk_up(f: &std::fs::File, start: Id, dirs: &HashSet<Id>) -> bool {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use rustix::fs::{Mode, OFlags};
+    use std::os::fd::{AsFd, OwnedFd};
     #[cfg(target_os = "linux")]
-    const FLAGS: libc::c_int = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
     #[cfg(not(target_os = "linux"))]
-    const FLAGS: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let mut id = start;
     let mut cur: Option<OwnedFd> = None;
     // Deeper than any path the host resolves (PATH_MAX 4096: 2048 levels).
@@ -397,21 +398,13 @@ fn walk_up(f: &std::fs::File, start: Id, dirs: &HashSet<Id>) -> bool {
         if dirs.contains(&id) {
             return true;
         }
-        let fd = cur.as_ref().map_or(f.as_raw_fd(), |o| o.as_raw_fd());
-        // SAFETY: `fd` is open for the duration of the call (owned by `f` or
-        // `cur`), and the path is a NUL-terminated literal.
-        let up = unsafe { libc::openat(fd, c"..".as_ptr(), FLAGS) };
-        if up < 0 {
+        let fd = cur.as_ref().map_or(f.as_fd(), |o| o.as_fd());
+        let Ok(up) = rustix::fs::openat(fd, "..", flags, Mode::empty()) else {
             return false;
-        }
-        // SAFETY: `up` was just returned by openat and is owned by nothing else.
-        let up = unsafe { OwnedFd::from_raw_fd(up) };
-        // SAFETY: an all-zero stat is a valid value to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: `up` is open and `st` is a valid, writable stat buffer.
-        if unsafe { libc::fstat(up.as_raw_fd(), &mut st) } < 0 {
+        };
+        let Ok(st) = rustix::fs::fstat(&up) else {
             return false;
-        }
+        };
         #[allow(clippy::unnecessary_cast)]
         let next = (st.st_dev as u64, st.st_ino as u64);
         if next == id {
@@ -444,7 +437,7 @@ fn walk_up(
         if roots.contains(&crate::paths::path_key(up)) {
             return false;
         }
-        match crate::file_id::of_path(up) {
+        match crate::sys::file_id::of_path(up) {
             Ok(id) if dirs.contains(&id) => return true,
             Ok(_) => {}
             Err(_) => return true,

@@ -144,44 +144,11 @@ mod watchdog {
 
 #[cfg(target_os = "linux")]
 mod watchdog {
-    use std::ffi::CString;
     use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
     use std::sync::{Mutex, Once};
     use std::time::{Duration, Instant};
 
-    const SIGNAL: libc::c_int = libc::SIGURG;
-
-    extern "C" fn on_signal(_: libc::c_int) {}
-
-    fn ours() -> libc::sighandler_t {
-        on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t
-    }
-
-    /// Whether our handler is in place, installing it over the default
-    /// disposition. Checked before every signal: if something replaced it
-    /// since, nothing is sent.
-    fn handler() -> bool {
-        // SAFETY: sigaction with valid, zero-initialised structs; the handler
-        // does nothing, so it is async-signal-safe.
-        unsafe {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(SIGNAL, std::ptr::null(), &mut old) != 0 {
-                return false;
-            }
-            if old.sa_sigaction == ours() {
-                return old.sa_flags & libc::SA_RESTART == 0;
-            }
-            if old.sa_sigaction != libc::SIG_DFL {
-                return false;
-            }
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = ours();
-            // No SA_RESTART: the interrupted open returns EINTR.
-            sa.sa_flags = 0;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(SIGNAL, &sa, std::ptr::null_mut()) == 0
-        }
-    }
+    use crate::sys::fifo_signal::{handler_installed as handler, signal_thread};
 
     const UNKNOWN: u8 = 0;
     const PASSED: u8 = 1;
@@ -285,9 +252,7 @@ mod watchdog {
     }
 
     fn send(tid: i32) -> bool {
-        // SAFETY: tgkill to a thread of this process, with a signal whose
-        // handler is installed (checked by `available`) and does nothing.
-        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, SIGNAL) == 0 }
+        signal_thread(tid)
     }
 
     /// Until when the sweeper looks, in ms since `EPOCH`, and whether it runs.
@@ -340,51 +305,60 @@ mod watchdog {
         }
         // In toolhost's own cache dir (out of every writable allowed dir, see
         // `state_dirs`), or the temp dir when there is none.
-        let template = crate::state_dirs::cache_base()
-            .filter(|d| crate::state_dirs::private_dir(d).is_ok())
-            .unwrap_or_else(std::env::temp_dir)
-            .join("fifo-selftest-XXXXXX");
-        let Ok(template) = CString::new(template.as_os_str().as_encoded_bytes()) else {
+        let base = crate::state_dirs::cache_base()
+            .filter(|d| crate::sys::private_dir(d).is_ok())
+            .unwrap_or_else(std::env::temp_dir);
+        let Some(dir) = private_temp_dir(&base) else {
             return false;
         };
-        let mut buf = template.into_bytes_with_nul();
-        // SAFETY: mkdtemp fills in the XXXXXX of a NUL-terminated buffer.
-        if unsafe { libc::mkdtemp(buf.as_mut_ptr().cast()) }.is_null() {
-            return false;
-        }
-        buf.pop();
-        let dir = std::path::PathBuf::from(
-            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&buf),
-        );
         let fifo = dir.join("fifo");
-        let ok = match CString::new(fifo.as_os_str().as_encoded_bytes()) {
-            // SAFETY: mkfifo with a valid C string.
-            Ok(c) if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } == 0 => run_test(c),
-            _ => false,
-        };
+        let made = rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        );
+        let ok = made.is_ok() && run_test(fifo.clone());
         let _ = std::fs::remove_file(&fifo);
         let _ = std::fs::remove_dir(&dir);
         ok
     }
 
-    fn run_test(fifo: CString) -> bool {
+    /// A new dir in `base`, mode 0700, with a name no one else has (as
+    /// mkdtemp makes).
+    fn private_temp_dir(base: &std::path::Path) -> Option<std::path::PathBuf> {
+        use std::hash::{BuildHasher, RandomState};
+        use std::os::unix::fs::DirBuilderExt;
+        for attempt in 0..16u32 {
+            let n = RandomState::new().hash_one((std::process::id(), attempt));
+            let dir = base.join(format!("fifo-selftest-{n:016x}"));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => return Some(dir),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+
+    fn run_test(fifo: std::path::PathBuf) -> bool {
+        use rustix::fs::{Mode, OFlags};
         let (tx, rx) = std::sync::mpsc::channel::<(i32, i32)>();
         let path = fifo.clone();
         let opener = std::thread::Builder::new()
             .name("toolhost-fifo-selftest-open".into())
             .spawn(move || {
-                // SAFETY: gettid has no preconditions.
-                let tid = unsafe { libc::gettid() };
+                let tid = rustix::thread::gettid().as_raw_nonzero().get();
                 let _ = tx.send((tid, 0));
-                // SAFETY: open with a valid C string; a plain open(2), which
-                // returns EINTR (std's File::open would retry).
-                let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-                let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-                if fd >= 0 {
-                    // SAFETY: closing the fd just opened.
-                    unsafe { libc::close(fd) };
-                }
-                let _ = tx.send((fd, errno));
+                // A plain open(2), which returns EINTR (std's File::open
+                // would retry); the fd, if any, closes at once.
+                let opened =
+                    rustix::fs::open(&path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty());
+                let _ = tx.send(match opened {
+                    Ok(_fd) => (0, 0),
+                    Err(e) => (-1, e.raw_os_error()),
+                });
             });
         if opener.is_err() {
             return false;
@@ -411,18 +385,13 @@ mod watchdog {
             // Release the opener: with a reader and writer of our own open,
             // its open returns (or does not block, if it had not started).
             // The fd is closed once it has reported, else left open: a
-            // thread stuck for good is worse than one fd.
-            // SAFETY: open with a valid C string; O_RDWR on a FIFO never
-            // blocks on Linux.
-            let fd = unsafe {
-                libc::open(
-                    fifo.as_ptr(),
-                    libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-                )
-            };
-            if fd >= 0 && rx.recv_timeout(Duration::from_millis(500)).is_ok() {
-                // SAFETY: closing the fd just opened.
-                unsafe { libc::close(fd) };
+            // thread stuck for good is worse than one fd. O_RDWR on a FIFO
+            // never blocks on Linux.
+            let flags = OFlags::RDWR | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            if let Ok(fd) = rustix::fs::open(&fifo, flags, Mode::empty())
+                && rx.recv_timeout(Duration::from_millis(500)).is_err()
+            {
+                std::mem::forget(fd);
             }
         }
         matches!(result, Some((fd, errno)) if fd < 0 && errno == libc::EINTR)

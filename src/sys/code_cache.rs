@@ -1,4 +1,7 @@
-//! On-disk cache of compiled modules.
+//! On-disk cache of compiled modules: the one place where bytes read from
+//! disk become native code that toolhost runs. It sits in the unsafe island
+//! because wasmtime's `deserialize` is `unsafe`, and its safety argument is
+//! this module's invariant, which a reviewer must read beside it.
 //!
 //! Invariant: toolhost only deserializes native code it wrote itself, for the
 //! exact wasm bytes and engine it is asked to run. An entry is named by the
@@ -93,7 +96,7 @@ impl Artifact for Component {
 
 impl DiskCache {
     pub(crate) fn new(engine: &Engine, dir: Option<PathBuf>, max_bytes: Option<u64>) -> Self {
-        let dir = dir.and_then(|d| match crate::state_dirs::private_dir(&d) {
+        let dir = dir.and_then(|d| match super::private_dir(&d) {
             Ok(()) => Some(d),
             Err(e) => {
                 tracing::warn!("wasm compile cache disabled: {}: {e}", d.display());

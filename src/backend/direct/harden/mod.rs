@@ -1,0 +1,390 @@
+//! Kernel isolation of a `direct` tool on Linux (see [`crate::isolation`]).
+//!
+//! Split in two halves:
+//! - [`prepare`] runs in toolhost before the spawn and does everything that may
+//!   allocate or fail slowly: it builds the Landlock ruleset (an fd), picks the
+//!   seccomp program (built once per process), finds the shared empty network
+//!   namespace (created once), and creates the call's private tmp.
+//! - [`apply_in_tool`] runs in the tool process between clone and exec, and
+//!   only makes system calls: setns, capability bounding-set drops,
+//!   no_new_privs, landlock_restrict_self, seccomp. It records which layers it
+//!   applied in the supervisor's memory (the tool shares it until exec).
+//!
+//! Order in the tool: setns first (it needs CAP_SYS_ADMIN, and the seccomp
+//! filter refuses it), then the capability drops, no_new_privs, Landlock, and
+//! the seccomp filter last.
+//!
+//! The supervisor applies the namespaces the tool is created in (see
+//! `supervisor`): an unprivileged toolhost's user namespace ([`shared_userns`],
+//! entered with setns) and the call's PID namespace (unshare).
+
+//! The parts, one kernel mechanism per file: [`landlock`], [`seccomp`],
+//! [`ns`] (network and user namespaces), [`caps`] (capabilities), [`tmp`]
+//! (the private tmp); this file joins them into the two halves.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use libc::c_int;
+
+use crate::isolation::{IsolationLevel, Layer};
+use crate::outcome::{Outcome, OutcomeKind};
+use crate::plan::ExecPlan;
+
+mod caps;
+mod landlock;
+mod ns;
+mod seccomp;
+mod tmp;
+
+use caps::{CAP_NET_RAW, DROPPED_CAPS, PROC_PEEK_CAPS};
+pub(crate) use landlock::landlock_abi;
+use landlock::{FS_MAKE_BLOCK, RulesetAttr, SCOPE_SIGNAL, build_ruleset};
+pub(crate) use ns::{shared_netns, shared_userns};
+use seccomp::seccomp_filter;
+pub(crate) use seccomp::{DENIED_SYSCALL_NAMES, container_filter, seccomp_available};
+use tmp::PrivateTmp;
+pub use tmp::flush_private_tmps;
+
+/// What the tool process needs, as plain values (no allocation after fork).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ToolHardening {
+    /// Landlock ruleset to enforce, or -1.
+    pub ruleset_fd: c_int,
+    /// Layers the ruleset carries.
+    pub ruleset_layers: u32,
+    /// Landlock ABI (for the minimal domain of the `off` level).
+    pub landlock_abi: u32,
+    /// User namespace the supervisor enters (unprivileged toolhost), or -1.
+    pub userns_fd: c_int,
+    /// Network namespace to enter, or -1.
+    pub netns_fd: c_int,
+    /// Whether the supervisor runs the tool in a PID namespace of its own.
+    pub pidns: bool,
+    /// The seccomp program, or null.
+    pub seccomp: *const libc::sock_filter,
+    pub seccomp_len: u16,
+    pub seccomp_layers: u32,
+    /// Whether to drop capabilities from the bounding set (root only).
+    pub drop_caps: bool,
+    pub drop_net_raw: bool,
+    /// Whether any layer failing stops the tool before exec.
+    pub strict: bool,
+    /// Whether to apply the kernel layers at all (level is not `off`).
+    pub hardened: bool,
+}
+
+// SAFETY: the seccomp pointer points into a process-lifetime static.
+unsafe impl Send for ToolHardening {}
+// SAFETY: as above; only read.
+unsafe impl Sync for ToolHardening {}
+
+/// Everything prepared for one call; dropping it removes the private tmp and
+/// closes the ruleset.
+pub(super) struct Prepared {
+    pub level: IsolationLevel,
+    pub tool: ToolHardening,
+    /// Layers this level wanted here.
+    pub wanted: u32,
+    /// Layers applied by toolhost itself (subreaper, private tmp).
+    pub parent_applied: u32,
+    pub tmp: Option<PrivateTmp>,
+    /// The call's mount namespace over its protected paths, if any exist.
+    pub mounts: Option<super::mounts::MountPlan>,
+    _ruleset: Option<OwnedFd>,
+}
+
+/// Logs, once per process, why an unprivileged toolhost has no user namespace.
+fn warn_once_userns(why: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(
+            "direct backend: no user namespace ({why}): tools run without pidns and netns; containment is the subreaper, the network is denied by seccomp and Landlock"
+        );
+    });
+}
+
+fn unavailable(layer: Layer, why: &str) -> Outcome {
+    Outcome::new(
+        OutcomeKind::IsolationUnavailable,
+        format!(
+            "isolation = \"strict\": {} cannot be applied on this host ({why}); the call did not run",
+            layer.name()
+        ),
+    )
+}
+
+/// Prepares the isolation of one call. Fails only under `strict`.
+pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
+    let level = plan.isolation;
+    let abi = landlock_abi();
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut tool = ToolHardening {
+        ruleset_fd: -1,
+        ruleset_layers: 0,
+        landlock_abi: abi,
+        userns_fd: -1,
+        netns_fd: -1,
+        pidns: false,
+        seccomp: std::ptr::null(),
+        seccomp_len: 0,
+        seccomp_layers: 0,
+        drop_caps: root,
+        drop_net_raw: false,
+        strict: level == IsolationLevel::Strict,
+        hardened: level != IsolationLevel::Off,
+    };
+    let base = Layer::NoNewPrivs.bit() | Layer::Subreaper.bit();
+    if level == IsolationLevel::Off {
+        return Ok(Prepared {
+            level,
+            tool,
+            wanted: base,
+            parent_applied: Layer::Subreaper.bit(),
+            tmp: None,
+            mounts: None,
+            _ruleset: None,
+        });
+    }
+    let strict = level == IsolationLevel::Strict;
+    let net_off = !plan.allow_network;
+    let mut wanted = base
+        | Layer::LandlockFs.bit()
+        | Layer::LandlockScope.bit()
+        | Layer::Seccomp.bit()
+        | Layer::PrivateTmp.bit();
+    if net_off {
+        wanted |= Layer::LandlockNet.bit() | Layer::NetNamespace.bit() | Layer::SeccompNet.bit();
+    }
+    // Namespaces: as root directly; otherwise through toolhost's user
+    // namespace, where the host allows unprivileged ones.
+    let userns = if root {
+        None
+    } else {
+        wanted |= Layer::UserNamespace.bit();
+        match shared_userns() {
+            Ok(fds) => Some(fds),
+            Err(why) => {
+                warn_once_userns(&why);
+                None
+            }
+        }
+    };
+    if let Some((user, _)) = userns {
+        tool.userns_fd = user;
+    }
+    tool.pidns = root || userns.is_some();
+    wanted |= Layer::PidNamespace.bit();
+    let mut parent_applied = Layer::Subreaper.bit();
+
+    // Protected paths: a mount namespace over those that exist (the
+    // supervisor makes it and reports the layer); none to hold is held.
+    wanted |= Layer::ProtectedPaths.bit();
+    let mounts = super::mounts::MountPlan::prepare(plan);
+    if mounts.is_none() {
+        parent_applied |= Layer::ProtectedPaths.bit();
+    } else if !tool.pidns {
+        // No namespaces at all here (neither root nor a user namespace).
+        if strict {
+            return Err(unavailable(
+                Layer::ProtectedPaths,
+                "holding the protected paths needs a mount namespace (root, or a user namespace)",
+            ));
+        }
+        tracing::warn!(
+            "direct backend: no mount namespace for this call: its protected paths are not held"
+        );
+    }
+    let mounts = mounts.filter(|_| tool.pidns);
+
+    let tmp = match PrivateTmp::create() {
+        Ok(t) => {
+            parent_applied |= Layer::PrivateTmp.bit();
+            Some(t)
+        }
+        Err(e) if strict => return Err(unavailable(Layer::PrivateTmp, &e.to_string())),
+        Err(e) => {
+            tracing::warn!("direct backend: no private tmp for this call: {e}");
+            None
+        }
+    };
+
+    let mut ruleset = None;
+    match abi {
+        0 if strict => {
+            return Err(unavailable(Layer::LandlockFs, "the kernel has no Landlock"));
+        }
+        1 | 2 if strict => {
+            return Err(unavailable(
+                Layer::LandlockFs,
+                "Landlock ABI below 3 cannot confine truncation",
+            ));
+        }
+        1.. => match build_ruleset(plan, tmp.as_ref().map(|t| &t.fd), abi) {
+            Ok((fd, layers)) => {
+                tool.ruleset_fd = fd.as_raw_fd();
+                tool.ruleset_layers = layers;
+                ruleset = Some(fd);
+            }
+            Err(e) if strict => return Err(unavailable(Layer::LandlockFs, &e.to_string())),
+            Err(e) => tracing::warn!("direct backend: no Landlock rules for this call: {e}"),
+        },
+        _ => {}
+    }
+
+    match seccomp_filter(net_off) {
+        Some(f) if seccomp_available() => {
+            tool.seccomp = f.as_ptr();
+            tool.seccomp_len = f.len() as u16;
+            tool.seccomp_layers =
+                Layer::Seccomp.bit() | if net_off { Layer::SeccompNet.bit() } else { 0 };
+        }
+        _ if strict => {
+            return Err(unavailable(
+                Layer::Seccomp,
+                "no seccomp filtering for this kernel or architecture",
+            ));
+        }
+        _ => {}
+    }
+
+    if net_off {
+        let netns = match userns {
+            Some((_, net)) => Ok(net),
+            None => shared_netns(),
+        };
+        match netns {
+            Ok(fd) => tool.netns_fd = fd,
+            Err(why) => {
+                if tool.seccomp.is_null() && strict {
+                    return Err(unavailable(Layer::NetNamespace, &why));
+                }
+            }
+        }
+        tool.drop_net_raw = true;
+    }
+
+    Ok(Prepared {
+        level,
+        tool,
+        wanted,
+        parent_applied,
+        tmp,
+        mounts,
+        _ruleset: ruleset,
+    })
+}
+
+/// Applies the layers in the tool process. Returns the applied layers, or
+/// the layer that failed under `strict` (errno set).
+///
+/// # Safety
+/// Only between clone and exec, in the tool process: system calls only.
+pub(super) unsafe fn apply_in_tool(h: &ToolHardening) -> Result<u32, Layer> {
+    // SAFETY: between clone and exec (see `# Safety`): setns, prctl,
+    // landlock and seccomp system calls on the fds and the filter in `h`,
+    // prepared before the spawn and alive until exec.
+    unsafe {
+        let mut applied = 0u32;
+        if h.netns_fd >= 0 {
+            if libc::setns(h.netns_fd, libc::CLONE_NEWNET) == 0 {
+                applied |= Layer::NetNamespace.bit();
+            } else if h.strict && h.seccomp.is_null() {
+                return Err(Layer::NetNamespace);
+            }
+        }
+        if h.drop_caps {
+            // Dropped from the bounding set, they are gone from the tool
+            // after exec.
+            if h.hardened {
+                for cap in DROPPED_CAPS {
+                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                }
+                if h.drop_net_raw {
+                    libc::prctl(libc::PR_CAPBSET_DROP, CAP_NET_RAW, 0, 0, 0);
+                }
+            } else {
+                for cap in PROC_PEEK_CAPS {
+                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                }
+            }
+        }
+        // No setuid/file-capability gains in the tool's tree (and the
+        // precondition for an unprivileged Landlock domain and seccomp).
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+            return Err(Layer::NoNewPrivs);
+        }
+        applied |= Layer::NoNewPrivs.bit();
+        if h.ruleset_fd >= 0 {
+            let r = libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                h.ruleset_fd,
+                0 as libc::c_uint,
+            );
+            if r == 0 {
+                applied |= h.ruleset_layers;
+            } else if h.strict {
+                return Err(Layer::LandlockFs);
+            }
+        } else if h.landlock_abi >= 1 {
+            // Even unhardened, the tool gets a Landlock domain of its own: a
+            // process in it cannot ptrace or read /proc/<pid>/environ of
+            // processes outside it (and, on ABI 6+, cannot signal them).
+            // Defence in depth (toolhost and the supervisor are non-dumpable
+            // too), so a kernel refusing it does not stop the call.
+            minimal_domain(h.landlock_abi);
+        }
+        if !h.seccomp.is_null() {
+            let prog = libc::sock_fprog {
+                len: h.seccomp_len,
+                filter: h.seccomp.cast_mut(),
+            };
+            let r = libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0 as libc::c_uint,
+                &prog as *const libc::sock_fprog,
+            );
+            if r == 0 {
+                applied |= h.seccomp_layers;
+            } else if h.strict {
+                return Err(Layer::Seccomp);
+            }
+        }
+        Ok(applied)
+    }
+}
+
+/// The `off` level's Landlock domain: it handles (and so denies) only making
+/// block devices, which no tool needs; the domain itself is the point.
+///
+/// # Safety
+/// In the tool process between clone and exec: system calls only.
+unsafe fn minimal_domain(abi: u32) {
+    let attr = RulesetAttr {
+        handled_access_fs: FS_MAKE_BLOCK,
+        handled_access_net: 0,
+        scoped: if abi >= 6 { SCOPE_SIGNAL } else { 0 },
+    };
+    let size = if abi >= 6 { 24usize } else { 8 };
+    // SAFETY: `attr` is a `#[repr(C)]` ruleset attribute of which the kernel
+    // reads `size` bytes (the fields its ABI knows); the ruleset fd is used
+    // once and closed.
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const RulesetAttr,
+            size,
+            0 as libc::c_uint,
+        );
+        if fd < 0 {
+            return;
+        }
+        libc::syscall(
+            libc::SYS_landlock_restrict_self,
+            fd as c_int,
+            0 as libc::c_uint,
+        );
+        libc::close(fd as c_int);
+    }
+}

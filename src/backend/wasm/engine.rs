@@ -1,0 +1,552 @@
+//! The engine map and tool loading: one wasmtime `Engine` per process and
+//! CPU meter (`WasmEngine::shared`), tools read from their dir with a size
+//! cap, compiled once (the disk cache in `crate::sys::code_cache`, at most
+//! `COMPILE_SLOTS` at a time) and kept as `InstancePre`s while the file is
+//! unchanged (`FileKey`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use wasmtime::{Config, Engine, InstancePre, Linker, Module};
+
+use super::classify::{first_line, os_reason};
+use super::p1::{State, build_linker};
+use super::{CState, EPOCH_TICK, MAX_CORE_INSTANCES_PER_COMPONENT, MAX_TOOL_BYTES, component};
+use crate::config::{CpuMeter, WasmConfig};
+use crate::outcome::{Outcome, OutcomeKind};
+use crate::plan::{ToolFile, ToolSource};
+
+/// A loaded tool: compiled, linked, ready to instantiate.
+pub(super) enum Loaded {
+    /// A WASI preview-1 command module.
+    Module(InstancePre<State>),
+    /// A WASI preview-2 command component (`wasi:cli/run@0.2`).
+    Command(wasmtime_wasi::p2::bindings::CommandPre<CState>),
+    /// A WASI preview-3 command component (`wasi:cli/run@0.3`, `p3`).
+    CommandP3(wasmtime_wasi::p3::bindings::CommandPre<CState>),
+    /// A typed tool (the `toolhost:tool` world), with its description once known.
+    Typed(component::ToolPre<CState>, OnceLock<TypedToolInfo>),
+}
+
+/// A typed tool's description of itself (the `toolhost:tool` world's `describe`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TypedToolInfo {
+    /// Name the tool gave itself.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of its input.
+    pub input_schema: serde_json::Value,
+}
+
+/// Identity of a tool file, to reuse its `InstancePre` while it is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct FileKey {
+    /// A built-in tool (its `path` is `builtin:NAME.wasm`), never a file.
+    pub(super) builtin: bool,
+    pub(super) dev: u64,
+    pub(super) ino: u64,
+    pub(super) size: u64,
+    pub(super) mtime_ns: i128,
+    pub(super) path: PathBuf,
+}
+
+/// The engine of one CPU meter, shared by every sandbox of the process.
+pub(crate) struct WasmEngine {
+    pub(super) engine: Engine,
+    pub(super) meter: CpuMeter,
+    pub(super) linker: Linker<State>,
+    pub(super) component_linker: wasmtime::component::Linker<CState>,
+    pub(super) cache: crate::sys::code_cache::DiskCache,
+    pub(super) loaded: Mutex<HashMap<FileKey, Arc<Loaded>>>,
+    /// Compiles under way, by file: a second call for the same file waits for
+    /// the same compile instead of starting another.
+    pub(super) compiling: Mutex<HashMap<FileKey, (u64, SharedLoad)>>,
+    /// At most [`COMPILE_SLOTS`] compiles at once, abandoned ones included.
+    pub(super) compile_slots: Arc<tokio::sync::Semaphore>,
+    /// One permit per pool slot: calls beyond the pool wait instead of failing.
+    pub(super) slots: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+/// A compile on the blocking pool that any number of calls may wait for.
+pub(super) type SharedLoad = futures_util::future::Shared<
+    futures_util::future::BoxFuture<'static, Result<Arc<Loaded>, Outcome>>,
+>;
+
+/// Compiles that may run at once. A compile cannot be stopped halfway, so one
+/// whose call timed out runs to its end (its result is cached); this bounds
+/// the CPU such abandoned compiles can take, whatever the calls ask.
+pub(super) const COMPILE_SLOTS: usize = 2;
+
+impl std::fmt::Debug for WasmEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmEngine")
+            .field("meter", &self.meter)
+            .finish()
+    }
+}
+
+/// What [`WasmEngine::lookup`] found.
+pub(super) enum Lookup {
+    /// Loaded before.
+    Loaded(Arc<Loaded>),
+    /// Not yet: the open file (or the built-in bytes) and its key.
+    Open(Box<(Opened, FileKey)>),
+}
+
+/// A tool's bytes, not read yet.
+pub(super) enum Opened {
+    /// An open file and its metadata.
+    File(cap_std::fs::File, cap_std::fs::Metadata),
+    /// A built-in tool.
+    Builtin(&'static [u8]),
+}
+
+/// Engines by (CPU meter, cache dir, cache cap, pool size).
+pub(super) type EngineMap = HashMap<(CpuMeter, Option<PathBuf>, u64, u32), Arc<WasmEngine>>;
+pub(super) static ENGINES: OnceLock<Mutex<EngineMap>> = OnceLock::new();
+
+pub(super) fn engine_config(meter: CpuMeter, pool_size: u32) -> Config {
+    let mut c = Config::new();
+    c.epoch_interruption(true);
+    c.consume_fuel(meter == CpuMeter::Fuel);
+    // Preview 3 runs on the component model's async ABI.
+    c.wasm_component_model_async(true);
+    // proc_exit is an error return: with backtraces on, every exit would walk
+    // the guest's address maps (measured as the largest cost of a warm call).
+    c.wasm_backtrace_max_frames(None);
+    if pool_size > 0 {
+        // Reused slots (memories, tables, async stacks) instead of an mmap and
+        // munmap per call: measured about 20% faster at p50 and 2x better at p99
+        // here. wasmtime resets each slot before reuse. A component instance
+        // (preview 2) holds a few core instances and tables; each is capped
+        // per component, so one call can never take another call's slots.
+        let mut p = wasmtime::PoolingAllocationConfig::new();
+        p.total_component_instances(pool_size)
+            .total_core_instances(pool_size.saturating_mul(MAX_CORE_INSTANCES_PER_COMPONENT))
+            .total_memories(pool_size.saturating_mul(2))
+            .total_tables(pool_size.saturating_mul(4))
+            .total_stacks(pool_size)
+            .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
+            .max_memories_per_component(2)
+            .max_tables_per_component(4);
+        // Reset a reused memory by rewriting only its dirty pages (PAGEMAP_SCAN,
+        // Linux 6.7+) and keep its first MiB resident: the guest's stack and
+        // data then need no page faults on the next call. Measured 25-35 us per
+        // warm call against 55-70 us with madvise resets. Warm slots are capped,
+        // which bounds the memory kept resident to about 16 MiB.
+        p.pagemap_scan(wasmtime::Enabled::Auto)
+            .linear_memory_keep_resident(1 << 20)
+            .table_keep_resident(64 << 10)
+            .max_unused_warm_slots(16);
+        c.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(p));
+    }
+    c
+}
+
+impl WasmEngine {
+    /// The process-wide engine for this configuration, created on first use.
+    pub(crate) fn shared(config: &WasmConfig) -> wasmtime::Result<Arc<WasmEngine>> {
+        let cache_dir = if config.cache {
+            config
+                .cache_dir
+                .clone()
+                .or_else(crate::state_dirs::default_wasm_cache)
+        } else {
+            None
+        };
+        let key = (
+            config.cpu_meter,
+            cache_dir.clone(),
+            config.cache_max_mb,
+            config.pool_size,
+        );
+        let map = ENGINES.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = map.get(&key) {
+            return Ok(e.clone());
+        }
+        let engine = Engine::new(&engine_config(config.cpu_meter, config.pool_size))?;
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("toolhost-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })?;
+        let linker = build_linker(&engine)?;
+        let component_linker = component::build_linker(&engine)?;
+        let e = Arc::new(WasmEngine {
+            component_linker,
+            cache: crate::sys::code_cache::DiskCache::new(
+                &engine,
+                cache_dir,
+                (config.cache_max_mb > 0).then(|| config.cache_max_mb.saturating_mul(1 << 20)),
+            ),
+            engine,
+            meter: config.cpu_meter,
+            linker,
+            loaded: Mutex::new(HashMap::new()),
+            compiling: Mutex::new(HashMap::new()),
+            compile_slots: Arc::new(tokio::sync::Semaphore::new(COMPILE_SLOTS)),
+            slots: (config.pool_size > 0)
+                .then(|| Arc::new(tokio::sync::Semaphore::new(config.pool_size as usize))),
+        });
+        map.insert(key, e.clone());
+        Ok(e)
+    }
+
+    /// The wasmtime engine.
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles (or fetches) a module for `wasm`, with the disk cache.
+    pub(crate) fn compile(&self, wasm: &[u8]) -> wasmtime::Result<(Module, bool)> {
+        self.cache.load(&self.engine, wasm)
+    }
+
+    /// Compiles (or fetches) a component, with the disk cache.
+    pub(super) fn compile_component(
+        &self,
+        wasm: &[u8],
+    ) -> wasmtime::Result<wasmtime::component::Component> {
+        self.cache.load(&self.engine, wasm).map(|(c, _)| c)
+    }
+
+    /// Loads `tool` by `deadline`: from memory when this file (same inode,
+    /// size and mtime) was loaded before, else read and compiled (through the
+    /// disk cache) on the blocking pool, never on the calling executor
+    /// thread. Past the deadline the call gets `timed_out`; the compile goes
+    /// on in the background and its result is kept for the next call.
+    pub(super) async fn load_by(
+        self: &Arc<Self>,
+        tool: &ToolFile,
+        deadline: tokio::time::Instant,
+    ) -> Result<Arc<Loaded>, Outcome> {
+        use futures_util::FutureExt as _;
+        let (opened, key) = match self.lookup(tool)? {
+            Lookup::Loaded(l) => return Ok(l),
+            Lookup::Open(b) => *b,
+        };
+        let key_for_map = key.clone();
+        let shared = {
+            let mut compiling = self.compiling.lock().unwrap_or_else(|e| e.into_inner());
+            match compiling.get(&key_for_map) {
+                Some((_, f)) => f.clone(),
+                None => {
+                    static NEXT: std::sync::atomic::AtomicU64 =
+                        std::sync::atomic::AtomicU64::new(0);
+                    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let engine = self.clone();
+                    let tool = tool.clone();
+                    let k = key.clone();
+                    // A task of its own: it runs to the end (and takes itself
+                    // out of `compiling`) even if every waiting call is gone.
+                    let task = tokio::spawn(async move {
+                        let r = engine.read_and_compile(tool, opened, k, id).await;
+                        // This compile's entry only (a skipped one is gone
+                        // already, and a later compile of the file may have
+                        // its own).
+                        let mut map = engine.compiling.lock().unwrap_or_else(|e| e.into_inner());
+                        if map.get(&key).is_some_and(|(i, _)| *i == id) {
+                            map.remove(&key);
+                        }
+                        r
+                    });
+                    let f = async move {
+                        task.await.unwrap_or_else(|e| {
+                            Err(Outcome::new(
+                                OutcomeKind::LaunchFailed,
+                                format!("compiling failed: {e}"),
+                            ))
+                        })
+                    }
+                    .boxed()
+                    .shared();
+                    compiling.insert(key_for_map, (id, f.clone()));
+                    f
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, shared).await {
+            Ok(r) => r,
+            Err(_) => Err(Outcome::new(
+                OutcomeKind::TimedOut,
+                format!(
+                    "timed out while compiling {} (it goes on in the background, at most {COMPILE_SLOTS} at once; the next call uses its result)",
+                    tool.name
+                ),
+            )),
+        }
+    }
+
+    /// The loaded tool if this file was loaded before, else the open file.
+    pub(super) fn lookup(&self, tool: &ToolFile) -> Result<Lookup, Outcome> {
+        let fail = |kind, msg: String| Outcome::new(kind, msg);
+        let (dir, rel) = match &tool.source {
+            ToolSource::Builtin(bytes) => {
+                let key = FileKey {
+                    builtin: true,
+                    dev: 0,
+                    ino: 0,
+                    size: bytes.len() as u64,
+                    mtime_ns: 0,
+                    path: tool.host_path.clone(),
+                };
+                if let Some(l) = self.lock_loaded().get(&key) {
+                    return Ok(Lookup::Loaded(l.clone()));
+                }
+                return Ok(Lookup::Open(Box::new((Opened::Builtin(bytes), key))));
+            }
+            ToolSource::File { dir, rel } => (dir, rel),
+        };
+        // Non-blocking: a tool file that is a FIFO must not hold this
+        // (executor) thread in open(2); it is refused below as not a file.
+        let mut opts = cap_std::fs::OpenOptions::new();
+        opts.read(true);
+        #[cfg(unix)]
+        cap_std::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NONBLOCK);
+        let file = dir.open_with(rel, &opts).map_err(|e| {
+            fail(
+                OutcomeKind::NotFound,
+                format!("{}: cannot open: {}", tool.name, os_reason(&e)),
+            )
+        })?;
+        let meta = file.metadata().map_err(|e| {
+            fail(
+                OutcomeKind::LaunchFailed,
+                format!("{}: {}", tool.name, os_reason(&e)),
+            )
+        })?;
+        if !meta.is_file() {
+            return Err(fail(
+                OutcomeKind::PermissionDenied,
+                format!("{}: not a regular file", tool.name),
+            ));
+        }
+        let key = file_key(&meta, &tool.host_path);
+        if let Some(l) = self.lock_loaded().get(&key) {
+            return Ok(Lookup::Loaded(l.clone()));
+        }
+        Ok(Lookup::Open(Box::new((Opened::File(file, meta), key))))
+    }
+
+    /// Reads an open tool file and makes it ready to run: from the disk
+    /// cache with no compile slot, else compiled in one of the
+    /// [`COMPILE_SLOTS`] (taken only while some call still waits for this
+    /// file: a compile every caller gave up on before it began is skipped).
+    /// Reading and compiling run on the blocking pool.
+    pub(super) async fn read_and_compile(
+        self: &Arc<Self>,
+        tool: ToolFile,
+        opened: Opened,
+        key: FileKey,
+        id: u64,
+    ) -> Result<Arc<Loaded>, Outcome> {
+        let failed = |e: tokio::task::JoinError| {
+            Outcome::new(OutcomeKind::LaunchFailed, format!("compiling failed: {e}"))
+        };
+        let e = self.clone();
+        let (tool, key, bytes, hit) = tokio::task::spawn_blocking(move || {
+            let bytes = match opened {
+                Opened::File(file, meta) => read_tool(&tool, file, &meta)?,
+                Opened::Builtin(bytes) => bytes.to_vec(),
+            };
+            let hit = e.prepare(&tool, &bytes, &key, true)?;
+            Ok::<_, Outcome>((tool, key, bytes, hit))
+        })
+        .await
+        .map_err(failed)??;
+        if let Some(loaded) = hit {
+            return Ok(loaded);
+        }
+        let permit = self.compile_slots.clone().acquire_owned().await;
+        {
+            let mut compiling = self.compiling.lock().unwrap_or_else(|e| e.into_inner());
+            // Only the map's own handle is left: no call waits any more.
+            // Taken out under the same lock, so no call joins it after this.
+            if compiling
+                .get(&key)
+                .is_some_and(|(i, f)| *i == id && f.strong_count() == Some(1))
+            {
+                compiling.remove(&key);
+                return Err(Outcome::new(
+                    OutcomeKind::TimedOut,
+                    format!("{}: compile skipped, no call waits for it", tool.name),
+                ));
+            }
+        }
+        let e = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            e.prepare(&tool, &bytes, &key, false)
+        })
+        .await
+        .map_err(failed)?
+        .and_then(|l| {
+            l.ok_or_else(|| {
+                Outcome::new(
+                    OutcomeKind::LaunchFailed,
+                    "compiling gave no result".to_string(),
+                )
+            })
+        })
+    }
+
+    /// Makes `bytes` ready to run and keeps the result under `key`: from
+    /// the disk cache only (`Ok(None)` on a miss) when `cache_only`, else
+    /// compiled (and cached) on a miss. Blocking.
+    pub(super) fn prepare(
+        &self,
+        tool: &ToolFile,
+        bytes: &[u8],
+        key: &FileKey,
+        cache_only: bool,
+    ) -> Result<Option<Arc<Loaded>>, Outcome> {
+        let fail = |kind, msg: String| Outcome::new(kind, msg);
+        let link_failed = |e: wasmtime::Error| {
+            fail(
+                OutcomeKind::LaunchFailed,
+                format!("{}: cannot link: {}", tool.name, first_line(&e)),
+            )
+        };
+        let loaded = if wasmparser::Parser::is_component(bytes) {
+            let component = if cache_only {
+                match self.cache.lookup(&self.engine, bytes) {
+                    Some(c) => c,
+                    None => return Ok(None),
+                }
+            } else {
+                self.compile_component(bytes).map_err(|e| {
+                    fail(
+                        OutcomeKind::LaunchFailed,
+                        format!(
+                            "{}: invalid WebAssembly component: {}",
+                            tool.name,
+                            first_line(&e)
+                        ),
+                    )
+                })?
+            };
+            let pre = self
+                .component_linker
+                .instantiate_pre(&component)
+                .map_err(link_failed)?;
+            if let Ok(cmd) = wasmtime_wasi::p3::bindings::CommandPre::new(pre.clone()) {
+                Loaded::CommandP3(cmd)
+            } else if let Ok(cmd) = wasmtime_wasi::p2::bindings::CommandPre::new(pre.clone()) {
+                Loaded::Command(cmd)
+            } else if let Ok(typed) = component::ToolPre::new(pre) {
+                Loaded::Typed(typed, OnceLock::new())
+            } else {
+                return Err(fail(
+                    OutcomeKind::PermissionDenied,
+                    format!(
+                        "{}: the component exports neither wasi:cli/run (a command, 0.2 or 0.3) nor toolhost:tool/typed-tool (a typed tool)",
+                        tool.name
+                    ),
+                ));
+            }
+        } else if wasmparser::Parser::is_core_wasm(bytes) {
+            let module = if cache_only {
+                match self.cache.lookup(&self.engine, bytes) {
+                    Some(m) => m,
+                    None => return Ok(None),
+                }
+            } else {
+                self.compile(bytes)
+                    .map_err(|e| {
+                        fail(
+                            OutcomeKind::LaunchFailed,
+                            format!("{}: invalid WebAssembly: {}", tool.name, first_line(&e)),
+                        )
+                    })?
+                    .0
+            };
+            Loaded::Module(self.linker.instantiate_pre(&module).map_err(link_failed)?)
+        } else {
+            return Err(fail(
+                OutcomeKind::PermissionDenied,
+                format!("{}: not a WebAssembly module or component", tool.name),
+            ));
+        };
+        let loaded = Arc::new(loaded);
+        let mut map = self.lock_loaded();
+        if map.len() > 1024 {
+            map.clear();
+        }
+        map.insert(key.clone(), loaded.clone());
+        Ok(Some(loaded))
+    }
+
+    pub(super) fn lock_loaded(&self) -> std::sync::MutexGuard<'_, HashMap<FileKey, Arc<Loaded>>> {
+        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The bytes of an open tool file, at most [`MAX_TOOL_BYTES`]. Blocking.
+pub(super) fn read_tool(
+    tool: &ToolFile,
+    mut file: cap_std::fs::File,
+    meta: &cap_std::fs::Metadata,
+) -> Result<Vec<u8>, Outcome> {
+    if meta.len() > MAX_TOOL_BYTES {
+        return Err(Outcome::new(
+            OutcomeKind::PermissionDenied,
+            format!(
+                "{}: {} bytes is too large for a WebAssembly tool (at most {MAX_TOOL_BYTES})",
+                tool.name,
+                meta.len()
+            ),
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(&mut file, MAX_TOOL_BYTES),
+        &mut bytes,
+    )
+    .map_err(|e| {
+        Outcome::new(
+            OutcomeKind::LaunchFailed,
+            format!("{}: {}", tool.name, os_reason(&e)),
+        )
+    })?;
+    Ok(bytes)
+}
+
+pub(super) fn file_key(meta: &cap_std::fs::Metadata, path: &Path) -> FileKey {
+    #[cfg(unix)]
+    {
+        use cap_std::fs::MetadataExt;
+        FileKey {
+            builtin: false,
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+            path: path.to_path_buf(),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let mtime_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.into_std().duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as i128)
+            .unwrap_or(0);
+        FileKey {
+            builtin: false,
+            dev: 0,
+            ino: 0,
+            size: meta.len(),
+            mtime_ns,
+            path: path.to_path_buf(),
+        }
+    }
+}

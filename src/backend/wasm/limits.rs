@@ -1,0 +1,174 @@
+//! What holds a guest to its limits inside its store: memory and table
+//! growth (`Limiter`), the bytes it may still write to files (`FileBudget`),
+//! and the per-call state every kind of guest carries (`Common`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+use wasmtime::ResourceLimiter;
+
+use super::{MAX_TABLE_ELEMENTS, protect};
+
+/// Per-call state every kind of guest has: limits and what hit them.
+pub(crate) struct Common {
+    pub(super) limiter: Limiter,
+    pub(super) files: Arc<FileBudget>,
+    pub(super) cpu_ticks_left: Option<u64>,
+    pub(super) cpu_hit: bool,
+    /// The call's protected paths (`protect`).
+    pub(crate) guard: protect::Guard,
+}
+
+/// Store data that carries the [`Common`] state.
+pub(crate) trait HasCommon: Send + 'static {
+    fn common(&mut self) -> &mut Common;
+}
+
+pub(super) struct Limiter {
+    pub(super) max_memory: Option<usize>,
+    pub(super) hit: bool,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        match self.max_memory {
+            Some(max) if desired > max => {
+                self.hit = true;
+                Err(wasmtime::format_err!(
+                    "memory limit: growing linear memory to {desired} bytes exceeds {max}"
+                ))
+            }
+            _ => Ok(true),
+        }
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// Bytes a call may still write to files (`max_file_size_mb`). Shared with the
+/// budgeted file streams of preview-2 guests.
+pub(crate) struct FileBudget {
+    pub(super) limit: Option<u64>,
+    pub(super) written: AtomicU64,
+    pub(super) hit: AtomicBool,
+}
+
+impl FileBudget {
+    pub(super) fn new(limit: Option<u64>) -> Self {
+        FileBudget {
+            limit,
+            written: AtomicU64::new(0),
+            hit: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether `bytes` more may be written; records the hit when not.
+    pub(crate) fn admit(&self, bytes: u64) -> bool {
+        match self.limit {
+            Some(limit) if self.written.load(Relaxed).saturating_add(bytes) > limit => {
+                self.hit.store(true, Relaxed);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether `len` bytes may be written at offset `start` of a file: the
+    /// call's total stays within the budget and no file grows past it.
+    pub(crate) fn admit_write(&self, start: u64, len: u64) -> bool {
+        match self.limit {
+            Some(limit) if start.saturating_add(len) > limit => {
+                self.hit.store(true, Relaxed);
+                false
+            }
+            _ => self.admit(len),
+        }
+    }
+
+    /// Whether a file may be resized to `size` bytes, growing it by `growth`
+    /// (which counts against the total, as written bytes do).
+    pub(crate) fn admit_resize(&self, size: u64, growth: u64) -> bool {
+        match self.limit {
+            Some(limit) if size > limit => {
+                self.hit.store(true, Relaxed);
+                false
+            }
+            _ => self.admit(growth),
+        }
+    }
+
+    /// Counts `bytes` written.
+    pub(crate) fn add(&self, bytes: u64) {
+        self.written.fetch_add(bytes, Relaxed);
+    }
+
+    /// Checks and counts `len` bytes at offset `start` in one step, so that
+    /// writes in flight at once (preview 3's concurrent streams and calls)
+    /// cannot all pass against the same total; [`refund`](Self::refund) what
+    /// was not written. Records the hit when refused.
+    pub(crate) fn reserve_write(&self, start: u64, len: u64) -> bool {
+        if !self.fits_file(start, len) {
+            return false;
+        }
+        self.reserve(len)
+    }
+
+    /// [`reserve_write`](Self::reserve_write) for a resize to `size` that
+    /// grows a file by `growth`.
+    pub(crate) fn reserve_resize(&self, size: u64, growth: u64) -> bool {
+        if !self.fits_file(0, size) {
+            return false;
+        }
+        self.reserve(growth)
+    }
+
+    /// Whether a file may reach `start + len` bytes (no file grows past the
+    /// limit); records the hit when not.
+    pub(crate) fn fits_file(&self, start: u64, len: u64) -> bool {
+        match self.limit {
+            Some(limit) if start.saturating_add(len) > limit => {
+                self.hit.store(true, Relaxed);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    pub(super) fn reserve(&self, bytes: u64) -> bool {
+        let Some(limit) = self.limit else {
+            self.written.fetch_add(bytes, Relaxed);
+            return true;
+        };
+        let r = self.written.fetch_update(Relaxed, Relaxed, |w| {
+            w.checked_add(bytes).filter(|total| *total <= limit)
+        });
+        if r.is_err() {
+            self.hit.store(true, Relaxed);
+        }
+        r.is_ok()
+    }
+
+    /// Gives back `bytes` reserved and not written.
+    pub(crate) fn refund(&self, bytes: u64) {
+        let _ = self
+            .written
+            .fetch_update(Relaxed, Relaxed, |w| Some(w.saturating_sub(bytes)));
+    }
+
+    pub(super) fn hit(&self) -> bool {
+        self.hit.load(Relaxed)
+    }
+}

@@ -1,0 +1,44 @@
+//! The unsafe island, part one: every `unsafe` operation of the library
+//! outside the direct backend's process code (`backend/direct`, part two).
+//! Everything here is a small safe function over one system call or one
+//! foreign API, with its safety argument beside the call; the rest of the
+//! library is `#![deny(unsafe_code)]` and reaches the OS through std,
+//! cap-std, rustix and these functions.
+//!
+//! - [`file_id`]: a file's identity (device and inode, or the Windows volume
+//!   serial and file index), and Windows's final path and on-disk names.
+//! - [`file_lock`] (Windows): the audit log's writer lock, one byte.
+//! - [`code_cache`]: the on-disk cache of compiled wasm, the one place bytes
+//!   from disk become native code (wasmtime's `deserialize`).
+//! - [`fifo_signal`] (Linux): a no-op signal handler and a signal to one
+//!   thread, which interrupt a wasm call's blocked open of a FIFO.
+//! - [`private_dir`]: a state dir only this user can write.
+
+use std::path::Path;
+
+pub(crate) mod code_cache;
+#[cfg(target_os = "linux")]
+pub(crate) mod fifo_signal;
+pub(crate) mod file_id;
+#[cfg(windows)]
+pub(crate) mod file_lock;
+
+/// Creates `dir` if needed and checks that only this user can write to it
+/// (Unix: owned by the effective user; group and other write bits are
+/// cleared, and a dir owned by another user is refused).
+pub(crate) fn private_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
+        if meta.uid() != rustix::process::geteuid().as_raw() {
+            return Err("not owned by this user".into());
+        }
+        if meta.mode() & 0o022 != 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| format!("writable by others and cannot be fixed: {e}"))?;
+        }
+    }
+    Ok(())
+}

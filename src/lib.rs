@@ -66,7 +66,7 @@ mod sys;
 pub mod tools;
 
 pub use audit::{AuditError, verify as verify_audit_log};
-pub use backend::wasm::catalog::{CatalogEntry, ToolKind, catalog};
+pub use backend::wasm::catalog::{CatalogEntry, WasmToolKind, catalog};
 pub use check::{CheckReport, check};
 pub use config::{ConfigError, MAX_TIMEOUT_SECS, SandboxConfig};
 pub use isolation::IsolationLevel;

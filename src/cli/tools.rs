@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use toolhost::{SandboxConfig, ToolKind, catalog};
+use toolhost::{SandboxConfig, WasmToolKind, catalog};
 
 /// List the WASI tools: commands, which `toolhost run --backend wasm -- NAME`
 /// runs, and typed tools (toolhost:tool world), which `toolhost call NAME JSON`
@@ -49,7 +49,7 @@ pub fn main(args: ToolsArgs) -> anyhow::Result<i32> {
         for t in &listed {
             let text = match &t.error {
                 Some(e) => format!("(unusable: {e})"),
-                None if t.kind == ToolKind::Typed => format!("[typed] {}", t.description),
+                None if t.kind == WasmToolKind::Typed => format!("[typed] {}", t.description),
                 None if t.wasi == "p3" => format!("[p3] {}", t.description),
                 None => t.description.clone(),
             };

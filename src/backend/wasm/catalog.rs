@@ -14,7 +14,7 @@ use super::registry::Registry;
 /// What kind of tool an entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ToolKind {
+pub enum WasmToolKind {
     /// A command: `toolhost run --backend wasm -- NAME ARGS…` runs it.
     Command,
     /// A typed tool: `toolhost call NAME JSON` calls it.
@@ -27,7 +27,7 @@ pub struct CatalogEntry {
     /// Name to call it by.
     pub name: String,
     /// A command or a typed tool.
-    pub kind: ToolKind,
+    pub kind: WasmToolKind,
     /// The WASI preview it is built for: `"p1"`, `"p2"` or `"p3"`.
     pub wasi: &'static str,
     /// One line: from the file's description section, or a typed tool's own.
@@ -65,7 +65,7 @@ pub async fn catalog(config: &WasmConfig, limits: &Limits) -> std::io::Result<Ve
     for t in tools {
         let mut entry = CatalogEntry {
             name: t.name.clone(),
-            kind: ToolKind::Command,
+            kind: WasmToolKind::Command,
             wasi: t.wasi,
             description: t.description,
             path: t.path,
@@ -77,7 +77,7 @@ pub async fn catalog(config: &WasmConfig, limits: &Limits) -> std::io::Result<Ve
         {
             match backend.describe(&file, limits).await {
                 Ok(Some(info)) => {
-                    entry.kind = ToolKind::Typed;
+                    entry.kind = WasmToolKind::Typed;
                     entry.description = info.description;
                     entry.input_schema = Some(info.input_schema);
                 }

@@ -4,11 +4,26 @@
 //! Every value is range-checked here, and every error names the key it is about,
 //! so a typo in `toolhost.toml` is refused instead of silently falling back to a
 //! default.
+//!
+//! The parts: [`SandboxConfig`] and its defaults here; `docker` and `wasm`
+//! (their sections); `keys` (reading TOML values, each error naming its
+//! key).
 
 use std::path::Path;
 use std::time::Duration;
 
 use crate::plan::BackendKind;
+use keys::{
+    DOCKER_KEYS, TOP_LEVEL_KEYS, WASM_KEYS, boolean, check_duration, seconds, strings, type_error,
+    uint, where_read,
+};
+
+mod docker;
+mod keys;
+mod wasm;
+
+pub use docker::DockerConfig;
+pub use wasm::{CpuMeter, MAX_WASM_POOL_SIZE, WasmConfig};
 
 /// Why a configuration was refused. `key` is the dotted TOML key at fault, when
 /// there is one.
@@ -26,218 +41,6 @@ impl ConfigError {
         ConfigError {
             key: Some(key.to_string()),
             message: message.into(),
-        }
-    }
-}
-
-/// Settings of the `[docker]` section: the engine, the image and how
-/// containers are made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DockerConfig {
-    /// Image every call runs in. No default: the docker backend refuses calls
-    /// until one is set, and never pulls one unless `pull` is true.
-    pub image: Option<String>,
-    /// User (`uid[:gid]` or a name the image knows) the tool runs as in the
-    /// container. Default (`None`): the owner (uid:gid) of the read-write
-    /// allowed dirs, so files the tool creates belong to the workspace's
-    /// owner; refused when they have different owners or the engine remaps
-    /// uids (userns-remap, rootless), until this is set. Root is refused here:
-    /// a tool runs as root only when root owns its workspace.
-    pub user: Option<String>,
-    /// Host paths bind-mounted read-only at the same path in every container,
-    /// besides the allowed dirs (absolute paths).
-    pub extra_ro_mounts: Vec<std::path::PathBuf>,
-    /// Size of the tmpfs at /tmp, in MiB. Default 64.
-    pub tmpfs_size_mb: u64,
-    /// Whether a missing image is pulled. Default false.
-    pub pull: bool,
-    /// Engine address: `unix:///path/docker.sock`, `tcp://host:port` or
-    /// `https://host:port`. Default: `$DOCKER_HOST`, else the local socket.
-    pub host: Option<String>,
-    /// TLS client files for a `tcp://`/`https://` engine (CA, certificate,
-    /// key); all three, or none. Default: `$DOCKER_CERT_PATH/{ca,cert,key}.pem`
-    /// when `$DOCKER_TLS_VERIFY` is set.
-    pub tls_ca: Option<std::path::PathBuf>,
-    /// TLS client certificate (see `tls_ca`).
-    pub tls_cert: Option<std::path::PathBuf>,
-    /// TLS client key (see `tls_ca`).
-    pub tls_key: Option<std::path::PathBuf>,
-    /// Warm mode: one container per sandbox, kept running, with toolhost's
-    /// command server as its init running each call. Much faster; calls share
-    /// the container's `/tmp` (see docs/src/docker.md). Needs a Linux engine of this
-    /// machine's architecture.
-    /// Default false.
-    pub warm: bool,
-}
-
-impl Default for DockerConfig {
-    fn default() -> Self {
-        DockerConfig {
-            image: None,
-            user: None,
-            extra_ro_mounts: Vec::new(),
-            tmpfs_size_mb: 64,
-            pull: false,
-            host: None,
-            tls_ca: None,
-            tls_cert: None,
-            tls_key: None,
-            warm: false,
-        }
-    }
-}
-
-impl DockerConfig {
-    fn apply(&mut self, full: &str, key: &str, v: &toml::Value) -> Result<(), ConfigError> {
-        let string = |v: &toml::Value| -> Result<String, ConfigError> {
-            match v.as_str() {
-                Some("") => Err(ConfigError::key(full, "must not be empty")),
-                Some(s) if s.contains('\0') => Err(ConfigError::key(full, "must not contain NUL")),
-                Some(s) => Ok(s.to_string()),
-                None => Err(type_error(full, "a string", v)),
-            }
-        };
-        let path = |v: &toml::Value| -> Result<std::path::PathBuf, ConfigError> {
-            let s = string(v)?;
-            if !std::path::Path::new(&s).is_absolute() {
-                return Err(ConfigError::key(
-                    full,
-                    format!("{s:?} must be an absolute path"),
-                ));
-            }
-            Ok(s.into())
-        };
-        match key {
-            "image" => self.image = Some(string(v)?),
-            "user" => {
-                let u = string(v)?;
-                let name = u.split(':').next().unwrap_or("");
-                // `0`, `00`, `+0`...: any spelling of uid 0, as the engine
-                // parses it.
-                if name == "root" || name.parse::<u64>().is_ok_and(|n| n == 0) {
-                    return Err(ConfigError::key(
-                        full,
-                        "must not be root: leave it unset, and a tool runs as the allowed dirs' owner (root only when root owns them, under toolhost's set-ID filter)",
-                    ));
-                }
-                self.user = Some(u);
-            }
-            "extra_ro_mounts" => {
-                let mut out = Vec::new();
-                for (i, s) in strings(full, v)?.into_iter().enumerate() {
-                    if !std::path::Path::new(&s).is_absolute() || s.contains([':', '\0']) {
-                        return Err(ConfigError::key(
-                            &format!("{full}[{i}]"),
-                            format!("{s:?} must be an absolute path without ':'"),
-                        ));
-                    }
-                    out.push(s.into());
-                }
-                self.extra_ro_mounts = out;
-            }
-            "tmpfs_size_mb" => {
-                let n = uint(full, v)?;
-                if n == 0 || n > 1 << 20 {
-                    return Err(ConfigError::key(full, "must be from 1 to 1048576"));
-                }
-                self.tmpfs_size_mb = n;
-            }
-            "pull" => self.pull = boolean(full, v)?,
-            "warm" => self.warm = boolean(full, v)?,
-            "host" => {
-                let h = string(v)?;
-                if !["unix://", "tcp://", "http://", "https://"]
-                    .iter()
-                    .any(|p| h.starts_with(p))
-                {
-                    return Err(ConfigError::key(
-                        full,
-                        format!("{h:?} must start with unix://, tcp://, http:// or https://"),
-                    ));
-                }
-                self.host = Some(h);
-            }
-            "tls_ca" => self.tls_ca = Some(path(v)?),
-            "tls_cert" => self.tls_cert = Some(path(v)?),
-            "tls_key" => self.tls_key = Some(path(v)?),
-            _ => {
-                return Err(ConfigError::key(
-                    full,
-                    format!("unknown key (known keys: {})", DOCKER_KEYS.join(", ")),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        let set = [&self.tls_ca, &self.tls_cert, &self.tls_key]
-            .iter()
-            .filter(|p| p.is_some())
-            .count();
-        if set != 0 && set != 3 {
-            return Err(ConfigError::key(
-                "docker.tls_ca",
-                "tls_ca, tls_cert and tls_key go together: set all three or none",
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// How the wasm backend meters guest CPU time for `max_cpu_seconds`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum CpuMeter {
-    /// Epoch deadlines: a tick every 10 ms of wall-clock time while the guest
-    /// runs; cheap. The default.
-    #[default]
-    Epoch,
-    /// Fuel: counts executed WebAssembly instructions, calibrated to seconds of
-    /// guest compute on the reference machine; deterministic, slower.
-    Fuel,
-}
-
-/// Settings of the `[wasm]` section.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WasmConfig {
-    /// Directories searched for `NAME.wasm` tools, in order, before the built-in
-    /// collection.
-    pub tool_dirs: Vec<std::path::PathBuf>,
-    /// Whether the built-in tool collection is searched. Default true.
-    pub builtin_tools: bool,
-    /// CPU metering for `max_cpu_seconds`. Default epoch.
-    pub cpu_meter: CpuMeter,
-    /// Whether compiled modules are cached on disk. Default true.
-    pub cache: bool,
-    /// Cache directory; default `$XDG_CACHE_HOME/toolhost/wasm` or
-    /// `~/.cache/toolhost/wasm` (on Windows `%LOCALAPPDATA%\toolhost\wasm`
-    /// first).
-    pub cache_dir: Option<std::path::PathBuf>,
-    /// Most MiB the disk cache holds: past it, the entries used least recently
-    /// are removed after each new entry is written. 0 means no cap.
-    /// Default 512.
-    pub cache_max_mb: u64,
-    /// Instances kept in wasmtime's pooling allocator: the most calls that run
-    /// at once (further calls wait for a slot, within their timeout). 0 uses
-    /// on-demand allocation instead. Default 64; at most 4096.
-    pub pool_size: u32,
-}
-
-/// Largest `[wasm] pool_size`.
-pub const MAX_WASM_POOL_SIZE: u32 = 4096;
-
-impl Default for WasmConfig {
-    fn default() -> Self {
-        WasmConfig {
-            tool_dirs: Vec::new(),
-            builtin_tools: true,
-            cpu_meter: CpuMeter::Epoch,
-            cache: true,
-            cache_dir: None,
-            cache_max_mb: 512,
-            pool_size: 64,
         }
     }
 }
@@ -399,72 +202,6 @@ impl Default for SandboxConfig {
         }
     }
 }
-
-/// Where a config file was read from, for the state checks: the dir it names
-/// resolved (so `../toolhost.toml` is the dir above, not a path with `..`
-/// the checks would refuse), with the file's own name kept, so that a
-/// symlink by that name still counts where it sits.
-fn where_read(path: &Path) -> std::path::PathBuf {
-    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    match (absolute.parent(), absolute.file_name()) {
-        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
-            .map(|p| p.join(name))
-            .unwrap_or(absolute.clone()),
-        _ => absolute,
-    }
-}
-
-const TOP_LEVEL_KEYS: &[&str] = &[
-    "timeout",
-    "max_output_bytes",
-    "max_memory_mb",
-    "max_cpu_seconds",
-    "max_processes",
-    "max_file_size_mb",
-    "allow_network",
-    "env_allowlist",
-    "shell_allowed_binaries",
-    "shell_allow_strings",
-    "shell_allow_writable_path",
-    "write_denied_extensions",
-    "protected_paths",
-    "backend",
-    "rate_limit_calls",
-    "rate_limit_window",
-    "protect_host_environ",
-    "audit_log",
-    "max_permission_level",
-    "blocked_capabilities",
-    "isolation",
-    "isolation_read_paths",
-    "docker",
-    "wasm",
-];
-
-/// The keys of the `[docker]` section, in the order the book lists them.
-const DOCKER_KEYS: &[&str] = &[
-    "image",
-    "user",
-    "extra_ro_mounts",
-    "tmpfs_size_mb",
-    "pull",
-    "host",
-    "tls_ca",
-    "tls_cert",
-    "tls_key",
-    "warm",
-];
-
-/// The keys of the `[wasm]` section.
-const WASM_KEYS: &[&str] = &[
-    "tool_dirs",
-    "builtin_tools",
-    "cpu_meter",
-    "cache",
-    "cache_dir",
-    "cache_max_mb",
-    "pool_size",
-];
 
 impl SandboxConfig {
     /// The limits of one call under this config, in the units backends
@@ -683,121 +420,6 @@ impl SandboxConfig {
         self.docker.validate()?;
         Ok(())
     }
-}
-
-impl WasmConfig {
-    fn apply(&mut self, full: &str, key: &str, v: &toml::Value) -> Result<(), ConfigError> {
-        match key {
-            "tool_dirs" => {
-                self.tool_dirs = strings(full, v)?.into_iter().map(Into::into).collect();
-            }
-            "builtin_tools" => self.builtin_tools = boolean(full, v)?,
-            "cpu_meter" => {
-                self.cpu_meter = match v.as_str() {
-                    Some("epoch") => CpuMeter::Epoch,
-                    Some("fuel") => CpuMeter::Fuel,
-                    Some(other) => {
-                        return Err(ConfigError::key(
-                            full,
-                            format!("unknown meter {other:?} (expected \"epoch\" or \"fuel\")"),
-                        ));
-                    }
-                    None => return Err(type_error(full, "a string", v)),
-                }
-            }
-            "cache" => self.cache = boolean(full, v)?,
-            "cache_dir" => {
-                let s = v.as_str().ok_or_else(|| type_error(full, "a string", v))?;
-                if s.is_empty() {
-                    return Err(ConfigError::key(
-                        full,
-                        "must not be empty (use cache = false)",
-                    ));
-                }
-                self.cache_dir = Some(s.into());
-            }
-            "cache_max_mb" => self.cache_max_mb = uint(full, v)?,
-            "pool_size" => {
-                let n = uint(full, v)?;
-                self.pool_size = u32::try_from(n)
-                    .ok()
-                    .filter(|n| *n <= MAX_WASM_POOL_SIZE)
-                    .ok_or_else(|| {
-                        ConfigError::key(full, format!("must be at most {MAX_WASM_POOL_SIZE}"))
-                    })?;
-            }
-            _ => {
-                return Err(ConfigError::key(
-                    full,
-                    format!("unknown key (known keys: {})", WASM_KEYS.join(", ")),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-fn check_duration(key: &str, d: Duration) -> Result<(), ConfigError> {
-    if d.is_zero() || d.as_secs_f64() > MAX_TIMEOUT_SECS {
-        return Err(ConfigError::key(
-            key,
-            format!("must be more than 0 and at most {MAX_TIMEOUT_SECS} seconds"),
-        ));
-    }
-    Ok(())
-}
-
-fn type_name(v: &toml::Value) -> &'static str {
-    v.type_str()
-}
-
-fn type_error(key: &str, expected: &str, v: &toml::Value) -> ConfigError {
-    ConfigError::key(key, format!("expected {expected}, found {}", type_name(v)))
-}
-
-fn uint(key: &str, v: &toml::Value) -> Result<u64, ConfigError> {
-    match v {
-        toml::Value::Integer(i) => u64::try_from(*i)
-            .map_err(|_| ConfigError::key(key, format!("must not be negative (got {i})"))),
-        _ => Err(type_error(key, "a non-negative integer", v)),
-    }
-}
-
-fn boolean(key: &str, v: &toml::Value) -> Result<bool, ConfigError> {
-    v.as_bool()
-        .ok_or_else(|| type_error(key, "true or false", v))
-}
-
-fn seconds(key: &str, v: &toml::Value) -> Result<Duration, ConfigError> {
-    let secs = match v {
-        toml::Value::Integer(i) => *i as f64,
-        toml::Value::Float(f) => *f,
-        _ => return Err(type_error(key, "a number of seconds", v)),
-    };
-    if !secs.is_finite() || secs <= 0.0 || secs > MAX_TIMEOUT_SECS {
-        return Err(ConfigError::key(
-            key,
-            format!("must be more than 0 and at most {MAX_TIMEOUT_SECS} seconds (got {secs})"),
-        ));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-fn strings(key: &str, v: &toml::Value) -> Result<Vec<String>, ConfigError> {
-    let arr = v
-        .as_array()
-        .ok_or_else(|| type_error(key, "an array of strings", v))?;
-    arr.iter()
-        .enumerate()
-        .map(|(i, item)| {
-            item.as_str().map(str::to_string).ok_or_else(|| {
-                ConfigError::key(
-                    &format!("{key}[{i}]"),
-                    format!("expected a string, found {}", type_name(item)),
-                )
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

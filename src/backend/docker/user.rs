@@ -25,7 +25,8 @@
 
 use bollard::Docker;
 
-use super::{DockerBackend, engine_error, unavailable};
+use super::DockerBackend;
+use super::engine::{engine_error, unavailable};
 use crate::outcome::{Outcome, OutcomeKind};
 use crate::plan::ExecPlan;
 

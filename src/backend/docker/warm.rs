@@ -23,9 +23,10 @@ use bollard::query_parameters::AttachContainerOptions;
 use futures_util::{FutureExt, Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::{
-    DockerBackend, Ended, WarmSlot, engine_error, finish, remove, start_refusal, unavailable,
-};
+use super::DockerBackend;
+use super::cleanup::{WarmSlot, remove};
+use super::engine::{engine_error, unavailable};
+use super::finish::{Ended, finish, start_refusal};
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::output::CappedBuffer;
 use crate::plan::BackendKind;
@@ -432,7 +433,7 @@ pub(super) fn expected_mounts(
         for (m, (_, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
             expect_dir(&mut out, m, dir, &m.guest)?;
         }
-        for (target, m) in super::ro_elsewhere(plan) {
+        for (target, m) in super::spec::ro_elsewhere(plan) {
             let Some((_, dir)) = plan.mount_dirs.iter().find(|(p, _)| p == &m.path) else {
                 return Err(changed(&m.guest, "has no handle".into()));
             };
@@ -451,7 +452,7 @@ pub(super) fn expected_mounts(
             }
             // Every place the container sees it (refused before if none).
             let places = plan.guest_places(&h.target);
-            let bound = super::held_places(plan, h);
+            let bound = super::spec::held_places(plan, h);
             if places.is_empty() {
                 return Err(changed(
                     &seen(&h.target),
@@ -555,7 +556,7 @@ impl DockerBackend {
                 soft: Some(0),
                 hard: Some(0),
             },
-            super::nofile_ulimit(),
+            super::spec::nofile_ulimit(),
         ]);
         if let Some(m) = host.mounts.as_mut() {
             m.push(helper);
@@ -582,14 +583,14 @@ impl DockerBackend {
             stdin_once: Some(true),
             tty: Some(false),
             network_disabled: Some(!plan.allow_network),
-            healthcheck: Some(super::no_healthcheck()),
+            healthcheck: Some(super::spec::no_healthcheck()),
             host_config: Some(host),
             ..Default::default()
         };
         // Removed if this fails or the future is dropped before the slot
         // holds it.
         let (mut guard, created_id) =
-            super::create_guarded(docker, self.next_name(), body, image, plan).await?;
+            super::cleanup::create_guarded(docker, self.next_name(), body, image, plan).await?;
         let attach = AttachContainerOptions {
             stream: true,
             stdin: true,
@@ -602,7 +603,7 @@ impl DockerBackend {
             Ok(a) => a,
             Err(e) => {
                 guard.remove_now().await;
-                return Err(super::launch_failed(&e));
+                return Err(super::finish::launch_failed(&e));
             }
         };
         if let Err(e) = docker.start_container(&created_id, None).await {

@@ -1,0 +1,153 @@
+//! Removal of containers in every case: now, or in the background when a
+//! call's future is dropped (`flush_removals` waits for those); the
+//! guards that make sure of it.
+
+use bollard::Docker;
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
+
+use super::engine::{engine_error, status};
+use super::finish::create_refusal;
+use super::warm;
+use crate::outcome::Outcome;
+use crate::plan::ExecPlan;
+
+pub(super) async fn remove(docker: &Docker, id: &str) {
+    let opts = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    if let Err(e) = docker.remove_container(id, Some(opts)).await
+        && status(&e) != Some(404)
+    {
+        tracing::warn!("cannot remove container {id}: {}", engine_error(&e));
+    }
+}
+
+/// Removals spawned by dropped calls, so that a process about to exit can
+/// wait for them ([`flush_removals`]).
+pub(super) static PENDING: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Waits for the container removals that dropped calls have spawned. A
+/// process that stops its calls before exiting (on a signal, say) calls this
+/// so that their containers are gone when it exits.
+pub async fn flush_removals() {
+    loop {
+        let pending: Vec<_> = {
+            let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+            p.drain(..).collect()
+        };
+        if pending.is_empty() {
+            return;
+        }
+        for h in pending {
+            let _ = h.await;
+        }
+    }
+}
+
+pub(super) fn spawn_removal(docker: Docker, id: String) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => {
+            let task = h.spawn(async move { remove(&docker, &id).await });
+            let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+            p.retain(|t| !t.is_finished());
+            p.push(task);
+        }
+        Err(_) => tracing::warn!(
+            "container {id} left running: no async runtime to remove it (it is removed at the next start)"
+        ),
+    }
+}
+
+/// The locked warm slot of a call in progress. Unless the call ends cleanly
+/// (`keep`), its container is removed: now by `release`, or in the
+/// background if the call's future is dropped.
+pub(super) struct WarmSlot<'a> {
+    pub(super) slot: tokio::sync::MutexGuard<'a, Option<warm::WarmContainer>>,
+    pub(super) docker: Docker,
+    pub(super) keep: bool,
+}
+
+impl WarmSlot<'_> {
+    pub(super) async fn release(&mut self) {
+        if !self.keep
+            && let Some(w) = self.slot.take()
+        {
+            remove(&self.docker, &w.id).await;
+        }
+        self.keep = true;
+    }
+}
+
+impl Drop for WarmSlot<'_> {
+    fn drop(&mut self) {
+        if !self.keep
+            && let Some(w) = self.slot.take()
+        {
+            spawn_removal(self.docker.clone(), w.id);
+        }
+    }
+}
+
+/// Creates a container named `name`, removed whatever happens from here on:
+/// by name until the engine has given its id (a dropped create leaves none),
+/// then by id through the returned guard.
+pub(super) async fn create_guarded(
+    docker: &Docker,
+    name: String,
+    body: ContainerCreateBody,
+    image: &str,
+    plan: &ExecPlan,
+) -> Result<(Removal, String), Outcome> {
+    let opts = CreateContainerOptions {
+        name: Some(name.clone()),
+        ..Default::default()
+    };
+    let mut guard = Removal::new(docker.clone(), name);
+    match docker.create_container(Some(opts), body).await {
+        Ok(c) => {
+            guard.id = Some(c.id.clone());
+            Ok((guard, c.id))
+        }
+        Err(e) => {
+            guard.remove_now().await;
+            Err(create_refusal(&e, image, plan))
+        }
+    }
+}
+
+/// Removes the container when dropped, unless already removed.
+pub(super) struct Removal {
+    pub(super) docker: Docker,
+    pub(super) id: Option<String>,
+}
+
+impl Removal {
+    pub(super) fn new(docker: Docker, id: String) -> Self {
+        Removal {
+            docker,
+            id: Some(id),
+        }
+    }
+
+    pub(super) async fn remove_now(&mut self) {
+        if let Some(id) = self.id.take() {
+            remove(&self.docker, &id).await;
+        }
+    }
+
+    pub(super) fn disarm(&mut self) {
+        self.id = None;
+    }
+}
+
+impl Drop for Removal {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            spawn_removal(self.docker.clone(), id);
+        }
+    }
+}

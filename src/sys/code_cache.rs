@@ -75,6 +75,9 @@ impl Artifact for Module {
     fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
         engine.precompile_module(wasm)
     }
+    /// # Safety
+    /// As the trait's: `bytes` come from `precompile` of an engine with
+    /// this configuration.
     unsafe fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
         // SAFETY: as the caller promises.
         unsafe { Module::deserialize(engine, bytes) }
@@ -88,6 +91,9 @@ impl Artifact for Component {
     fn precompile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
         engine.precompile_component(wasm)
     }
+    /// # Safety
+    /// As the trait's: `bytes` come from `precompile` of an engine with
+    /// this configuration.
     unsafe fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
         // SAFETY: as the caller promises.
         unsafe { Component::deserialize(engine, bytes) }

@@ -177,6 +177,10 @@ impl MountPlan {
 }
 
 /// `openat2(AT_FDCWD, path, flags | O_CLOEXEC)` refusing every symlink.
+///
+/// # Safety
+/// Only in a forked child before exec: system calls only, no allocation
+/// and no locks.
 unsafe fn open_no_symlinks(path: &CString, flags: c_int) -> c_int {
     let how = OpenHow {
         flags: (flags | libc::O_CLOEXEC) as u64,
@@ -198,6 +202,10 @@ unsafe fn open_no_symlinks(path: &CString, flags: c_int) -> c_int {
 
 /// Mounts the place open as `fd` over itself, read-only (and nosuid, nodev)
 /// or as it is.
+///
+/// # Safety
+/// Only in a forked child before exec: system calls only, no allocation
+/// and no locks.
 unsafe fn bind_over(fd: c_int, read_only: bool) -> Result<(), c_int> {
     // SAFETY: every pointer passed is a NUL-terminated literal or a valid
     // mount_attr of the size passed; the fds are open.

@@ -47,7 +47,7 @@ pub fn flush_private_tmps() {}
 
 #[cfg_attr(target_os = "linux", path = "linux.rs")]
 #[cfg_attr(all(unix, not(target_os = "linux")), path = "unix.rs")]
-#[cfg_attr(windows, path = "windows.rs")]
+#[cfg_attr(windows, path = "windows/mod.rs")]
 #[cfg_attr(not(any(unix, windows)), path = "other.rs")]
 mod platform;
 

@@ -1,0 +1,401 @@
+//! Warm mode: one container per backend, with toolhost's command server
+//! (`docker-helper/`, a static binary bind-mounted read-only) as its PID 1.
+//! Each call is one request on the container's attach stream; the helper
+//! forks the tool, streams its output back, and, when the tool's main process
+//! exits (or the host asks for a kill on a timeout), kills every other process
+//! in the container and reports only once none is left. No engine `exec` is
+//! made per call.
+//!
+//! Invariants: calls are serialized; a container whose stream breaks, whose
+//! call is cancelled, or whose helper does not answer is removed and replaced;
+//! a call's rlimits are set on the tool's process by the helper (the container
+//! has none of its own, so that no limit ends the helper).
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, ResourcesUlimits};
+use bollard::query_parameters::AttachContainerOptions;
+use tokio::io::AsyncWrite;
+
+use super::DockerBackend;
+use super::cleanup::{WarmSlot, remove};
+use super::engine::{engine_error, unavailable};
+use super::finish::{Ended, finish, start_refusal};
+use crate::outcome::{Outcome, OutcomeKind, RunOutput};
+use crate::output::CappedBuffer;
+use crate::plan::BackendKind;
+use crate::plan::ExecPlan;
+use helper::engine_arch;
+pub(super) use helper::{engine_runs_helper, expected_mounts, helper_available, helper_mount};
+use protocol::{Exit, HELLO, KILL_STDIN_MAX, Reader, STDIN_CHUNK, frame, run_request, send};
+
+mod helper;
+mod protocol;
+
+/// Where the helper is mounted in the container.
+pub const HELPER_TARGET: &str = "/.toolhost-helper";
+/// How long the helper has to start, to answer a ping, or to end a call after
+/// a kill; past it the container is replaced.
+const HELPER_GRACE: Duration = Duration::from_secs(10);
+
+/// The session's warm container and its open attach stream.
+pub(super) struct WarmContainer {
+    pub(super) id: String,
+    input: Pin<Box<dyn AsyncWrite + Send>>,
+    reader: Reader,
+    /// A call in it was OOM-killed (the engine's `OOMKilled` then stays set).
+    oom_seen: bool,
+    /// The protected-path mounts it was created with (`backend::protect`):
+    /// a call that needs others gets a new container.
+    held: Vec<crate::backend::protect::Held>,
+    /// The user it runs calls as.
+    user: String,
+}
+
+impl DockerBackend {
+    /// The helper can run on this engine: a Linux engine of this machine's
+    /// architecture (the helper is built for the machine toolhost runs on).
+    async fn check_warm_engine(&self, docker: &Docker) -> Result<(), Outcome> {
+        let v = docker
+            .version()
+            .await
+            .map_err(|e| unavailable(format!("Docker engine: {}", engine_error(&e))))?;
+        let os = v.os.unwrap_or_default();
+        let arch = v.arch.unwrap_or_default();
+        if os != "linux" || arch != engine_arch() || !cfg!(target_os = "linux") {
+            return Err(unavailable(format!(
+                "warm mode runs toolhost's helper (built for {}/{}) in the container, and the engine is {os}/{arch}; set [docker] warm = false",
+                std::env::consts::OS,
+                engine_arch()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Creates and starts the session's warm container and waits for its
+    /// helper's hello.
+    async fn start_warm(
+        &self,
+        docker: &Docker,
+        image: &str,
+        plan: &ExecPlan,
+        user: &str,
+        held: &[crate::backend::protect::Held],
+    ) -> Result<WarmContainer, Outcome> {
+        self.check_warm_engine(docker).await?;
+        let Some(filter) = super::user::filter_hex() else {
+            return Err(unavailable(
+                "toolhost has no seccomp filter for this platform, and warm mode needs it; set [docker] warm = false",
+            ));
+        };
+        let helper = helper_mount(plan)?;
+        let expect = expected_mounts(plan, held)?;
+        let mut host = self.host_config(plan, held);
+        // The helper is the init (it reaps, and kills what a call leaves).
+        host.init = Some(false);
+        // No container-wide CPU or file-size limit: it would end the helper,
+        // which serves every call; the helper sets them on each call's process.
+        host.ulimits = Some(vec![
+            ResourcesUlimits {
+                name: Some("core".into()),
+                soft: Some(0),
+                hard: Some(0),
+            },
+            super::spec::nofile_ulimit(),
+        ]);
+        if let Some(m) = host.mounts.as_mut() {
+            m.push(helper);
+        }
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            entrypoint: Some(vec![HELPER_TARGET.into()]),
+            // On the helper, and so on every call it runs.
+            cmd: Some(
+                ["--seccomp".to_string(), filter.to_string()]
+                    .into_iter()
+                    .chain(expect)
+                    .collect(),
+            ),
+            working_dir: Some("/".into()),
+            user: Some(user.to_string()),
+            labels: Some(self.labels()),
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            open_stdin: Some(true),
+            // When toolhost goes (even killed), the attach closes the helper's
+            // stdin, and the helper kills everything and exits.
+            stdin_once: Some(true),
+            tty: Some(false),
+            network_disabled: Some(!plan.allow_network),
+            healthcheck: Some(super::spec::no_healthcheck()),
+            host_config: Some(host),
+            ..Default::default()
+        };
+        // Removed if this fails or the future is dropped before the slot
+        // holds it.
+        let (mut guard, created_id) =
+            super::cleanup::create_guarded(docker, self.next_name(), body, image, plan).await?;
+        let attach = AttachContainerOptions {
+            stream: true,
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            logs: false,
+            ..Default::default()
+        };
+        let attached = match docker.attach_container(&created_id, Some(attach)).await {
+            Ok(a) => a,
+            Err(e) => {
+                guard.remove_now().await;
+                return Err(super::finish::launch_failed(&e));
+            }
+        };
+        if let Err(e) = docker.start_container(&created_id, None).await {
+            guard.remove_now().await;
+            return Err(start_refusal(&e));
+        }
+        let mut warm = WarmContainer {
+            id: created_id.clone(),
+            input: attached.input,
+            reader: Reader {
+                output: attached.output,
+                buf: Vec::new(),
+            },
+            oom_seen: false,
+            held: held.to_vec(),
+            user: user.to_string(),
+        };
+        match tokio::time::timeout(HELPER_GRACE, warm.reader.next_frame()).await {
+            Ok(Ok((b'H', v))) if v == HELLO => {}
+            other => {
+                guard.remove_now().await;
+                let why = match other {
+                    Ok(Ok((_, v))) => format!("unexpected hello {:?}", String::from_utf8_lossy(&v)),
+                    Ok(Err(e)) => e,
+                    Err(_) => "no hello in time".into(),
+                };
+                return Err(Outcome::new(
+                    OutcomeKind::LaunchFailed,
+                    format!("the warm container's helper did not start: {why}"),
+                ));
+            }
+        }
+        guard.disarm();
+        Ok(warm)
+    }
+
+    /// Warm mode: one call at a time, as a request to the helper in the
+    /// session's container.
+    pub(super) async fn run_warm(
+        &self,
+        docker: &Docker,
+        image: &str,
+        plan: &ExecPlan,
+        (argv, env): (Vec<String>, Vec<String>),
+        (user, held): (String, &[crate::backend::protect::Held]),
+        start: Instant,
+    ) -> RunOutput {
+        let refused = |o: Outcome| RunOutput::refused(BackendKind::Docker, o, start.elapsed());
+        let request = match run_request(plan, &argv, &env) {
+            Ok(r) => r,
+            Err(o) => return refused(o),
+        };
+        // Serialized: a call's sweep of leftover processes must only meet
+        // its own, and a replaced container must not be in use.
+        let mut slot = WarmSlot {
+            slot: self.warm.lock().await,
+            docker: docker.clone(),
+            keep: false,
+        };
+        if slot.slot.as_mut().is_some_and(|w| !w.reader.alive())
+            && let Some(dead) = slot.slot.take()
+        {
+            remove(docker, &dead.id).await;
+        }
+        // A protected path that appeared (or went) since the container was
+        // made: its mounts are fixed, so it is replaced.
+        // So is one whose user is no longer the call's (the allowed dirs
+        // changed owner).
+        if slot
+            .slot
+            .as_ref()
+            .is_some_and(|w| w.held != held || w.user != user)
+            && let Some(old) = slot.slot.take()
+        {
+            remove(docker, &old.id).await;
+        }
+        if slot.slot.is_none() {
+            match self.start_warm(docker, image, plan, &user, held).await {
+                Ok(w) => *slot.slot = Some(w),
+                Err(o) => {
+                    slot.keep = true;
+                    return refused(o);
+                }
+            }
+        }
+        let Some(warm) = slot.slot.as_mut() else {
+            return refused(Outcome::new(OutcomeKind::LaunchFailed, "no warm container"));
+        };
+        let limits = &plan.limits;
+        let mut out = CappedBuffer::new(limits.stdout_cap);
+        let mut err = CappedBuffer::new(limits.stderr_cap);
+        let request_sent = AtomicBool::new(false);
+        let stdin_sent = AtomicBool::new(plan.stdin.is_none());
+        let call = async {
+            let WarmContainer { input, reader, .. } = &mut *warm;
+            send(input, &request).await?;
+            request_sent.store(true, Ordering::SeqCst);
+            // Stdin goes out while output comes in.
+            let feed = async {
+                if let Some(bytes) = &plan.stdin {
+                    for chunk in bytes.chunks(STDIN_CHUNK) {
+                        send(input, &frame(b'I', chunk)).await?;
+                    }
+                    send(input, &frame(b'E', &[])).await?;
+                }
+                stdin_sent.store(true, Ordering::SeqCst);
+                Ok::<(), String>(())
+            };
+            // A broken stream ends both at once.
+            let ((), exit) = tokio::try_join!(feed, reader.until_exit(&mut out, &mut err))?;
+            Ok::<Exit, String>(exit)
+        };
+        let ended = tokio::time::timeout(limits.timeout, call).await;
+        let result = match ended {
+            Ok(Ok(exit)) => {
+                slot.keep = true;
+                warm.oom_seen |= exit.oom;
+                if exit.others {
+                    tracing::debug!("warm call left processes behind; the helper killed them");
+                }
+                self.ended(plan, exit)
+            }
+            Ok(Err(why)) => {
+                // The helper or its stream is gone: the container goes, and
+                // a helper killed for memory means the call hit the limit.
+                let oom = docker
+                    .inspect_container(&warm.id, None)
+                    .await
+                    .ok()
+                    .and_then(|i| i.state)
+                    .and_then(|s| s.oom_killed)
+                    .unwrap_or(false);
+                if oom && !warm.oom_seen {
+                    Ended::Exited {
+                        code: 137,
+                        oom: true,
+                        by_init: false,
+                    }
+                } else if request_sent.load(Ordering::SeqCst) {
+                    Ended::Refused(Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!(
+                            "the warm container stopped during the call ({why}); the tool may have run"
+                        ),
+                    ))
+                } else {
+                    Ended::Refused(Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!("warm container: {why}; the tool did not run"),
+                    ))
+                }
+            }
+            Err(_) => {
+                // Timed out. With all its stdin sent (and little enough that
+                // the helper has read it all, so the kill is not queued
+                // behind it), the call is killed in place: the helper kills
+                // every process and says when none is left, and the container
+                // stays. Otherwise the container goes.
+                let small = plan
+                    .stdin
+                    .as_ref()
+                    .is_none_or(|b| b.len() <= KILL_STDIN_MAX);
+                let whole =
+                    request_sent.load(Ordering::SeqCst) && stdin_sent.load(Ordering::SeqCst);
+                if small && whole {
+                    let mut sink_out = CappedBuffer::new(0);
+                    let mut sink_err = CappedBuffer::new(0);
+                    let killed = tokio::time::timeout(HELPER_GRACE, async {
+                        send(&mut warm.input, &frame(b'K', &[])).await?;
+                        warm.reader.until_exit(&mut sink_out, &mut sink_err).await
+                    })
+                    .await;
+                    slot.keep = matches!(killed, Ok(Ok(_)));
+                }
+                Ended::TimedOut
+            }
+        };
+        slot.release().await;
+        finish(plan, start, result, out, err)
+    }
+
+    /// What the helper's exit frame means for the call.
+    fn ended(&self, plan: &ExecPlan, exit: Exit) -> Ended {
+        const END_EXITED: i32 = 0;
+        const END_SIGNALLED: i32 = 1;
+        const END_SPAWN_FAILED: i32 = 2;
+        const STAGE_CWD: i32 = 1;
+        const STAGE_RLIMIT: i32 = 3;
+        let program = plan
+            .argv
+            .first()
+            .map(|a| a.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match exit.kind {
+            END_EXITED => Ended::Exited {
+                code: i64::from(exit.value),
+                oom: exit.oom,
+                by_init: false,
+            },
+            // As docker reports a signal death: 128 + the signal.
+            END_SIGNALLED => Ended::Exited {
+                code: 128 + i64::from(exit.value),
+                oom: exit.oom,
+                by_init: false,
+            },
+            END_SPAWN_FAILED => {
+                let e = std::io::Error::from_raw_os_error(exit.errno);
+                let o = if exit.value == STAGE_RLIMIT {
+                    Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!("cannot set the call's limits in the container: {e}"),
+                    )
+                } else if exit.value == STAGE_CWD {
+                    Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!(
+                            "cannot enter {} in the container: {e}",
+                            plan.cwd
+                                .as_ref()
+                                .map_or_else(|| "/".into(), |c| c.guest.display().to_string())
+                        ),
+                    )
+                } else if exit.errno == 2 {
+                    Outcome::new(
+                        OutcomeKind::NotFound,
+                        format!("{program}: not found in the container"),
+                    )
+                } else if exit.errno == 13 {
+                    Outcome::new(
+                        OutcomeKind::PermissionDenied,
+                        format!("{program}: not executable in the container ({e})"),
+                    )
+                } else {
+                    Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!("{program}: cannot run in the container: {e}"),
+                    )
+                };
+                Ended::Refused(o)
+            }
+            _ => Ended::Refused(Outcome::new(
+                OutcomeKind::LaunchFailed,
+                "the warm container's helper refused the request",
+            )),
+        }
+    }
+}

@@ -292,7 +292,7 @@ pub enum AllowedDirsError {
 
 /// `p` below `dir`: the rest of `p`, in `p`'s spelling (empty when `p` is
 /// `dir`), or `None` when `p` does not lie there. Compared by components as
-/// the host compares names: on Windows by [`path_key`] (no case, trailing
+/// the host compares names: on Windows by `path_key` (no case, trailing
 /// dots and spaces dropped, `\\?\C:\` as `C:\`), so that a tool's
 /// `DATA FILES\x` is seen under the allowed dir `Data Files`; elsewhere as
 /// written.

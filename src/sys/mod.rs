@@ -7,10 +7,10 @@
 //!
 //! - [`file_id`]: a file's identity (device and inode, or the Windows volume
 //!   serial and file index), and Windows's final path and on-disk names.
-//! - [`file_lock`] (Windows): the audit log's writer lock, one byte.
+//! - `file_lock` (Windows): the audit log's writer lock, one byte.
 //! - [`code_cache`]: the on-disk cache of compiled wasm, the one place bytes
 //!   from disk become native code (wasmtime's `deserialize`).
-//! - [`fifo_signal`] (Linux): a no-op signal handler and a signal to one
+//! - `fifo_signal` (Linux): a no-op signal handler and a signal to one
 //!   thread, which interrupt a wasm call's blocked open of a FIFO.
 //! - [`private_dir`]: a state dir only this user can write.
 

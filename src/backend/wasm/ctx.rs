@@ -29,7 +29,7 @@ pub(super) fn preopen_path(dir: &cap_std::fs::Dir, fallback: &Path) -> PathBuf {
     }
 }
 
-/// The WASI context of a call: argv (argv[0] the tool's name), env, stdin,
+/// The WASI context of a call: argv (`argv[0]` the tool's name), env, stdin,
 /// capped stdout/stderr, the allowed dirs under their guest paths and the
 /// cwd as `.` (none when it is the dir preopened as `/`).
 pub(super) fn build_wasi(

@@ -10,7 +10,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use toolhost::{BackendKind, RunRequest, Sandbox, SandboxConfig};
+use toolhost::{BackendChoice, RunRequest, Sandbox, SandboxConfig};
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -34,7 +34,7 @@ fn main() {
     let ws = tempfile::tempdir().expect("tempdir");
     let sandbox = |warm: bool| {
         let mut c = SandboxConfig {
-            backend: BackendKind::Docker,
+            backend: BackendChoice::Docker,
             ..SandboxConfig::default()
         };
         c.docker.image = Some(image.clone());

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use toolhost::policy::PermissionPolicy;
 use toolhost::tools::toolbox::Toolbox;
-use toolhost::{BackendKind, Sandbox, SandboxConfig};
+use toolhost::{BackendChoice, Sandbox, SandboxConfig};
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -257,7 +257,7 @@ fn main() {
         .build()
         .expect("runtime");
     let config = SandboxConfig::from_file(&cfg).expect("config");
-    assert_eq!(config.backend, BackendKind::Direct);
+    assert_eq!(config.backend, BackendChoice::Direct);
     let sb = Arc::new(Sandbox::new([&ws], config).expect("sandbox"));
     let tb = rt.block_on(Toolbox::new(sb, PermissionPolicy::default()));
 

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use toolhost::config::{CpuMeter, WasmConfig};
-use toolhost::{BackendKind, RunRequest, Sandbox, SandboxConfig};
+use toolhost::{BackendChoice, RunRequest, Sandbox, SandboxConfig};
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -37,7 +37,7 @@ fn sandbox(ws: &Path, meter: CpuMeter, cache: &Path) -> Sandbox {
     wasm.cpu_meter = meter;
     wasm.cache_dir = Some(cache.to_path_buf());
     let config = SandboxConfig {
-        backend: BackendKind::Wasm,
+        backend: BackendChoice::Wasm,
         timeout: Duration::from_secs(120),
         max_cpu_seconds: 0,
         wasm,

@@ -10,6 +10,7 @@
 
 use serde::Serialize;
 
+use crate::config::BackendChoice;
 use crate::isolation::IsolationLevel;
 use crate::outcome::OutcomeKind;
 use crate::plan::BackendKind;
@@ -63,7 +64,7 @@ pub struct Check {
 #[derive(Debug, Clone, Serialize)]
 pub struct Configured {
     /// The configured backend.
-    pub backend: BackendKind,
+    pub backend: BackendChoice,
     /// The configured isolation level of `direct`.
     pub isolation: IsolationLevel,
     /// Whether calls may use the network.
@@ -123,7 +124,7 @@ pub async fn check(sandbox: &Sandbox) -> CheckReport {
     let mut checks = Vec::new();
     let mut problems = Vec::new();
     let backend = config.backend;
-    let uses_direct = matches!(backend, BackendKind::Direct | BackendKind::Auto);
+    let uses_direct = matches!(backend, BackendChoice::Direct | BackendChoice::Auto);
 
     direct_host_checks(&mut checks);
     // The probe call: the configured isolation, measured.
@@ -167,7 +168,7 @@ pub async fn check(sandbox: &Sandbox) -> CheckReport {
     push(&mut checks, "direct", "probe call", status, detail);
 
     // wasm
-    let uses_wasm = matches!(backend, BackendKind::Wasm | BackendKind::Auto);
+    let uses_wasm = matches!(backend, BackendChoice::Wasm | BackendChoice::Auto);
     match sandbox.wasm_backend() {
         Ok(_) => {
             push(
@@ -248,7 +249,7 @@ pub async fn check(sandbox: &Sandbox) -> CheckReport {
     }
 
     // docker
-    let uses_docker = backend == BackendKind::Docker;
+    let uses_docker = backend == BackendChoice::Docker;
     match sandbox.docker_backend().probe().await {
         Ok(p) => {
             push(

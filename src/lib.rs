@@ -68,7 +68,7 @@ pub mod tools;
 pub use audit::{AuditError, verify as verify_audit_log};
 pub use backend::wasm::catalog::{CatalogEntry, WasmToolKind, catalog};
 pub use check::{CheckReport, check};
-pub use config::{ConfigError, MAX_TIMEOUT_SECS, SandboxConfig};
+pub use config::{BackendChoice, ConfigError, MAX_TIMEOUT_SECS, SandboxConfig};
 pub use isolation::IsolationLevel;
 pub use mcp::serve as serve_mcp;
 pub use outcome::{Outcome, OutcomeKind, RunOutput};

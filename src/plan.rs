@@ -21,7 +21,9 @@ use serde::Serialize;
 use crate::paths::strip_dir;
 use crate::protected::ProtectedPaths;
 
-/// Which backend runs a call.
+/// Which backend runs a call: what a plan and its output name. What a
+/// config or a request asks for, `auto` included, is a
+/// [`BackendChoice`](crate::config::BackendChoice).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
@@ -31,19 +33,15 @@ pub enum BackendKind {
     Docker,
     /// A WASI tool in wasmtime.
     Wasm,
-    /// wasm when a WASI tool of that name is registered (or `argv[0]` is a `.wasm`
-    /// file in the sandbox), else direct on POSIX systems.
-    Auto,
 }
 
 impl BackendKind {
-    /// The name used in config files and on the command line.
+    /// The name used in config files, on the command line and in outputs.
     pub fn as_str(self) -> &'static str {
         match self {
             BackendKind::Direct => "direct",
             BackendKind::Docker => "docker",
             BackendKind::Wasm => "wasm",
-            BackendKind::Auto => "auto",
         }
     }
 }
@@ -61,9 +59,8 @@ impl FromStr for BackendKind {
             "direct" => Ok(BackendKind::Direct),
             "docker" => Ok(BackendKind::Docker),
             "wasm" => Ok(BackendKind::Wasm),
-            "auto" => Ok(BackendKind::Auto),
             other => Err(format!(
-                "unknown backend {other:?} (expected direct, docker, wasm or auto)"
+                "unknown backend {other:?} (expected direct, docker or wasm)"
             )),
         }
     }

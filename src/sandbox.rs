@@ -14,6 +14,7 @@ use crate::backend::direct::DirectBackend;
 use crate::backend::docker::DockerBackend;
 use crate::backend::wasm::WasmBackend;
 use crate::backend::wasm::registry::{Registry, ToolInfo};
+use crate::config::BackendChoice;
 use crate::config::{ConfigError, SandboxConfig};
 use crate::env::{build_env_from, given_env_from, is_denied};
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
@@ -64,7 +65,7 @@ pub struct RunRequest {
     pub env: Vec<(String, String)>,
     /// The backend for this call, instead of the config's (the agent tools
     /// use it to run a registered WASI tool on wasm whatever the default).
-    pub backend: Option<BackendKind>,
+    pub backend: Option<BackendChoice>,
 }
 
 impl RunRequest {
@@ -83,9 +84,10 @@ impl RunRequest {
         }
     }
 
-    /// Runs this call on `backend` instead of the configured one.
-    pub fn backend(mut self, backend: BackendKind) -> Self {
-        self.backend = Some(backend);
+    /// Runs this call on `backend` (a [`BackendKind`], or
+    /// [`BackendChoice::Auto`]) instead of the configured one.
+    pub fn backend(mut self, backend: impl Into<BackendChoice>) -> Self {
+        self.backend = Some(backend.into());
         self
     }
 
@@ -469,13 +471,13 @@ impl Sandbox {
 
     fn choose_backend(
         &self,
-        kind: BackendKind,
+        choice: BackendChoice,
         program: &std::ffi::OsStr,
         cwd: Option<&Path>,
     ) -> Result<(BackendKind, Option<ToolFile>), Outcome> {
-        match kind {
-            BackendKind::Direct => Ok((BackendKind::Direct, None)),
-            BackendKind::Wasm => match self.wasm_target(program, cwd)? {
+        match choice {
+            BackendChoice::Direct => Ok((BackendKind::Direct, None)),
+            BackendChoice::Wasm => match self.wasm_target(program, cwd)? {
                 Some(t) => Ok((BackendKind::Wasm, Some(t))),
                 None => Err(Outcome::new(
                     OutcomeKind::NotFound,
@@ -485,7 +487,7 @@ impl Sandbox {
                     ),
                 )),
             },
-            BackendKind::Auto => {
+            BackendChoice::Auto => {
                 let text = program.to_string_lossy();
                 let is_wasm_path = text.ends_with(".wasm");
                 let is_path = text.contains('/') || (cfg!(windows) && text.contains('\\'));
@@ -512,7 +514,7 @@ impl Sandbox {
                     )),
                 }
             }
-            BackendKind::Docker => Ok((BackendKind::Docker, None)),
+            BackendChoice::Docker => Ok((BackendKind::Docker, None)),
         }
     }
 
@@ -613,7 +615,7 @@ impl Sandbox {
         request.cwd = cwd.map(Path::to_path_buf);
         // Planned for wasm whatever the configured backend, with its
         // environment: the plan carries the tool.
-        request.backend = Some(BackendKind::Wasm);
+        request.backend = Some(BackendChoice::Wasm);
         let is_path = name.contains('/') || name.ends_with(".wasm");
         let plan = match self.plan(&request) {
             Ok(p) => p,
@@ -681,10 +683,7 @@ impl Sandbox {
         match self.plan(&request) {
             Ok(plan) => self.run_plan(&plan).await,
             Err(outcome) => {
-                let backend = match self.config.backend {
-                    BackendKind::Auto => BackendKind::Direct,
-                    b => b,
-                };
+                let backend = self.config.backend.fixed().unwrap_or(BackendKind::Direct);
                 RunOutput::refused(backend, outcome, start.elapsed())
             }
         }
@@ -718,14 +717,6 @@ impl Sandbox {
                 sweep.finish(&mut out);
                 out
             }
-            BackendKind::Auto => RunOutput::refused(
-                BackendKind::Auto,
-                Outcome::new(
-                    OutcomeKind::InvalidRequest,
-                    "a plan names the backend that runs it; auto is resolved by plan()",
-                ),
-                Duration::ZERO,
-            ),
         }
     }
 }

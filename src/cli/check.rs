@@ -4,7 +4,7 @@
 use clap::Args;
 
 use super::run::{SandboxArgs, build_sandbox};
-use toolhost::BackendKind;
+use toolhost::BackendChoice;
 
 /// Report what this host can enforce, backend by backend: Landlock ABI,
 /// seccomp, namespaces, cgroups, rlimits, the Docker engine and its version,
@@ -20,7 +20,7 @@ pub struct CheckArgs {
     /// Backend to check for: direct, docker, wasm or auto [default: direct, or
     /// the config's]
     #[arg(long, value_name = "B")]
-    backend: Option<BackendKind>,
+    backend: Option<BackendChoice>,
 
     /// Print one JSON object instead of the table
     #[arg(long)]

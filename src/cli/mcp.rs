@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use toolhost::{BackendKind, Toolbox};
+use toolhost::{BackendChoice, Toolbox};
 
 use super::run::{SandboxArgs, build_config, build_sandbox_with};
 
@@ -34,7 +34,7 @@ pub struct McpArgs {
     /// Backend of the shell tool: direct, docker, wasm or auto [default: direct,
     /// or the config's]. WASI and typed tools always run on wasm.
     #[arg(long, value_name = "B")]
-    backend: Option<BackendKind>,
+    backend: Option<BackendChoice>,
 
     #[command(flatten)]
     sandbox: SandboxArgs,

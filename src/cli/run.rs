@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 
-use toolhost::{AllowedDirSpec, BackendKind, RunOutput, RunRequest, Sandbox, SandboxConfig};
+use toolhost::{
+    AllowedDirSpec, BackendChoice, BackendKind, RunOutput, RunRequest, Sandbox, SandboxConfig,
+};
 
 /// Largest standard input `toolhost run` forwards to a tool.
 const MAX_FORWARDED_STDIN: u64 = 256 * 1024 * 1024;
@@ -37,7 +39,7 @@ pub struct RunArgs {
     /// locked-down container per call; needs [docker] image in the config)
     /// [default: direct, or the config's]
     #[arg(long, value_name = "B")]
-    backend: Option<BackendKind>,
+    backend: Option<BackendChoice>,
 
     #[command(flatten)]
     sandbox: SandboxArgs,
@@ -132,7 +134,7 @@ fn parse_env_pair(s: &str) -> Result<(String, String), String> {
 
 pub(crate) fn build_config(
     args: &SandboxArgs,
-    backend: Option<BackendKind>,
+    backend: Option<BackendChoice>,
 ) -> anyhow::Result<SandboxConfig> {
     let mut cfg = match &args.config {
         Some(path) => SandboxConfig::from_file(path)?,
@@ -174,7 +176,7 @@ pub(crate) fn build_config(
 /// The sandbox the flags describe (with `backend` overriding the config's).
 pub(crate) fn build_sandbox(
     args: &SandboxArgs,
-    backend: Option<BackendKind>,
+    backend: Option<BackendChoice>,
 ) -> anyhow::Result<Sandbox> {
     build_sandbox_with(args, build_config(args, backend)?)
 }
@@ -293,7 +295,12 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
     let timeout = sandbox.config().timeout;
     let started = Instant::now();
     let Some(stdin) = read_stdin_within(timeout)? else {
-        let result = stdin_timed_out(sandbox.config().backend, timeout);
+        let backend = sandbox
+            .config()
+            .backend
+            .fixed()
+            .unwrap_or(BackendKind::Direct);
+        let result = stdin_timed_out(backend, timeout);
         return print_result(args.json, &result);
     };
     request.stdin = stdin;

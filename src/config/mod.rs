@@ -12,16 +12,17 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::plan::BackendKind;
 use keys::{
     DOCKER_KEYS, TOP_LEVEL_KEYS, WASM_KEYS, boolean, check_duration, seconds, strings, type_error,
     uint, where_read,
 };
 
+mod backend;
 mod docker;
 mod keys;
 mod wasm;
 
+pub use backend::BackendChoice;
 pub use docker::DockerConfig;
 pub use wasm::{CpuMeter, MAX_WASM_POOL_SIZE, WasmConfig};
 
@@ -85,7 +86,7 @@ pub struct SandboxConfig {
     /// (`.git`); an empty list protects nothing.
     pub protected_paths: Vec<String>,
     /// Backend that runs calls. Default `direct`.
-    pub backend: BackendKind,
+    pub backend: BackendChoice,
     /// Calls allowed per `rate_limit_window` per session; 0 disables. Default 60.
     pub rate_limit_calls: u64,
     /// Window of the rate limit. Default 60 s.
@@ -187,7 +188,7 @@ impl Default for SandboxConfig {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
-            backend: BackendKind::Direct,
+            backend: BackendChoice::Direct,
             rate_limit_calls: 60,
             rate_limit_window: Duration::from_secs(60),
             protect_host_environ: true,
@@ -457,7 +458,7 @@ mod tests {
         }
         assert_eq!(c.env_allowlist, seed);
         assert_eq!(c.write_denied_extensions.len(), 15);
-        assert_eq!(c.backend, BackendKind::Direct);
+        assert_eq!(c.backend, BackendChoice::Direct);
         assert_eq!(
             (c.rate_limit_calls, c.rate_limit_window),
             (60, Duration::from_secs(60))

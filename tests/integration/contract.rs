@@ -24,7 +24,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use toolhost::{BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig};
+use toolhost::{BackendChoice, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig};
 
 use crate::util::*;
 
@@ -152,10 +152,10 @@ impl Ctx {
         };
         match self.target {
             Target::Docker => {
-                c.backend = BackendKind::Docker;
+                c.backend = BackendChoice::Docker;
                 c.docker.image = self.image.clone();
             }
-            Target::Wasm => c.backend = BackendKind::Wasm,
+            Target::Wasm => c.backend = BackendChoice::Wasm,
             _ => {}
         }
         c

@@ -427,7 +427,7 @@ async fn launch_failures_are_typed() {
 #[tokio::test]
 async fn other_backends_are_refused_clearly() {
     let t = Tmp::new();
-    for backend in [toolhost::BackendKind::Docker] {
+    for backend in [toolhost::BackendChoice::Docker] {
         let sb = t.sandbox(SandboxConfig {
             backend,
             ..config()

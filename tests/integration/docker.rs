@@ -9,7 +9,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::Duration;
 
-use toolhost::{BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig};
+use toolhost::{
+    BackendChoice, BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig,
+};
 
 use crate::util::*;
 
@@ -52,7 +54,7 @@ fn tmp() -> Tmp {
 
 fn docker_config(image: &str) -> SandboxConfig {
     let mut c = SandboxConfig {
-        backend: BackendKind::Docker,
+        backend: BackendChoice::Docker,
         timeout: Duration::from_secs(30),
         ..SandboxConfig::default()
     };
@@ -564,10 +566,10 @@ async fn warm_mode_helper_cannot_be_replaced() {
     let mut cfg = docker_config(&image);
     cfg.docker.warm = true;
     for backend in [
-        BackendKind::Docker,
-        BackendKind::Wasm,
-        BackendKind::Direct,
-        BackendKind::Auto,
+        BackendChoice::Docker,
+        BackendChoice::Wasm,
+        BackendChoice::Direct,
+        BackendChoice::Auto,
     ] {
         let c = SandboxConfig {
             backend,

@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 
 use toolhost::{
-    AllowedDirSpec, BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig,
+    AllowedDirSpec, BackendChoice, BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox,
+    SandboxConfig,
 };
 
 use crate::util::*;
@@ -261,7 +262,7 @@ async fn a_guest_sees_exactly_the_environment_it_was_given() {
     let sb = sandbox(
         vec![AllowedDirSpec::read_write(t.ws())],
         SandboxConfig {
-            backend: BackendKind::Direct,
+            backend: BackendChoice::Direct,
             ..none
         },
     );
@@ -277,7 +278,7 @@ async fn direct_refuses_a_mapped_dir_and_no_dir_without_showing_the_host_path() 
     let t = Tmp::new();
     let host = t.ws().to_string_lossy().into_owned();
     let cfg = SandboxConfig {
-        backend: BackendKind::Direct,
+        backend: BackendChoice::Direct,
         ..wasm_config()
     };
     let sb = sandbox(

@@ -7,7 +7,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use toolhost::config::{CpuMeter, WasmConfig};
-use toolhost::{BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig};
+use toolhost::{
+    BackendChoice, BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig,
+};
 
 use crate::util::*;
 
@@ -34,7 +36,7 @@ pub(crate) fn wasm_config() -> SandboxConfig {
     let mut wasm = WasmConfig::default();
     wasm.cache_dir = Some(cache_dir());
     SandboxConfig {
-        backend: BackendKind::Wasm,
+        backend: BackendChoice::Wasm,
         timeout: Duration::from_secs(30),
         wasm,
         ..SandboxConfig::default()
@@ -439,7 +441,7 @@ async fn registry_names_paths_and_the_auto_backend() {
     );
     // auto: wasm when a tool exists, else direct.
     let auto = t.sandbox(SandboxConfig {
-        backend: BackendKind::Auto,
+        backend: BackendChoice::Auto,
         ..wasm_config()
     });
     let r = run(&auto, &["wc", "-l", "a.txt"]).await;

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use toolhost::tools::toolbox::Toolbox;
 use toolhost::{
-    AllowedDirSpec, BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig,
+    AllowedDirSpec, BackendChoice, BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox,
+    SandboxConfig,
 };
 
 use crate::util::*;
@@ -1236,7 +1237,7 @@ fn files_policy(protected: toolhost::protected::ProtectedPaths) -> toolhost::too
 fn direct_config(timeout: f64) -> SandboxConfig {
     SandboxConfig {
         timeout: Duration::from_secs_f64(timeout),
-        backend: BackendKind::Direct,
+        backend: BackendChoice::Direct,
         ..SandboxConfig::default()
     }
 }
@@ -1478,7 +1479,7 @@ async fn auto_picks_wasm_for_tools_and_direct_for_programs() {
     let t = Tmp::new();
     t.write("f.txt", "a\nb\n");
     let sb = t.sandbox(SandboxConfig {
-        backend: BackendKind::Auto,
+        backend: BackendChoice::Auto,
         ..wasm_config()
     });
     let r: RunOutput = run(&sb, &["wc", "-l", "f.txt"]).await;

@@ -422,13 +422,10 @@ impl Toolbox {
             }
         };
         let config = self.sandbox.config();
-        let backend = match config.backend {
-            // The shell runs native programs: never a WASI tool of the same name.
-            BackendKind::Auto => BackendKind::Direct,
-            b => b,
-        };
+        // The shell runs native programs: never a WASI tool of the same name.
+        let backend = config.backend.fixed().unwrap_or(BackendKind::Direct);
         let mut req = RunRequest::new(argv.clone());
-        if config.backend == BackendKind::Auto {
+        if config.backend.fixed().is_none() {
             req = req.backend(BackendKind::Direct);
         }
         // No program a tool could have written runs by a bare name.

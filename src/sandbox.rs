@@ -213,7 +213,7 @@ impl Sandbox {
         if config.protect_host_environ {
             protect_host_environ();
         }
-        crate::platform::log_guarantees_once();
+        crate::backend::direct::log_guarantees_once();
         let host_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
         let base_env = build_env_from(
             host_env.iter().map(|(k, v)| (k, v)),
@@ -537,16 +537,19 @@ impl Sandbox {
     /// `shutdown` the sandbox still works; calls made later need another
     /// `shutdown`.
     pub async fn shutdown(&self) {
-        if let Some(d) = self.docker.get() {
-            d.shutdown().await;
+        // Each backend's own: the docker backend's even if this sandbox made
+        // no docker call (it connects to nothing for it), since removals
+        // are waited for process-wide.
+        Backend::shutdown(self.docker_backend()).await;
+        Backend::shutdown(&self.direct).await;
+        if let Some(Ok(wasm)) = self.wasm.get() {
+            Backend::shutdown(wasm).await;
         }
-        crate::backend::docker::flush_removals().await;
-        let _ = tokio::task::spawn_blocking(|| {
-            crate::backend::direct::flush_private_tmps();
-            crate::backend::protect::sweep_cancelled();
-            crate::backend::wasm::settle_background_checks();
-        })
-        .await;
+    }
+
+    /// The direct backend.
+    pub fn direct_backend(&self) -> &DirectBackend {
+        &self.direct
     }
 
     /// The docker backend, created on first use (it contacts the engine on
@@ -692,33 +695,32 @@ impl Sandbox {
     /// Runs a plan made by [`Sandbox::plan`] on the backend it names.
     pub async fn run_plan(&self, plan: &ExecPlan) -> RunOutput {
         match plan.backend {
-            BackendKind::Direct if plan.isolation != crate::isolation::IsolationLevel::Off => {
-                // What mounts cannot hold (a name that did not exist) is
-                // moved aside after the call (`backend::protect`).
-                let sweep =
-                    crate::backend::protect::Sweep::new(crate::backend::protect::absent(plan));
-                let mut out = self.direct.run(plan).await;
-                sweep.finish(&mut out);
-                out
+            BackendKind::Direct if plan.isolation == crate::isolation::IsolationLevel::Off => {
+                self.direct.run(plan).await
             }
-            BackendKind::Direct => self.direct.run(plan).await,
+            // What mounts cannot hold (a name that did not exist) is moved
+            // aside after the call (`backend::protect`).
+            BackendKind::Direct => swept(&self.direct, plan).await,
+            BackendKind::Docker => swept(self.docker_backend(), plan).await,
             BackendKind::Wasm => match self.wasm_backend() {
-                Ok(w) => w.run(plan).await,
+                Ok(w) => Backend::run(w, plan).await,
                 Err(e) => RunOutput::refused(
                     BackendKind::Wasm,
                     Outcome::new(OutcomeKind::BackendUnavailable, e),
                     Duration::ZERO,
                 ),
             },
-            BackendKind::Docker => {
-                let sweep =
-                    crate::backend::protect::Sweep::new(crate::backend::protect::absent(plan));
-                let mut out = self.docker_backend().run(plan).await;
-                sweep.finish(&mut out);
-                out
-            }
         }
     }
+}
+
+/// Runs `plan` on `backend`, then moves aside what the call made at a
+/// protected path that did not exist when it started (`backend::protect`).
+async fn swept(backend: &impl Backend, plan: &ExecPlan) -> RunOutput {
+    let sweep = crate::backend::protect::Sweep::new(crate::backend::protect::absent(plan));
+    let mut out = backend.run(plan).await;
+    sweep.finish(&mut out);
+    out
 }
 
 /// The OS reason of an error, without any path.

@@ -7,7 +7,8 @@
 use std::future::Future;
 
 use crate::outcome::RunOutput;
-use crate::plan::{BackendKind, ExecPlan};
+use crate::plan::{BackendKind, ExecPlan, Limits};
+use crate::probe::Probe;
 
 // The unsafe island, part two: process creation, post-fork code, kernel
 // isolation and Windows jobs (part one is `crate::sys`).
@@ -18,10 +19,18 @@ pub(crate) mod protect;
 
 pub mod wasm;
 
-/// Something that runs plans.
+/// Something that runs plans: `direct`, `docker` and `wasm` each implement
+/// it, and the sandbox dispatches a plan to the one it names.
 pub trait Backend: Send + Sync {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
     /// Runs the plan to completion, within its limits.
     fn run(&self, plan: &ExecPlan) -> impl Future<Output = RunOutput> + Send;
+    /// What this backend can enforce on this host for calls held to
+    /// `limits` (`toolhost check` merges the probes of all three).
+    fn probe(&self, limits: &Limits) -> impl Future<Output = Probe> + Send;
+    /// Waits for what the backend still does in the background after its
+    /// calls (removals, temporary dirs, self-tests), and releases what it
+    /// keeps between calls. The backend still works afterwards.
+    fn shutdown(&self) -> impl Future<Output = ()> + Send;
 }

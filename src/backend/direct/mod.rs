@@ -26,6 +26,7 @@ use crate::plan::ExecPlan;
 mod harden;
 #[cfg(target_os = "linux")]
 mod mounts;
+mod probe;
 #[cfg(target_os = "linux")]
 mod supervisor;
 #[cfg(all(
@@ -44,6 +45,9 @@ pub(crate) use harden::{
 /// tmps on this platform).
 #[cfg(not(target_os = "linux"))]
 pub fn flush_private_tmps() {}
+
+use probe::host_checks;
+pub use probe::{direct_guarantees, log_guarantees_once};
 
 #[cfg_attr(target_os = "linux", path = "linux.rs")]
 #[cfg_attr(all(unix, not(target_os = "linux")), path = "unix.rs")]
@@ -77,6 +81,22 @@ impl Backend for DirectBackend {
 
     fn run(&self, plan: &ExecPlan) -> impl std::future::Future<Output = RunOutput> + Send {
         run(plan)
+    }
+
+    async fn probe(&self, _limits: &crate::plan::Limits) -> crate::probe::Probe {
+        let mut p = crate::probe::Probe::default();
+        host_checks(&mut p);
+        p
+    }
+
+    /// Waits until the private tmps of finished calls are removed, and moves
+    /// aside what cancelled calls made at protected paths.
+    async fn shutdown(&self) {
+        let _ = tokio::task::spawn_blocking(|| {
+            flush_private_tmps();
+            crate::backend::protect::sweep_cancelled();
+        })
+        .await;
     }
 }
 

@@ -239,7 +239,7 @@ impl DockerBackend {
 
     /// For `toolhost check`: the engine's version (`Err`: unreachable), and,
     /// when an image is configured, whether the engine has it. Never pulls.
-    pub async fn probe(&self) -> Result<EngineProbe, String> {
+    pub async fn engine_probe(&self) -> Result<EngineProbe, String> {
         let docker = self.client().await.map_err(|o| o.message)?;
         let v = docker
             .version()

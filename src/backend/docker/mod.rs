@@ -47,6 +47,7 @@ use spec::{no_healthcheck, to_guest_paths};
 mod cleanup;
 mod engine;
 mod finish;
+mod probe;
 mod spec;
 mod user;
 pub mod warm;
@@ -344,12 +345,34 @@ impl DockerBackend {
         }
     }
 
-    /// Removes this backend's warm container, if any. Call before dropping
-    /// the backend for a prompt cleanup; dropping it also spawns the removal.
+    /// Removes this backend's warm container, if any, and waits for every
+    /// container removal still running in the background. Call before
+    /// dropping the backend for a prompt cleanup; dropping it also spawns the
+    /// removal of the warm container.
     pub async fn shutdown(&self) {
-        if let Ok(docker) = self.client().await {
+        // A warm container exists only once the engine was reached.
+        if let Some(Ok(docker)) = self.client.get() {
             self.discard_warm(docker).await;
         }
+        flush_removals().await;
+    }
+}
+
+impl crate::backend::Backend for DockerBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Docker
+    }
+
+    async fn run(&self, plan: &ExecPlan) -> RunOutput {
+        DockerBackend::run(self, plan).await
+    }
+
+    async fn probe(&self, _limits: &crate::plan::Limits) -> crate::probe::Probe {
+        self.probe_host().await
+    }
+
+    async fn shutdown(&self) {
+        DockerBackend::shutdown(self).await
     }
 }
 

@@ -145,17 +145,22 @@ pub(super) fn engine_config(meter: CpuMeter, pool_size: u32) -> Config {
     c
 }
 
+/// The compile cache's dir as configured: `[wasm] cache_dir`, else the
+/// default under toolhost's cache dir; `None` when the cache is off.
+pub(super) fn configured_cache_dir(config: &WasmConfig) -> Option<PathBuf> {
+    if !config.cache {
+        return None;
+    }
+    config
+        .cache_dir
+        .clone()
+        .or_else(crate::state_dirs::default_wasm_cache)
+}
+
 impl WasmEngine {
     /// The process-wide engine for this configuration, created on first use.
     pub(crate) fn shared(config: &WasmConfig) -> wasmtime::Result<Arc<WasmEngine>> {
-        let cache_dir = if config.cache {
-            config
-                .cache_dir
-                .clone()
-                .or_else(crate::state_dirs::default_wasm_cache)
-        } else {
-            None
-        };
+        let cache_dir = configured_cache_dir(config);
         let key = (
             config.cpu_meter,
             cache_dir.clone(),

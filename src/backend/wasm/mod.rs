@@ -39,6 +39,7 @@ mod guard_path;
 mod limits;
 mod p1;
 mod p3;
+mod probe;
 mod protect;
 pub mod registry;
 mod special;
@@ -141,6 +142,8 @@ const ERRNO_INTR: i32 = 27;
 #[derive(Debug)]
 pub struct WasmBackend {
     engine: Arc<WasmEngine>,
+    /// The compile cache's dir as configured (`None`: the cache is off).
+    cache_dir: Option<std::path::PathBuf>,
 }
 
 impl WasmBackend {
@@ -148,6 +151,7 @@ impl WasmBackend {
     pub fn new(config: &WasmConfig) -> wasmtime::Result<Self> {
         Ok(WasmBackend {
             engine: WasmEngine::shared(config)?,
+            cache_dir: engine::configured_cache_dir(config),
         })
     }
 
@@ -583,4 +587,23 @@ pub struct TypedCall {
     pub result: Option<Result<String, String>>,
     /// What the tool printed, how the call ended, and how long it took.
     pub run: RunOutput,
+}
+
+impl crate::backend::Backend for WasmBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Wasm
+    }
+
+    async fn run(&self, plan: &ExecPlan) -> RunOutput {
+        WasmBackend::run(self, plan).await
+    }
+
+    async fn probe(&self, limits: &Limits) -> crate::probe::Probe {
+        self.probe_host(limits).await
+    }
+
+    /// Waits for the FIFO watchdog's self-test if one has started.
+    async fn shutdown(&self) {
+        let _ = tokio::task::spawn_blocking(settle_background_checks).await;
+    }
 }

@@ -1,0 +1,56 @@
+//! What `docker` can enforce here: the engine reached, the image, and the
+//! container limits the engine applies (the rows of `toolhost check` for
+//! `docker`).
+
+use crate::probe::{Probe, Status};
+
+use super::DockerBackend;
+
+impl DockerBackend {
+    /// The rows of `toolhost check` for this backend; `unusable` says why
+    /// calls cannot run (no engine, no image).
+    pub(super) async fn probe_host(&self) -> Probe {
+        let mut out = Probe::default();
+        match self.engine_probe().await {
+            Ok(p) => {
+                out.push(
+                    "docker",
+                    "engine",
+                    Status::Ok,
+                    format!(
+                        "Docker {} (API {}, {}) at {}",
+                        p.version, p.api_version, p.os, p.address
+                    ),
+                );
+                match p.image {
+                    None => {
+                        out.unusable
+                            .push("docker: no [docker] image configured".into());
+                        out.push(
+                            "docker",
+                            "image",
+                            Status::Missing,
+                            "no [docker] image configured",
+                        );
+                    }
+                    Some((name, Ok(()))) => out.push("docker", "image", Status::Ok, name),
+                    Some((name, Err(e))) => {
+                        out.unusable.push(format!("docker: image {name}: {e}"));
+                        out.push("docker", "image", Status::Missing, format!("{name}: {e}"));
+                    }
+                }
+                out.push(
+                    "docker",
+                    "container limits",
+                    Status::Ok,
+                    "no network, all capabilities dropped, read-only root, no_new_privs, memory/pids/CPU limits (enforced by the engine)",
+                );
+            }
+            Err(e) => {
+                out.unusable.push(format!("docker: {e}"));
+                out.push("docker", "engine", Status::Missing, e);
+            }
+        }
+        out
+    }
+}

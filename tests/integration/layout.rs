@@ -521,3 +521,98 @@ fn unsafe_code_lives_in_one_island() {
         );
     }
 }
+
+/// The layout block of the book's "Layout and tests" page.
+fn book_layout() -> String {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/development.md"),
+    )
+    .expect("read docs/src/development.md");
+    let start = page.find("## Layout\n").expect("a Layout section");
+    let block = &page[start..];
+    let open = block.find("```\n").expect("the layout block") + 4;
+    let close = open + block[open..].find("```").expect("the block's end");
+    block[open..close].to_string()
+}
+
+/// Each entry of the layout block: a `src/…` path that starts a line, with
+/// the text that follows it up to the next such path.
+fn layout_entries(block: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in block.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if !line.starts_with(' ') && first.starts_with("src/") {
+            let rest = line[first.len()..].to_string();
+            out.push((first.to_string(), rest));
+        } else if line.starts_with(' ')
+            && let Some(last) = out.last_mut()
+        {
+            last.1.push('\n');
+            last.1.push_str(line);
+        } else if !line.starts_with(' ') {
+            out.push((first.to_string(), String::new()));
+        }
+    }
+    out
+}
+
+/// The files of `src/` the layout block does not name: a file of `src/`
+/// itself by its path, a file in a folder by its name in that folder's
+/// entry (a folder's `mod.rs` by the folder's entry); and the `src/` paths
+/// it names that do not exist.
+fn layout_gaps(block: &str, files: &[PathBuf]) -> Vec<String> {
+    let entries = layout_entries(block);
+    let mut gaps = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(src()).unwrap_or(f);
+        let rel_s = rel.to_string_lossy().replace('\\', "/");
+        let named = match rel_s.rsplit_once('/') {
+            None => entries.iter().any(|(p, _)| *p == format!("src/{rel_s}")),
+            Some((dir, name)) => entries.iter().any(|(p, text)| {
+                *p == format!("src/{dir}/") && (name == "mod.rs" || text.contains(name))
+            }),
+        };
+        if !named {
+            gaps.push(format!("not in the book: src/{rel_s}"));
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (p, _) in &entries {
+        if p.starts_with("src/") && !root.join(p).exists() {
+            gaps.push(format!("in the book but not in the tree: {p}"));
+        }
+    }
+    gaps
+}
+
+/// The book's layout page matches the tree: every file of `src/` is named
+/// in its folder's entry, and every path it names exists.
+#[test]
+fn the_books_layout_names_every_file_of_src() {
+    let files: Vec<PathBuf> = all_sources().into_iter().map(|(p, _)| p).collect();
+    let gaps = layout_gaps(&book_layout(), &files);
+    assert!(
+        gaps.is_empty(),
+        "the layout page and the tree differ:\n{}",
+        gaps.join("\n")
+    );
+    // The check sees a missing file, a missing name and a stale path.
+    let block = "src/a.rs   x\nsrc/d/     one.rs\n           two.rs\nsrc/gone/  y\n";
+    let probe = [
+        src().join("a.rs"),
+        src().join("d/two.rs"),
+        src().join("d/three.rs"),
+        src().join("b.rs"),
+    ];
+    let found = layout_gaps(block, &probe);
+    assert!(
+        found.iter().any(|g| g.ends_with("src/d/three.rs")),
+        "{found:?}"
+    );
+    assert!(found.iter().any(|g| g.ends_with("src/b.rs")), "{found:?}");
+    assert!(found.iter().any(|g| g.ends_with("src/gone/")), "{found:?}");
+    assert!(
+        !found.iter().any(|g| g.ends_with("src/d/two.rs")),
+        "{found:?}"
+    );
+}

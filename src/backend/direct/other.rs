@@ -1,4 +1,4 @@
-//! Platforms without POSIX process control (Windows): the tool runs with the
+//! Platforms without POSIX process control or Windows jobs: the tool runs with the
 //! plan's environment, cwd and capped output, and is killed at the timeout, but
 //! rlimits cannot be applied and only the tool itself (not its children) is
 //! killed. `Sandbox::new` logs this once; `toolhost check` reports it.

@@ -42,13 +42,45 @@ pub use search::{glob_match, search};
 pub use stat::stat;
 pub use write_file::write;
 
+/// What kind of failure a file tool had. Its name ([`FsErrorKind::as_str`])
+/// is the status the agent and the audit log see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FsErrorKind {
+    /// The arguments cannot be used (a path that is not one, a bad range).
+    InvalidRequest,
+    /// The host refused access.
+    PermissionDenied,
+    /// Nothing at the path.
+    NotFound,
+    /// Past a size limit (the file cap, the read limit).
+    TooLarge,
+    /// A rule refused it: the sandbox's boundary, or the write policy.
+    Policy,
+    /// Any other I/O failure.
+    Io,
+}
+
+impl FsErrorKind {
+    /// The stable name: `invalid_request`, `permission_denied`, `not_found`,
+    /// `too_large`, `policy` or `io`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FsErrorKind::InvalidRequest => "invalid_request",
+            FsErrorKind::PermissionDenied => "permission_denied",
+            FsErrorKind::NotFound => "not_found",
+            FsErrorKind::TooLarge => "too_large",
+            FsErrorKind::Policy => "policy",
+            FsErrorKind::Io => "io",
+        }
+    }
+}
+
 /// Why a file tool failed: a stable kind (for the audit log) and a message
 /// for the agent that names no host path outside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FsError {
-    /// `invalid_request`, `permission_denied`, `not_found`, `too_large`,
-    /// `policy` or `io`.
-    pub kind: &'static str,
+    /// What kind of failure.
+    pub kind: FsErrorKind,
     /// Why.
     pub message: String,
     /// The policy rule, when a rule refused.
@@ -56,7 +88,7 @@ pub struct FsError {
 }
 
 impl FsError {
-    fn new(kind: &'static str, message: impl Into<String>) -> Self {
+    fn new(kind: FsErrorKind, message: impl Into<String>) -> Self {
         FsError {
             kind,
             message: message.into(),
@@ -68,7 +100,7 @@ impl FsError {
     /// write into a read-only one.
     fn boundary(rule: &str, message: impl Into<String>) -> Self {
         FsError {
-            kind: "policy",
+            kind: FsErrorKind::Policy,
             message: message.into(),
             rule: Some(rule.to_string()),
         }
@@ -90,9 +122,9 @@ impl From<PathError> for FsError {
     fn from(e: PathError) -> Self {
         let kind = match e {
             PathError::Outside(_) => return FsError::boundary(OUTSIDE, e.to_string()),
-            PathError::NotFound(_) => "not_found",
-            PathError::Io { .. } => "io",
-            _ => "invalid_request",
+            PathError::NotFound(_) => FsErrorKind::NotFound,
+            PathError::Io { .. } => FsErrorKind::Io,
+            _ => FsErrorKind::InvalidRequest,
         };
         FsError::new(kind, e.to_string())
     }
@@ -101,14 +133,14 @@ impl From<PathError> for FsError {
 fn io_error(path: &str, e: &std::io::Error) -> FsError {
     use std::io::ErrorKind as K;
     let kind = match e.kind() {
-        K::NotFound => "not_found",
-        K::PermissionDenied => "permission_denied",
-        _ => "io",
+        K::NotFound => FsErrorKind::NotFound,
+        K::PermissionDenied => FsErrorKind::PermissionDenied,
+        _ => FsErrorKind::Io,
     };
     // cap-std's escape error names no host path; neither does the OS reason.
     let reason = e.to_string();
     let reason = reason.split(" (os error").next().unwrap_or(&reason);
-    if kind == "permission_denied" && reason.contains("outside of the filesystem") {
+    if kind == FsErrorKind::PermissionDenied && reason.contains("outside of the filesystem") {
         // cap-std caught an escape (a symlink out, found while opening).
         return FsError::boundary(OUTSIDE, format!("{path}: leads outside the sandbox"));
     }
@@ -235,7 +267,7 @@ fn target(dirs: &AllowedDirs, path: &str) -> Result<Target, FsError> {
         Some(Component::Normal(n)) => PathBuf::from(n),
         _ => {
             return Err(FsError::new(
-                "invalid_request",
+                FsErrorKind::InvalidRequest,
                 format!("{}: does not end in a file name", shown(path)),
             ));
         }
@@ -253,7 +285,7 @@ fn target(dirs: &AllowedDirs, path: &str) -> Result<Target, FsError> {
         && !handle.symlink_metadata(&name).is_ok_and(|m| m.is_dir())
     {
         return Err(FsError::new(
-            "invalid_request",
+            FsErrorKind::InvalidRequest,
             format!(
                 "{}: not a directory (a trailing slash names one)",
                 shown(path)
@@ -324,7 +356,7 @@ fn no_block(_: &mut OpenOptions, _: bool) {}
 
 fn not_regular(path: &str) -> FsError {
     FsError::new(
-        "invalid_request",
+        FsErrorKind::InvalidRequest,
         format!(
             "{}: not a regular file (a FIFO, socket or device)",
             shown(path)
@@ -336,7 +368,7 @@ fn check_extension(t: &Target, policy: &FsPolicy) -> Result<(), FsError> {
     let name = t.name.to_string_lossy();
     if let Decision::Deny { rule, reason } = write::check_name(&name, &policy.denied_extensions) {
         return Err(FsError {
-            kind: "policy",
+            kind: FsErrorKind::Policy,
             message: reason,
             rule: Some(rule),
         });

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use cap_std::fs::OpenOptions;
 
-use super::{FsError, FsPolicy, io_error, no_block, not_regular, shown};
+use super::{FsError, FsErrorKind, FsPolicy, io_error, no_block, not_regular, shown};
 use crate::paths::AllowedDirs;
 
 /// `file_read`: up to `limit` lines from line `offset` (0-based), at most
@@ -24,7 +24,7 @@ pub fn read(
     let rel = resolved.relative();
     if rel.as_os_str().is_empty() {
         return Err(FsError::new(
-            "invalid_request",
+            FsErrorKind::InvalidRequest,
             format!("{}: is a directory (use file_list)", shown(path)),
         ));
     }
@@ -37,7 +37,7 @@ pub fn read(
     let meta = file.metadata().map_err(|e| io_error(&shown(path), &e))?;
     if meta.is_dir() {
         return Err(FsError::new(
-            "invalid_request",
+            FsErrorKind::InvalidRequest,
             format!("{}: is a directory (use file_list)", shown(path)),
         ));
     }

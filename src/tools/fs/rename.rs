@@ -1,7 +1,8 @@
 //! `file_move`: a rename within the sandbox, both ends writable.
 
 use super::{
-    Change, FsError, FsPolicy, check_extension, io_error, refuse_protected, shown, target, writable,
+    Change, FsError, FsErrorKind, FsPolicy, check_extension, io_error, refuse_protected, shown,
+    target, writable,
 };
 use crate::paths::AllowedDirs;
 
@@ -26,7 +27,7 @@ pub fn rename(
         .map_err(|e| io_error(&shown(from), &e))?;
     if !overwrite && dst.parent.symlink_metadata(&dst.name).is_ok() {
         return Err(FsError::new(
-            "invalid_request",
+            FsErrorKind::InvalidRequest,
             format!("{}: exists (set overwrite to replace it)", shown(to)),
         ));
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use cap_std::fs::OpenOptions;
 
 use super::list_dir::{MAX_GLOB, walk_tree};
-use super::{FsError, FsPolicy, io_error, no_block, shown};
+use super::{FsError, FsErrorKind, FsPolicy, io_error, no_block, shown};
 use crate::paths::AllowedDirs;
 
 /// Whether `name` matches a glob with `*`, `?` and `[...]` classes (`!` or
@@ -108,13 +108,13 @@ pub fn search(
 ) -> Result<String, FsError> {
     if glob.is_none() && text.is_none() {
         return Err(FsError::new(
-            "invalid_request",
+            FsErrorKind::InvalidRequest,
             "file_search needs a glob, a text, or both",
         ));
     }
     if glob.is_some_and(|g| g.chars().count() > MAX_GLOB) {
         return Err(FsError::new(
-            "invalid_request",
+            FsErrorKind::InvalidRequest,
             format!("file_search: the glob is longer than {MAX_GLOB} characters"),
         ));
     }

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cap_std::fs::OpenOptions;
 
 use super::{
-    Change, FsError, FsPolicy, READ_ONLY, check_extension, io_error, no_block, not_regular,
-    refuse_protected, shown, target, writable,
+    Change, FsError, FsErrorKind, FsPolicy, READ_ONLY, check_extension, io_error, no_block,
+    not_regular, refuse_protected, shown, target, writable,
 };
 use crate::paths::AllowedDirs;
 use crate::policy::{Decision, write};
@@ -31,7 +31,7 @@ pub fn write(
             write::check_name(&n.to_string_lossy(), &policy.denied_extensions)
     {
         return Err(FsError {
-            kind: "policy",
+            kind: FsErrorKind::Policy,
             message: reason,
             rule: Some(rule),
         });
@@ -71,7 +71,7 @@ pub fn write(
     let existing = match &existing_meta {
         Some(m) if m.is_dir() => {
             return Err(FsError::new(
-                "invalid_request",
+                FsErrorKind::InvalidRequest,
                 format!("{}: is a directory", shown(path)),
             ));
         }
@@ -87,7 +87,7 @@ pub fn write(
         && total > max
     {
         return Err(FsError {
-            kind: "too_large",
+            kind: FsErrorKind::TooLarge,
             message: format!(
                 "{}: {total} bytes would exceed max_file_size_mb ({} MiB)",
                 shown(path),
@@ -116,7 +116,7 @@ pub fn write(
             use cap_std::fs::MetadataExt as _;
             if meta.nlink() > 1 {
                 return Err(FsError::new(
-                    "permission_denied",
+                    FsErrorKind::PermissionDenied,
                     format!("{}: has other hard links; append refused", shown(path)),
                 ));
             }
@@ -135,7 +135,7 @@ pub fn write(
             && meta.len().saturating_add(content.len() as u64) > max
         {
             return Err(FsError {
-                kind: "too_large",
+                kind: FsErrorKind::TooLarge,
                 message: format!(
                     "{}: the append would exceed max_file_size_mb ({} MiB)",
                     shown(path),

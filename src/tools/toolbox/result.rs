@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::fs::FsError;
+use super::fs::{FsError, FsErrorKind};
 use crate::outcome::RunOutput;
 use crate::policy::Permission;
 
@@ -92,10 +92,15 @@ impl From<FsError> for ToolResult {
     fn from(e: FsError) -> Self {
         match e.rule {
             Some(rule) => ToolResult {
-                status: if e.kind == "policy" { "denied" } else { e.kind }.into(),
+                status: if e.kind == FsErrorKind::Policy {
+                    "denied"
+                } else {
+                    e.kind.as_str()
+                }
+                .into(),
                 ..ToolResult::denied(rule, e.message)
             },
-            None => ToolResult::error(e.kind, e.message),
+            None => ToolResult::error(e.kind.as_str(), e.message),
         }
     }
 }

@@ -35,6 +35,11 @@ use protocol::{Exit, HELLO, KILL_STDIN_MAX, Reader, STDIN_CHUNK, frame, run_requ
 mod helper;
 mod protocol;
 
+/// Errno numbers the helper reports from inside the (Linux) container,
+/// whatever the host is: no such file, and permission denied.
+const LINUX_ENOENT: i32 = 2;
+const LINUX_EACCES: i32 = 13;
+
 /// Where the helper is mounted in the container.
 pub const HELPER_TARGET: &str = "/.toolhost-helper";
 /// How long the helper has to start, to answer a ping, or to end a call after
@@ -374,12 +379,12 @@ impl DockerBackend {
                                 .map_or_else(|| "/".into(), |c| c.guest.display().to_string())
                         ),
                     )
-                } else if exit.errno == 2 {
+                } else if exit.errno == LINUX_ENOENT {
                     Outcome::new(
                         OutcomeKind::NotFound,
                         format!("{program}: not found in the container"),
                     )
-                } else if exit.errno == 13 {
+                } else if exit.errno == LINUX_EACCES {
                     Outcome::new(
                         OutcomeKind::PermissionDenied,
                         format!("{program}: not executable in the container ({e})"),

@@ -17,9 +17,11 @@ use toolhost::BackendChoice;
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct CheckArgs {
-    /// Backend to check for: direct, docker, wasm or auto [default: direct, or
-    /// the config's]
-    #[arg(long, value_name = "B")]
+    #[arg(
+        long,
+        value_name = "B",
+        help = super::run::or_the_configs("Backend to check for: direct, docker, wasm or auto", "backend")
+    )]
     backend: Option<BackendChoice>,
 
     /// Print one JSON object instead of the table

@@ -31,9 +31,14 @@ use super::run::{SandboxArgs, build_config, build_sandbox_with};
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct McpArgs {
-    /// Backend of the shell tool: direct, docker, wasm or auto [default: direct,
-    /// or the config's]. WASI and typed tools always run on wasm.
-    #[arg(long, value_name = "B")]
+    #[arg(
+        long,
+        value_name = "B",
+        help = super::run::or_the_configs(
+            "Backend of the shell tool: direct, docker, wasm or auto (WASI and typed tools always run on wasm)",
+            "backend"
+        )
+    )]
     backend: Option<BackendChoice>,
 
     #[command(flatten)]

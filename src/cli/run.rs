@@ -34,11 +34,14 @@ const MAX_FORWARDED_STDIN: u64 = 256 * 1024 * 1024;
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct RunArgs {
-    /// Backend: direct, wasm (a WASI tool: a registered name, or a .wasm file in the
-    /// sandbox), auto (wasm when such a tool exists, else direct), docker (a
-    /// locked-down container per call; needs [docker] image in the config)
-    /// [default: direct, or the config's]
-    #[arg(long, value_name = "B")]
+    #[arg(
+        long,
+        value_name = "B",
+        help = or_the_configs(
+            "Backend: direct, wasm (a WASI tool: a registered name, or a .wasm file in the sandbox), auto (wasm when such a tool exists, else direct), docker (a locked-down container per call; needs [docker] image in the config)",
+            "backend"
+        )
+    )]
     backend: Option<BackendChoice>,
 
     #[command(flatten)]
@@ -81,28 +84,57 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "FILE", env = "TOOLHOST_CONFIG")]
     config: Option<PathBuf>,
 
-    /// Wall-clock timeout in seconds [default: 15]
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", help = with_default("Wall-clock timeout in seconds", "timeout"))]
     timeout: Option<f64>,
 
-    /// Address-space limit in MiB, 0 disables [default: 256]
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        help = with_default(
+            "Address-space limit in MiB, 0 disables",
+            "max_memory_mb"
+        )
+    )]
     max_memory_mb: Option<u64>,
 
-    /// CPU-time limit in seconds, 0 disables [default: 30]
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        help = with_default(
+            "CPU-time limit in seconds, 0 disables",
+            "max_cpu_seconds"
+        )
+    )]
     max_cpu_seconds: Option<u64>,
 
-    /// Output budget in bytes: stdout keeps 80%, stderr 20% [default: 10485760]
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        help = with_default(
+            "Output budget in bytes: stdout keeps 80%, stderr 20%",
+            "max_output_bytes"
+        )
+    )]
     max_output_bytes: Option<u64>,
 
-    /// Process limit (per user; not applied to root), 0 disables [default: 64]
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        help = with_default(
+            "Process limit (per user; not applied to root), 0 disables",
+            "max_processes"
+        )
+    )]
     max_processes: Option<u64>,
 
-    /// Largest file the tool may write, in MiB, 0 disables [default: 50]
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        help = with_default(
+            "Largest file the tool may write, in MiB, 0 disables",
+            "max_file_size_mb"
+        )
+    )]
     max_file_size_mb: Option<u64>,
 
     /// Allow network access (keeps NO_PROXY; proxies are always stripped)
@@ -113,11 +145,33 @@ pub struct SandboxArgs {
     #[arg(long = "env-allow", value_name = "NAME")]
     env_allow: Vec<String>,
 
-    /// Kernel isolation of the direct backend: strict (every required layer or
-    /// the call does not run), best-effort, off [default: best-effort on Linux,
-    /// or the config's]
-    #[arg(long, value_name = "LEVEL", value_parser = parse_isolation)]
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        value_parser = parse_isolation,
+        help = or_the_configs(
+            "Kernel isolation of the direct backend: strict (every required layer or the call does not run), best-effort, off",
+            "isolation"
+        )
+    )]
     isolation: Option<toolhost::IsolationLevel>,
+}
+
+/// A flag's help with the default it has without a config file, read from
+/// `SandboxConfig::default` (never written here a second time).
+pub(crate) fn with_default(text: &str, key: &str) -> String {
+    match SandboxConfig::default_of(key) {
+        Some(d) => format!("{text} [default: {}]", d.trim_matches('"')),
+        None => text.to_string(),
+    }
+}
+
+/// As [`with_default`], for a flag whose default a config file can change.
+pub(crate) fn or_the_configs(text: &str, key: &str) -> String {
+    match SandboxConfig::default_of(key) {
+        Some(d) => format!("{text} [default: {}, or the config's]", d.trim_matches('"')),
+        None => text.to_string(),
+    }
 }
 
 fn parse_isolation(s: &str) -> Result<toolhost::IsolationLevel, String> {

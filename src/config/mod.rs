@@ -205,6 +205,40 @@ impl Default for SandboxConfig {
 }
 
 impl SandboxConfig {
+    /// The default of a top-level `key`, as TOML spells it (`15`,
+    /// `"direct"`, `false`), read from [`SandboxConfig::default`]: the one
+    /// place defaults are written. The command's help shows these; `None`
+    /// for a key without a single-value default (a list, a path, a section).
+    pub fn default_of(key: &str) -> Option<String> {
+        let d = SandboxConfig::default();
+        let secs = |t: Duration| {
+            let s = t.as_secs_f64();
+            if s.fract() == 0.0 {
+                format!("{}", s as u64)
+            } else {
+                format!("{s}")
+            }
+        };
+        Some(match key {
+            "timeout" => secs(d.timeout),
+            "max_output_bytes" => d.max_output_bytes.to_string(),
+            "max_memory_mb" => d.max_memory_mb.to_string(),
+            "max_cpu_seconds" => d.max_cpu_seconds.to_string(),
+            "max_processes" => d.max_processes.to_string(),
+            "max_file_size_mb" => d.max_file_size_mb.to_string(),
+            "allow_network" => d.allow_network.to_string(),
+            "shell_allow_strings" => d.shell_allow_strings.to_string(),
+            "shell_allow_writable_path" => d.shell_allow_writable_path.to_string(),
+            "backend" => format!("\"{}\"", d.backend.as_str()),
+            "rate_limit_calls" => d.rate_limit_calls.to_string(),
+            "rate_limit_window" => secs(d.rate_limit_window),
+            "protect_host_environ" => d.protect_host_environ.to_string(),
+            "max_permission_level" => format!("\"{}\"", d.max_permission_level.as_str()),
+            "isolation" => format!("\"{}\"", d.isolation.as_str()),
+            _ => return None,
+        })
+    }
+
     /// The limits of one call under this config, in the units backends
     /// apply (0 in a `max_*` key disables that limit).
     pub fn limits(&self) -> crate::plan::Limits {

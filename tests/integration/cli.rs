@@ -371,6 +371,43 @@ fn help_documents_every_flag_and_exit_code() {
     assert!(out.contains("run"));
 }
 
+/// The help's defaults are the config's (`SandboxConfig::default_of`, read
+/// from `SandboxConfig::default`), not numbers written a second time.
+#[test]
+fn help_shows_the_configs_defaults() {
+    let t = Tmp::new();
+    let (c, out, _) = code(&t, &["run", "--help"]);
+    assert_eq!(c, 0);
+    let out = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    for key in [
+        "timeout",
+        "max_memory_mb",
+        "max_cpu_seconds",
+        "max_output_bytes",
+        "max_processes",
+        "max_file_size_mb",
+    ] {
+        let d = toolhost::SandboxConfig::default_of(key).expect("a default");
+        assert!(
+            out.contains(&format!("[default: {d}]")),
+            "--help lacks {key}'s default {d}"
+        );
+    }
+    for key in ["backend", "isolation"] {
+        let d = toolhost::SandboxConfig::default_of(key).expect("a default");
+        let d = d.trim_matches('"');
+        assert!(
+            out.contains(&format!("[default: {d}, or the config's]")),
+            "--help lacks {key}'s default {d}"
+        );
+    }
+    assert_eq!(
+        toolhost::SandboxConfig::default_of("timeout").as_deref(),
+        Some("15")
+    );
+    assert_eq!(toolhost::SandboxConfig::default_of("env_allowlist"), None);
+}
+
 // Unix only: execvp's search of Unix modes
 #[cfg(unix)]
 #[test]

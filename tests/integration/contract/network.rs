@@ -1,0 +1,185 @@
+//! Network and output cases (28-35): sockets with the network off and on,
+//! name lookup, capped and lossily decoded output.
+
+use super::*;
+
+/// The cases of this part, run on `c`'s target (`d`) in `sb`.
+pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResult {
+    match case {
+        // TCP to a listening loopback port: refused with the network off,
+        // reaches it with the network on (direct, wasm) or gets a route
+        // (docker: its loopback is its own, so the control is the network
+        // being there at all).
+        28 => {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.set_nonblocking(true).unwrap();
+            let addr = l.local_addr().unwrap().to_string();
+            let port = l.local_addr().unwrap().port();
+            let script = if d == Target::Docker {
+                "ip route 2>/dev/null | grep -q default && echo route || echo noroute; nc -w 2 127.0.0.1 1 </dev/null; cat /proc/net/dev | grep -c :".to_string()
+            } else {
+                format!(
+                    "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3).sendall(b'x'); print('connected')\""
+                )
+            };
+            let r = c.run(&sb, &script, &["connect", &addr]).await;
+            ensure(
+                !r.stdout.contains("connected") && l.accept().is_err(),
+                || format!("network off: {r:?}"),
+            )?;
+            if d == Target::Docker {
+                // Only the loopback interface exists in the container.
+                ensure(r.stdout.trim_end().ends_with('1'), || {
+                    format!("interfaces: {r:?}")
+                })?;
+                return Ok(());
+            }
+            let on = c.sandbox_with(|cfg| cfg.allow_network = true);
+            let r = c.run(&on, &script, &["connect", &addr]).await;
+            if d == Target::Wasm {
+                // wasm has no sockets at all: the control is that the
+                // refusal names the capability, not a failed connection.
+                return ensure(r.stdout.contains("ERR") || !r.success(), || {
+                    format!("wasm sockets: {r:?}")
+                });
+            }
+            l.set_nonblocking(false).unwrap();
+            ensure(r.stdout.contains("connected"), || {
+                format!("network on: {r:?}")
+            })?;
+            let (mut s, _) = l.accept().unwrap();
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).map_err(|e| e.to_string())
+        }
+        // DNS, UDP, raw sockets: refused with the network off.
+        29 => {
+            let script = if d == Target::Docker {
+                "nslookup example.com 2>&1 | tail -2; echo x | nc -u -w 1 1.1.1.1 53 && echo sent"
+                    .to_string()
+            } else {
+                "python3 -c \"
+import socket
+for fam, kind in ((socket.AF_INET, socket.SOCK_DGRAM), (socket.AF_INET, socket.SOCK_RAW), (socket.AF_INET6, socket.SOCK_DGRAM)):
+try:
+    s = socket.socket(fam, kind, 1 if kind == socket.SOCK_RAW else 0); s.sendto(b'x', ('127.0.0.1' if fam == socket.AF_INET else '::1', 53)); print('sent')
+except OSError as e:
+    print('refused', e.errno)
+try:
+socket.getaddrinfo('example.com', 80); print('resolved')
+except OSError:
+print('no dns')
+\"".to_string()
+            };
+            let r = c.run(&sb, &script, &["resolve", "example.com"]).await;
+            ensure(
+                !r.stdout.contains("sent")
+                    && !r.stdout.contains("resolved")
+                    && !r.stdout.contains("Address: "),
+                || format!("{r:?}"),
+            )?;
+            ensure(!r.stdout.is_empty() || !r.success(), || {
+                format!("nothing ran: {r:?}")
+            })
+        }
+        // Host unix sockets (docker.sock and friends).
+        #[cfg(unix)]
+        30 => {
+            use std::os::unix::net::UnixListener;
+            let path = c.t.outside().join("daemon.sock");
+            let l = UnixListener::bind(&path).unwrap();
+            l.set_nonblocking(true).unwrap();
+            let p = path.to_string_lossy();
+            let script = if d == Target::Docker {
+                format!(
+                    "ls -l {p} /var/run/docker.sock /run/docker.sock 2>&1 | grep -c 'No such file'"
+                )
+            } else {
+                format!(
+                    "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{p}'); print('connected')\""
+                )
+            };
+            let r = c.run(&sb, &script, &[]).await;
+            ensure(
+                !r.stdout.contains("connected") && l.accept().is_err(),
+                || format!("{r:?}"),
+            )?;
+            if d == Target::Docker {
+                ensure(r.stdout.trim() == "3", || format!("sockets visible: {r:?}"))?;
+            }
+            Ok(())
+        }
+        // wasi:sockets: denied.
+        31 => {
+            let r = c.run(&sb, "", &["connect", "127.0.0.1:9"]).await;
+            ensure(
+                r.stdout.starts_with("ERR")
+                    || r.stdout.contains("denied")
+                    || r.stdout.contains("not supported")
+                    || !r.success(),
+                || format!("{r:?}"),
+            )?;
+            let r = c.run(&sb, "", &["resolve", "localhost"]).await;
+            ensure(!r.stdout.contains("127.0.0.1"), || format!("{r:?}"))
+        }
+        // Output flood: truncated while streaming, host memory bounded.
+        32 | 33 => {
+            let sb = c.sandbox_with(|cfg| {
+                cfg.max_output_bytes = 100_000;
+                cfg.timeout = Duration::from_secs(10);
+            });
+            let (script, wasm) = if case == 32 {
+                ("head -c 50000000 /dev/zero", ["flood", "50000000"])
+            } else {
+                (
+                    "head -c 50000000 /dev/zero >&2; echo out",
+                    ["flood-err", "50000000"],
+                )
+            };
+            let r = c.run(&sb, script, &wasm).await;
+            let total = r.stdout.len() + r.stderr.len();
+            ensure(r.truncated && total <= 100_000 && !r.timed_out, || {
+                format!(
+                    "{} bytes, truncated {}, {:?}",
+                    total, r.truncated, r.outcome
+                )
+            })
+        }
+        // One huge line, invalid UTF-8, NULs, escapes: capped, decoded lossily.
+        34 => {
+            let sb = c.sandbox_with(|cfg| cfg.max_output_bytes = 10_000);
+            let r = c
+                .run(
+                    &sb,
+                    "printf 'a\\377\\000\\033[2Jb'; head -c 100000 /dev/zero | tr '\\0' x",
+                    &["bytes"],
+                )
+                .await;
+            ensure(r.stdout.len() <= 10_000, || {
+                format!("{} bytes", r.stdout.len())
+            })?;
+            if d != Target::Wasm {
+                ensure(
+                    r.stdout.starts_with("a\u{fffd}\0\u{1b}[2Jb") && r.truncated,
+                    || format!("{:?}", &r.stdout[..20.min(r.stdout.len())]),
+                )?;
+            }
+            Ok(())
+        }
+        // stdin never given: EOF at once.
+        35 => {
+            let t0 = Instant::now();
+            let r = c.run(&sb, "cat; echo eof", &["stdin"]).await;
+            ensure(r.success() && t0.elapsed() < Duration::from_secs(5), || {
+                format!("{r:?}")
+            })?;
+            let r = c
+                .run_req(&sb, "cat", &["stdin"], |r| r.stdin(b"given".to_vec()))
+                .await;
+            ensure(
+                r.stdout.contains("given") || r.stdout.contains("5 bytes"),
+                || format!("control: {r:?}"),
+            )
+        }
+        _ => Err(format!("case {case} is not one of this part's")),
+    }
+}

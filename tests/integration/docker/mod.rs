@@ -1,0 +1,575 @@
+//! The `docker` backend against a real Docker engine (docs/src/attacks.md K cases), each
+//! with its positive control. `scripts/test` runs `scripts/docker-setup` first
+//! (engine on the local socket and on tcp://127.0.0.1:2375, and the busybox
+//! image built FROM scratch) and exports TOOLHOST_TEST_IMAGE. With CI=true the
+//! engine must be there; elsewhere these tests skip, loudly, when it is not.
+
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::Duration;
+
+use toolhost::{
+    BackendChoice, BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig,
+};
+
+use crate::util::*;
+
+mod engines;
+mod users;
+mod warm;
+
+#[allow(unused_imports)]
+pub(crate) use engines::*;
+#[allow(unused_imports)]
+pub(crate) use users::*;
+#[allow(unused_imports)]
+pub(crate) use warm::*;
+
+/// The test image, or `None` (with a loud message) when no engine is usable
+/// outside CI. In CI a missing engine fails the test.
+pub(crate) fn image() -> Option<String> {
+    let image = std::env::var("TOOLHOST_TEST_IMAGE").ok();
+    let engine = Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    match (image, engine) {
+        (Some(i), true) => Some(i),
+        (i, e) => {
+            let why = format!(
+                "docker tests need an engine and TOOLHOST_TEST_IMAGE (run scripts/docker-setup): image={i:?}, engine reachable={e}"
+            );
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{why}");
+            }
+            eprintln!("\n*** SKIPPED: {why} ***\n");
+            None
+        }
+    }
+}
+
+/// A workspace open to every user (most tests predate the owner's uid).
+pub(super) fn tmp() -> Tmp {
+    let t = Tmp::new();
+    for (p, mode) in [
+        (t.root.clone(), 0o755),
+        (t.ws(), 0o777),
+        (t.outside(), 0o755),
+    ] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    t
+}
+
+pub(super) fn docker_config(image: &str) -> SandboxConfig {
+    let mut c = SandboxConfig {
+        backend: BackendChoice::Docker,
+        timeout: Duration::from_secs(30),
+        ..SandboxConfig::default()
+    };
+    c.docker.image = Some(image.to_string());
+    c
+}
+
+pub(super) async fn dsh(sb: &Sandbox, script: &str) -> RunOutput {
+    sb.run(RunRequest::new(["sh", "-c", script])).await
+}
+
+/// Containers carrying a label (`key` or `key=value`), running or not.
+pub(super) fn containers(label: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label={label}")])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `toolhost run` with the docker config `cfg`, running `sleep 600`.
+pub(super) fn sleeping_toolhost(
+    t: &Tmp,
+    cfg: &std::path::Path,
+    stderr: std::process::Stdio,
+) -> std::process::Child {
+    Command::new(toolhost_bin())
+        .args([
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "docker",
+            "--timeout",
+            "600",
+            "--",
+            "sleep",
+            "600",
+        ])
+        .current_dir(t.ws())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+pub(super) fn session_label(sb: &Sandbox) -> String {
+    format!("toolhost.session={}", sb.docker_backend().session())
+}
+
+#[tokio::test]
+async fn runs_in_a_locked_down_container_and_leaves_nothing() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    t.write("in.txt", "inside\n");
+    let sb = t.sandbox(docker_config(&image));
+    let r = dsh(&sb, "cat in.txt; pwd; echo err >&2; exit 3").await;
+    assert_eq!(r.backend, BackendKind::Docker);
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    assert_eq!(r.stdout, format!("inside\n{}\n", t.ws().display()));
+    assert_eq!(r.stderr, "err\n");
+    // stdin bytes, and EOF without them.
+    let r = sb
+        .run(RunRequest::new(["cat"]).stdin(b"piped".to_vec()))
+        .await;
+    assert_eq!(r.stdout, "piped", "{r:?}");
+    let r = sb.run(RunRequest::new(["cat"])).await;
+    assert!(r.success() && r.stdout.is_empty(), "{r:?}");
+    // Not root, no capabilities, no_new_privs, read-only root, a small /tmp.
+    let r = dsh(
+        &sb,
+        "id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status; touch /etc/x 2>&1; touch /tmp/ok && echo tmp-ok; df -k /tmp | tail -1",
+    )
+    .await;
+    let out = &r.stdout;
+    // A world-writable workspace is shared: nobody, not its owner
+    // (`docker::users::shared_and_read_only_dirs_run_as_nobody`).
+    assert!(out.starts_with("65534\n"), "{out}");
+    assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
+    assert!(out.contains("CapBnd:\t0000000000000000"), "{out}");
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(out.contains("tmp-ok"), "{out}");
+    assert!(out.contains("tmpfs") && out.contains("65536"), "{out}");
+    // A missing program is not_found (127).
+    let r = sb.run(RunRequest::new(["no-such-program"])).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::NotFound, "{r:?}");
+    assert_eq!(r.cli_exit_code(), 127, "{r:?}");
+    // A cwd that is not UTF-8 is refused, not approximated.
+    let bad = std::ffi::OsStr::from_bytes(b"bad-\xff");
+    std::fs::create_dir(t.ws().join(bad)).unwrap();
+    let r = sb
+        .run(RunRequest::new(["true"]).cwd(t.ws().join(bad)))
+        .await;
+    assert_eq!(r.outcome.kind, OutcomeKind::InvalidRequest, "{r:?}");
+    // Every container of this sandbox is gone.
+    assert_eq!(containers(&session_label(&sb)), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn attack_k_paths_env_and_the_docker_socket() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let ro = t.root.join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::write(ro.join("keep.txt"), "keep").unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let before = sha256_file(&ro.join("keep.txt"));
+    std::os::unix::fs::symlink(t.outside().join("secret.txt"), t.ws().join("link")).unwrap();
+    std::os::unix::fs::symlink(t.outside(), t.ws().join("outdir")).unwrap();
+    let dirs = [
+        toolhost::AllowedDirSpec::read_write(t.ws()),
+        toolhost::AllowedDirSpec::read_only(&ro),
+    ];
+    let mut cfg = docker_config(&image);
+    cfg.env_allowlist.push("TOOLHOST_TEST_SECRET_TOKEN".into());
+    cfg.env_allowlist.push("TOOLHOST_TEST_PLAIN".into());
+    // SAFETY: set before the sandbox reads the environment; read by no other
+    // test.
+    unsafe {
+        std::env::set_var("TOOLHOST_TEST_SECRET_TOKEN", CANARY);
+        std::env::set_var("TOOLHOST_TEST_PLAIN", "plain-value");
+    }
+    let sb = Sandbox::new(dirs, cfg).unwrap();
+    let secret = t.outside().join("secret.txt");
+    let r = dsh(
+        &sb,
+        &format!(
+            "cat link; cat outdir/secret.txt; cat {}; cat ../outside/secret.txt; ls -la /var/run/docker.sock /run/docker.sock; env",
+            secret.display()
+        ),
+    )
+    .await;
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(!all.contains(CANARY), "{all}");
+    assert!(all.contains("TOOLHOST_TEST_PLAIN=plain-value"), "{all}");
+    assert!(!all.contains("TOOLHOST_TEST_SECRET_TOKEN"), "{all}");
+    assert!(!all.contains("srw"), "docker socket visible: {all}");
+    // Positive control: the host does have the socket and the canary.
+    assert!(std::path::Path::new("/var/run/docker.sock").exists());
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), CANARY);
+    // Read-only dirs are read-only; the read-write one takes writes.
+    let r = dsh(
+        &sb,
+        &format!(
+            "echo x > {0}/keep.txt; echo y > {0}/new.txt; echo z > made.txt && echo made",
+            ro.display()
+        ),
+    )
+    .await;
+    assert!(r.stdout.contains("made"), "{r:?}");
+    assert_eq!(sha256_file(&ro.join("keep.txt")), before);
+    assert!(!ro.join("new.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("made.txt")).unwrap(),
+        "z\n"
+    );
+}
+
+#[tokio::test]
+async fn attack_k_limits_memory_cpu_file_size_processes_and_output() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let mut cfg = docker_config(&image);
+    cfg.max_memory_mb = 64;
+    cfg.max_cpu_seconds = 1;
+    cfg.max_file_size_mb = 1;
+    cfg.max_processes = 16;
+    cfg.max_output_bytes = 100_000;
+    let sb = t.sandbox(cfg);
+    // Memory bomb: a 200 MB shell variable.
+    let r = dsh(
+        &sb,
+        "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}",
+    )
+    .await;
+    assert_eq!(r.outcome.kind, OutcomeKind::MemoryLimit, "{r:?}");
+    let r = dsh(
+        &sb,
+        "x=$(head -c 1000000 /dev/zero | tr '\\0' a); echo ${#x}",
+    )
+    .await;
+    assert_eq!(r.stdout, "1000000\n", "{r:?}");
+    // CPU spin.
+    let r = dsh(&sb, "while :; do :; done").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::CpuLimit, "{r:?}");
+    assert_eq!(r.cli_exit_code(), 152);
+    // Huge file.
+    let r = sb
+        .run(RunRequest::new([
+            "dd",
+            "if=/dev/zero",
+            "of=big",
+            "bs=1M",
+            "count=10",
+        ]))
+        .await;
+    assert_eq!(r.outcome.kind, OutcomeKind::FileSizeLimit, "{r:?}");
+    assert!(std::fs::metadata(t.ws().join("big")).unwrap().len() <= 1 << 20);
+    let r = sb
+        .run(RunRequest::new([
+            "dd",
+            "if=/dev/zero",
+            "of=small",
+            "bs=1k",
+            "count=10",
+        ]))
+        .await;
+    assert!(r.success(), "{r:?}");
+    // Fork bomb (bounded): the pids limit stops it well short of 100.
+    let r = dsh(
+        &sb,
+        // Only shell builtins after the loop: no fork is left to run anything.
+        // The inner shell dies when a fork fails; the outer one then counts
+        // with builtins only.
+        "sh -c 'i=0; while [ $i -lt 100 ]; do sleep 30 & i=$((i+1)); done' 2>/dev/null; read n < /sys/fs/cgroup/pids/pids.current || read n < /sys/fs/cgroup/pids.current; echo $n",
+    )
+    .await;
+    let n: u32 = r.stdout.trim().parse().unwrap_or(999);
+    assert!((2..=16).contains(&n), "{n} processes: {r:?}");
+    // Output flood: capped while streaming, the call still ends.
+    let r = dsh(&sb, "head -c 50000000 /dev/zero | tr '\\0' y").await;
+    assert!(r.truncated && r.success(), "{:?}", r.outcome);
+    assert_eq!(r.stdout.len(), 80_000);
+    assert_eq!(containers(&session_label(&sb)), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn attack_k_timeout_with_background_and_setsid_children_leaves_no_container() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let mut cfg = docker_config(&image);
+    cfg.timeout = Duration::from_secs(2);
+    let sb = t.sandbox(cfg);
+    let r = dsh(
+        &sb,
+        "sleep 300 & setsid sleep 300 & nohup sleep 300 & echo started; sleep 300",
+    )
+    .await;
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(r.cli_exit_code(), 124);
+    assert_eq!(r.stdout, "started\n");
+    assert_eq!(containers(&session_label(&sb)), Vec::<String>::new());
+    // Dropping the call's future removes its container too.
+    let sb = std::sync::Arc::new(sb);
+    let call = {
+        let sb = sb.clone();
+        tokio::spawn(async move { dsh(&sb, "sleep 300").await })
+    };
+    let label = session_label(&sb);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while containers(&label).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!containers(&label).is_empty(), "the call never started");
+    call.abort();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !containers(&label).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(containers(&label), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn attack_k_network_off_and_on() {
+    let Some(image) = image() else { return };
+    // A listener on every host address that accepts and closes at once,
+    // counting connections.
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let accepted = accepted.clone();
+        std::thread::spawn(move || {
+            for c in listener.incoming() {
+                if c.is_ok() {
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    let count = || accepted.load(std::sync::atomic::Ordering::SeqCst);
+    let t = tmp();
+    // The host's address as a container sees it: the default route's gateway
+    // of a container with the network on. An engine started for the first
+    // time reports no gateway in `docker network inspect bridge`, so the
+    // address is taken from the container's own routing table.
+    let mut cfg = docker_config(&image);
+    cfg.allow_network = true;
+    let sb = t.sandbox(cfg);
+    let r = dsh(
+        &sb,
+        &format!(
+            "gw=$(ip route | awk '/^default/ {{print $3}}'); echo GW=$gw; \
+             echo hi | nc -w 3 $gw {port} && echo CONNECTED"
+        ),
+    )
+    .await;
+    // Allowed twin: with the network on, the connect reaches the host.
+    assert!(r.stdout.contains("CONNECTED"), "{r:?}");
+    assert_eq!(count(), 1);
+    let gw = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("GW="))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        gw.parse::<std::net::Ipv4Addr>().is_ok(),
+        "no default route in the container: {r:?}"
+    );
+    // Network off: the same connect to the same address is unreachable.
+    let sb = t.sandbox(docker_config(&image));
+    let r = dsh(
+        &sb,
+        &format!("echo hi | nc -w 3 {gw} {port} && echo CONNECTED"),
+    )
+    .await;
+    assert!(!r.stdout.contains("CONNECTED"), "{r:?}");
+    assert!(r.stderr.contains("unreachable"), "{r:?}");
+    assert_eq!(count(), 1, "a connection got through with the network off");
+}
+
+/// From a review: a call renames an ancestor of a nested allowed dir and puts
+/// a symlink to the outside in its place; the engine resolves mount sources by
+/// path, so the next call would get the outside mounted.
+#[tokio::test]
+async fn a_swapped_nested_allowed_dir_is_refused() {
+    let Some(image) = image() else { return };
+    let t = tmp();
+    let nested = t.ws().join("a/b");
+    std::fs::create_dir_all(&nested).unwrap();
+    std::fs::set_permissions(t.ws().join("a"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&nested, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(t.outside(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let dirs = [
+        toolhost::AllowedDirSpec::read_write(t.ws()),
+        toolhost::AllowedDirSpec::read_write(&nested),
+    ];
+    let sb = Sandbox::new(dirs, docker_config(&image)).unwrap();
+    let write = format!("echo pwned > {}/pwned && echo wrote", nested.display());
+    // Allowed twin: before the swap the nested dir takes writes.
+    let r = dsh(&sb, &write).await;
+    assert_eq!(r.stdout, "wrote\n", "{r:?}");
+    let r = dsh(
+        &sb,
+        &format!(
+            "cd {} && mv a a.old && mkdir a && ln -s {} a/b && echo swapped",
+            t.ws().display(),
+            t.outside().display()
+        ),
+    )
+    .await;
+    assert_eq!(r.stdout, "swapped\n", "{r:?}");
+    let r = dsh(&sb, &write).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::PermissionDenied, "{r:?}");
+    assert!(!t.outside().join("pwned").exists());
+}
+
+#[tokio::test]
+async fn the_engine_socket_is_never_mounted() {
+    let Some(image) = image() else { return };
+    assert!(std::path::Path::new("/var/run/docker.sock").exists());
+    let sb = Sandbox::new(
+        [toolhost::AllowedDirSpec::read_only("/run")],
+        docker_config(&image),
+    )
+    .unwrap();
+    let r = dsh(&sb, "ls -la /run/docker.sock").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::PermissionDenied, "{r:?}");
+    assert!(r.outcome.message.contains("socket"), "{r:?}");
+}
+
+#[tokio::test]
+async fn a_guest_path_is_where_the_container_sees_the_dir() {
+    let Some(image) = image() else { return };
+    let t = Tmp::new();
+    t.write("sub/f", "in-sub");
+    t.write(".git/HEAD", "ref: refs/heads/main\n");
+    let head = t.ws().join(".git/HEAD");
+    let before = sha256_file(&head);
+    let mapped = |guest: &str| {
+        Sandbox::new(
+            [toolhost::AllowedDirSpec::read_write(t.ws()).at(guest)],
+            docker_config(&image),
+        )
+        .unwrap()
+    };
+    let sb = mapped("/data");
+    let r = sb
+        .run(
+            RunRequest::new([
+                "sh",
+                "-c",
+                "pwd; cat f; echo; echo w > new; echo x > /data/.git/HEAD; echo $?",
+            ])
+            .cwd("/data/sub"),
+        )
+        .await;
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines, ["/data/sub", "in-sub", "1"], "{r:?}");
+    // The write below the guest path landed in the host dir; the protected
+    // path held at its guest place did not change.
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("sub/new")).unwrap(),
+        "w\n"
+    );
+    assert_eq!(sha256_file(&head), before);
+    // The host path is not a path in the container.
+    let r = dsh(
+        &sb,
+        &format!("test -e {} && echo there || echo absent", t.ws().display()),
+    )
+    .await;
+    assert_eq!(r.stdout, "absent\n", "{r:?}");
+    // Places a container cannot give a workspace are refused, clearly; the
+    // mapped twin above ran.
+    for guest in [
+        "/",
+        "/tmp",
+        "/proc/x",
+        "/dev",
+        "/etc",
+        "/etc/x",
+        "/bin",
+        "/usr/local/bin",
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr",
+        "/.toolhost-helper/x",
+    ] {
+        let r = dsh(&mapped(guest), "echo ran").await;
+        assert_eq!(
+            r.outcome.kind,
+            OutcomeKind::InvalidRequest,
+            "{guest}: {r:?}"
+        );
+        assert!(
+            r.outcome.message.contains("cannot be mounted there"),
+            "{r:?}"
+        );
+        assert!(r.stdout.is_empty());
+    }
+    // No dir at all: nothing mounted, the image's working directory.
+    let none = Sandbox::new(
+        Vec::<toolhost::AllowedDirSpec>::new(),
+        docker_config(&image),
+    )
+    .unwrap();
+    let r = dsh(&none, "pwd; grep -c ' /data ' /proc/self/mountinfo").await;
+    assert_eq!(r.stdout, "/\n0\n", "{r:?}");
+}
+
+#[tokio::test]
+async fn a_protected_path_seen_at_two_places_is_held_at_both() {
+    let Some(image) = image() else { return };
+    let t = Tmp::new();
+    t.write("sub/.git/HEAD", "ref: refs/heads/main\n");
+    let head = t.ws().join("sub/.git/HEAD");
+    let before = sha256_file(&head);
+    // The nested dir is seen at /b and, through its parent, at /a/sub.
+    let sb = Sandbox::new(
+        [
+            toolhost::AllowedDirSpec::read_write(t.ws()).at("/a"),
+            toolhost::AllowedDirSpec::read_write(t.ws().join("sub")).at("/b"),
+        ],
+        docker_config(&image),
+    )
+    .unwrap();
+    let r = dsh(
+        &sb,
+        "for p in /a/sub/.git/HEAD /b/.git/HEAD; do echo x > $p; echo $?; done; echo y > /a/sub/free; echo y > /b/free2; cat /a/sub/free2",
+    )
+    .await;
+    assert_eq!(r.stdout, "1\n1\ny\n", "{r:?}");
+    assert_eq!(sha256_file(&head), before);
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("sub/free")).unwrap(),
+        "y\n"
+    );
+}
+
+#[tokio::test]
+async fn a_read_only_dir_is_read_only_where_a_writable_one_shows_it() {
+    let Some(image) = image() else { return };
+    let t = Tmp::new();
+    t.write("sub/f", "orig\n");
+    let f = t.ws().join("sub/f");
+    let sb = Sandbox::new(
+        [
+            toolhost::AllowedDirSpec::read_write(t.ws()).at("/a"),
+            toolhost::AllowedDirSpec::read_only(t.ws().join("sub")).at("/b"),
+        ],
+        docker_config(&image),
+    )
+    .unwrap();
+    let r = dsh(
+        &sb,
+        "echo x > /b/f; echo $?; echo x > /a/sub/f; echo $?; echo y > /a/free; echo $?",
+    )
+    .await;
+    assert_eq!(r.stdout, "1\n1\n0\n", "{r:?}");
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "orig\n");
+    assert_eq!(std::fs::read_to_string(t.ws().join("free")).unwrap(), "y\n");
+}

@@ -1,0 +1,471 @@
+//! The `wasm` backend (docs/src/attacks.md W cases), the built-in guest tools against
+//! native coreutils on the same fixtures, the registry and the compile cache.
+//! The guests are built by build.rs (`TOOLHOST_BUILD_GUEST_TESTS`).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use toolhost::config::{CpuMeter, WasmConfig};
+use toolhost::{
+    BackendChoice, BackendKind, OutcomeKind, RunOutput, RunRequest, Sandbox, SandboxConfig,
+};
+
+use crate::util::*;
+
+mod components;
+mod files;
+mod special;
+mod tools;
+
+#[allow(unused_imports)]
+pub(crate) use components::*;
+#[allow(unused_imports)]
+pub(crate) use files::*;
+#[allow(unused_imports)]
+pub(crate) use special::*;
+#[allow(unused_imports)]
+pub(crate) use tools::*;
+
+pub(crate) fn probe_path() -> PathBuf {
+    let p = Path::new(env!("TOOLHOST_BUILD_GUEST_TESTS")).join("probe.wasm");
+    assert!(p.exists(), "{} is missing: build.rs builds it", p.display());
+    p
+}
+
+pub(super) fn builtin_tools_built() {
+    let p = Path::new(env!("TOOLHOST_BUILD_GUEST_DIST")).join("cat.wasm");
+    assert!(p.exists(), "{} is missing: build.rs builds it", p.display());
+}
+
+/// One cache dir for the whole test process, so every test shares one engine.
+pub(super) fn cache_dir() -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("cache dir"))
+        .path()
+        .to_path_buf()
+}
+
+pub(crate) fn wasm_config() -> SandboxConfig {
+    let mut wasm = WasmConfig::default();
+    wasm.cache_dir = Some(cache_dir());
+    SandboxConfig {
+        backend: BackendChoice::Wasm,
+        timeout: Duration::from_secs(30),
+        wasm,
+        ..SandboxConfig::default()
+    }
+}
+
+/// A workspace with the probe copied in, and a sandbox on the wasm backend.
+pub(crate) fn setup(config: SandboxConfig) -> (Tmp, Sandbox) {
+    builtin_tools_built();
+    let t = Tmp::new();
+    std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
+    let sb = t.sandbox(config);
+    (t, sb)
+}
+
+pub(crate) async fn probe(sb: &Sandbox, args: &[&str]) -> RunOutput {
+    let mut argv = vec!["./probe.wasm"];
+    argv.extend_from_slice(args);
+    sb.run(RunRequest::new(argv)).await
+}
+
+#[tokio::test]
+async fn runs_a_wasi_command_with_exit_codes_and_stdin() {
+    let (_t, sb) = setup(wasm_config());
+    let r = probe(&sb, &["args", "a b", "ü"]).await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.backend, BackendKind::Wasm);
+    assert_eq!(r.stdout, "probe\nargs\na b\nü\n");
+    let r = probe(&sb, &["exit", "7"]).await;
+    assert_eq!(
+        (r.returncode, r.outcome.kind),
+        (Some(7), OutcomeKind::Exited)
+    );
+    assert_eq!(r.cli_exit_code(), 7);
+    // Attack 35: no stdin given is an empty stdin, at once.
+    let r = probe(&sb, &["stdin"]).await;
+    assert_eq!(r.stdout, "stdin 0 bytes\n");
+    let r = sb
+        .run(RunRequest::new(["./probe.wasm", "stdin"]).stdin(vec![7u8; 100_000]))
+        .await;
+    assert_eq!(r.stdout, "stdin 100000 bytes\n");
+}
+
+// Unix only: symlinks to /etc; the Windows spellings are in windows.rs
+#[cfg(unix)]
+#[tokio::test]
+async fn attack_01_02_03_paths_outside_the_preopens_are_invisible() {
+    let (t, sb) = setup(wasm_config());
+    t.write("inside.txt", "inside");
+    std::os::unix::fs::symlink("/etc", t.ws().join("l")).unwrap();
+    std::os::unix::fs::symlink(t.outside(), t.ws().join("out")).unwrap();
+    let secret = t.outside().join("secret.txt");
+    for p in [
+        "../outside/secret.txt",
+        "../../etc/passwd",
+        "/etc/passwd",
+        secret.to_str().unwrap(),
+        "l/passwd",
+        "out/secret.txt",
+        "l/",
+        "out/.",
+    ] {
+        let r = probe(&sb, &["read", p]).await;
+        assert!(
+            !r.stdout.contains(CANARY) && !r.stdout.contains("root:"),
+            "{p}: {r:?}"
+        );
+        assert_eq!(r.returncode, Some(3), "{p}: {r:?}");
+    }
+    // Allowed twins: relative to the cwd, and by the allowed dir's absolute path.
+    let abs = t.ws().join("inside.txt");
+    for p in ["inside.txt", "./inside.txt", abs.to_str().unwrap()] {
+        let r = probe(&sb, &["read", p]).await;
+        assert_eq!(r.stdout, "inside", "{p}: {r:?}");
+    }
+}
+
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
+#[tokio::test]
+async fn attack_04_symlink_made_by_a_native_call_is_not_followed_out() {
+    let (t, sb) = setup(wasm_config());
+    let native = t.sandbox(config());
+    let r = sh(
+        &native,
+        &format!(
+            "ln -s {} esc && mkdir d && ln -s d ok && echo in > d/f",
+            t.outside().display()
+        ),
+    )
+    .await;
+    assert!(r.success(), "{r:?}");
+    let r = probe(&sb, &["read", "esc/secret.txt"]).await;
+    assert!(!r.stdout.contains(CANARY), "{r:?}");
+    let r = probe(&sb, &["read", "ok/f"]).await;
+    assert_eq!(r.stdout, "in\n");
+}
+
+// Unix only: it names dirs by host path, which a guest can use only where host paths are WASI paths; windows.rs holds a read-only dir by guest path
+#[cfg(unix)]
+#[tokio::test]
+async fn read_only_dirs_are_read_only_in_the_guest() {
+    builtin_tools_built();
+    let t = Tmp::new();
+    std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
+    let ro = t.outside();
+    let before = sha256_file(&ro.join("secret.txt"));
+    let sb = Sandbox::new(
+        [
+            toolhost::AllowedDirSpec::read_write(t.ws()),
+            toolhost::AllowedDirSpec::read_only(&ro),
+        ],
+        wasm_config(),
+    )
+    .unwrap();
+    let target = ro.join("secret.txt");
+    let r = probe(&sb, &["write", target.to_str().unwrap(), "10"]).await;
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    let r = probe(&sb, &["write", ro.join("new").to_str().unwrap(), "10"]).await;
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    assert_eq!(sha256_file(&target), before);
+    assert!(!ro.join("new").exists());
+    // Readable, though; and the read-write dir is writable (allowed twin).
+    let r = probe(&sb, &["read", target.to_str().unwrap()]).await;
+    assert_eq!(r.stdout, CANARY);
+    let r = probe(&sb, &["write", "ok.bin", "10"]).await;
+    assert_eq!(r.stdout, "wrote 10\n", "{r:?}");
+    assert_eq!(std::fs::metadata(t.ws().join("ok.bin")).unwrap().len(), 10);
+}
+
+#[tokio::test]
+async fn attack_11_cwd_outside_and_cwd_preopen() {
+    let (t, sb) = setup(wasm_config());
+    std::fs::create_dir(t.ws().join("sub")).unwrap();
+    t.write("sub/x", "in-sub");
+    let r = sb
+        .run(RunRequest::new(["probe.wasm", "read", "x"]).cwd("/etc"))
+        .await;
+    assert_eq!(r.outcome.kind, OutcomeKind::CwdOutside);
+    // The cwd is preopened as `.`: relative paths resolve there.
+    std::fs::copy(probe_path(), t.ws().join("sub/probe.wasm")).unwrap();
+    let r = sb
+        .run(RunRequest::new(["./probe.wasm", "read", "x"]).cwd("sub"))
+        .await;
+    assert_eq!(r.stdout, "in-sub", "{r:?}");
+}
+
+#[test]
+fn attack_12_13_env_canaries_through_the_cli() {
+    builtin_tools_built();
+    let t = Tmp::new();
+    std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
+    let out = toolhost(
+        &t.ws(),
+        &[
+            "run",
+            "--backend",
+            "wasm",
+            "--env-allow",
+            "GITHUB_TOKEN",
+            "--env-allow",
+            "VISIBLE",
+            "--env",
+            "FROM_FLAG=yes",
+            "--",
+            "./probe.wasm",
+            "env",
+        ],
+        &[
+            ("GITHUB_TOKEN", CANARY),
+            ("ANTHROPIC_API_KEY", CANARY),
+            ("UNLISTED", CANARY),
+            ("VISIBLE", "v"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains(CANARY), "{stdout}");
+    assert!(
+        stdout.contains("VISIBLE=v") && stdout.contains("FROM_FLAG=yes"),
+        "{stdout}"
+    );
+    // --env cannot set a deny-listed name either.
+    let out = toolhost(
+        &t.ws(),
+        &[
+            "run",
+            "--backend",
+            "wasm",
+            "--env",
+            "LD_PRELOAD=x",
+            "--",
+            "./probe.wasm",
+            "env",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(125));
+}
+
+#[tokio::test]
+async fn attack_17_memory_bomb_is_a_memory_limit() {
+    let (_t, sb) = setup(SandboxConfig {
+        max_memory_mb: 64,
+        ..wasm_config()
+    });
+    for args in [&["alloc", "100000"][..], &["grow"][..]] {
+        let r = probe(&sb, args).await;
+        assert_eq!(r.outcome.kind, OutcomeKind::MemoryLimit, "{args:?}: {r:?}");
+        assert!(r.outcome.message.contains("64 MiB"));
+        assert_eq!(r.cli_exit_code(), 137);
+    }
+    // Allowed twin: under the limit.
+    let r = probe(&sb, &["alloc", "16"]).await;
+    assert_eq!(r.stdout, "allocated 16 MiB\n", "{r:?}");
+}
+
+#[tokio::test]
+async fn attack_18_cpu_spin_epoch_and_fuel() {
+    for meter in [CpuMeter::Epoch, CpuMeter::Fuel] {
+        let mut cfg = wasm_config();
+        cfg.wasm.cpu_meter = meter;
+        cfg.max_cpu_seconds = 1;
+        let (_t, sb) = setup(cfg);
+        let r = probe(&sb, &["spin"]).await;
+        assert_eq!(r.outcome.kind, OutcomeKind::CpuLimit, "{meter:?}: {r:?}");
+        assert!(r.duration < Duration::from_secs(10), "{:?}", r.duration);
+        // Allowed twin: bounded work finishes.
+        let r = probe(&sb, &["count", "1000"]).await;
+        assert!(r.success(), "{meter:?}: {r:?}");
+    }
+    // Without a CPU limit the timeout ends a spinning guest.
+    let (_t, sb) = setup(SandboxConfig {
+        max_cpu_seconds: 0,
+        timeout: Duration::from_secs(1),
+        ..wasm_config()
+    });
+    let r = probe(&sb, &["spin"]).await;
+    assert!(r.timed_out, "{r:?}");
+    assert!(r.duration < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn attack_20_file_writes_are_held_to_the_budget() {
+    let (t, sb) = setup(SandboxConfig {
+        max_file_size_mb: 1,
+        ..wasm_config()
+    });
+    let r = probe(&sb, &["write", "big", "5000000"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::FileSizeLimit, "{r:?}");
+    assert!(std::fs::metadata(t.ws().join("big")).unwrap().len() <= 1 << 20);
+    let r = probe(&sb, &["truncate", "sparse", "100000000000"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::FileSizeLimit, "{r:?}");
+    assert!(std::fs::metadata(t.ws().join("sparse")).unwrap().len() <= 1 << 20);
+    // Allowed twin.
+    let r = probe(&sb, &["write", "small", "500000"]).await;
+    assert_eq!(r.stdout, "wrote 500000\n");
+    assert!(r.success());
+}
+
+#[tokio::test]
+async fn attack_22_blocked_in_a_host_call_still_times_out() {
+    let (_t, sb) = setup(SandboxConfig {
+        timeout: Duration::from_secs(1),
+        ..wasm_config()
+    });
+    let r = probe(&sb, &["sleep", "30"]).await;
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(r.outcome.kind, OutcomeKind::TimedOut);
+    assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
+    // Allowed twin: a short sleep completes.
+    let (_t, sb) = setup(wasm_config());
+    let r = probe(&sb, &["sleep", "0"]).await;
+    assert_eq!(r.stdout, "woke\n");
+}
+
+#[tokio::test]
+async fn attack_28_29_31_no_sockets_no_name_lookup() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    // Positive control: the port really listens.
+    assert!(std::net::TcpStream::connect(&addr).is_ok());
+    let (_t, sb) = setup(wasm_config());
+    let r = probe(&sb, &["connect", &addr]).await;
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    assert!(!r.stdout.contains("CONNECTED"));
+    let r = probe(&sb, &["resolve", "localhost"]).await;
+    assert_eq!(r.returncode, Some(3), "{r:?}");
+    assert!(!r.stdout.contains("RESOLVED"));
+}
+
+#[tokio::test]
+async fn attack_32_33_34_output_is_capped_and_decoded_lossily() {
+    let (_t, sb) = setup(wasm_config());
+    let r = probe(&sb, &["flood", "300000000"]).await;
+    assert!(r.success() && r.truncated, "{}", r.outcome.message);
+    assert_eq!(r.stdout.len(), 8 * 1024 * 1024);
+    assert_eq!(r.stderr, "flood done\n");
+    let r = probe(&sb, &["flood-err", "50000000"]).await;
+    assert!(r.success() && r.truncated);
+    assert_eq!(
+        (r.stdout.as_str(), r.stderr.len()),
+        ("done\n", 2 * 1024 * 1024)
+    );
+    let r = probe(&sb, &["bytes"]).await;
+    assert_eq!(r.stdout, "a\u{fffd}\0\u{1b}[31mX");
+}
+
+#[tokio::test]
+async fn pooled_slots_leak_nothing_between_calls_and_queue_when_full() {
+    // One slot: every call reuses the same memory, table and stack slot.
+    let mut config = wasm_config();
+    config.wasm.pool_size = 1;
+    let (_t, sb) = setup(config);
+    let canary = "POOL-CANARY-7f3a9c";
+    // Allowed twin: the scan finds the canary while it is in this call's memory.
+    let r = probe(&sb, &["plant", canary, "--scan"]).await;
+    assert_eq!((r.success(), r.stdout.as_str()), (true, "found\n"), "{r:?}");
+    for _ in 0..3 {
+        let r = probe(&sb, &["plant", canary]).await;
+        assert!(r.success(), "{r:?}");
+        // Denied case: the next call in the same slot sees none of it.
+        let r = probe(&sb, &["scan", canary]).await;
+        assert_eq!(
+            (r.success(), r.stdout.as_str()),
+            (true, "not found\n"),
+            "{r:?}"
+        );
+    }
+    // More concurrent calls than slots: they wait for the slot, none fails.
+    let sb = std::sync::Arc::new(sb);
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            let sb = sb.clone();
+            tokio::spawn(async move {
+                let code = (i + 1).to_string();
+                probe(&sb, &["exit", &code]).await
+            })
+        })
+        .collect();
+    for (i, c) in calls.into_iter().enumerate() {
+        let r = c.await.unwrap();
+        assert_eq!(r.returncode, Some(i as i32 + 1), "{r:?}");
+    }
+}
+
+#[tokio::test]
+async fn traps_are_typed() {
+    let (_t, sb) = setup(wasm_config());
+    let r = probe(&sb, &["unreachable"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::Trapped, "{r:?}");
+    assert!(
+        r.outcome.message.contains("unreachable"),
+        "{}",
+        r.outcome.message
+    );
+    let r = probe(&sb, &["recurse"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::Trapped);
+    assert!(
+        r.outcome.message.contains("call stack exhausted"),
+        "{}",
+        r.outcome.message
+    );
+    assert_eq!(r.cli_exit_code(), 134);
+}
+
+// Unix only: runs native POSIX commands (sh, echo, true); the Windows CLI and direct are tested in windows.rs
+#[cfg(unix)]
+#[tokio::test]
+async fn registry_names_paths_and_the_auto_backend() {
+    let (t, sb) = setup(wasm_config());
+    t.write("a.txt", "one\ntwo\n");
+    let r = run(&sb, &["wc", "-l", "a.txt"]).await;
+    assert_eq!(r.stdout, "2 a.txt\n", "{r:?}");
+    assert_eq!(r.backend, BackendKind::Wasm);
+    let r = run(&sb, &["no-such-tool"]).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::NotFound);
+    assert!(r.outcome.message.contains("toolhost tools"));
+    // A name cannot be a path into the tool dirs' parents.
+    let r = run(&sb, &["../dist/cat"]).await;
+    assert_ne!(r.outcome.kind, OutcomeKind::Exited);
+    let names: Vec<String> = sb.wasm_tools().into_iter().map(|t| t.name).collect();
+    for n in [
+        "base64",
+        "cat",
+        "diff",
+        "find",
+        "grep",
+        "head",
+        "ls",
+        "sha256sum",
+        "sort",
+        "tail",
+        "tree",
+        "uniq",
+        "wc",
+    ] {
+        assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
+    }
+    assert!(
+        !names.iter().any(|x| x == "probe"),
+        "test guests are not built-in tools"
+    );
+    // auto: wasm when a tool exists, else direct.
+    let auto = t.sandbox(SandboxConfig {
+        backend: BackendChoice::Auto,
+        ..wasm_config()
+    });
+    let r = run(&auto, &["wc", "-l", "a.txt"]).await;
+    assert_eq!(
+        (r.backend, r.stdout.as_str()),
+        (BackendKind::Wasm, "2 a.txt\n")
+    );
+    let r = run(&auto, &["printf", "native"]).await;
+    assert_eq!(
+        (r.backend, r.stdout.as_str()),
+        (BackendKind::Direct, "native")
+    );
+}

@@ -1,0 +1,162 @@
+//! What the helper checks and installs before anything runs: the seccomp
+//! filter, the bind mounts as toolhost checked them; then the exec of a
+//! per-call tool.
+
+use super::*;
+
+/// Decodes the filter's hex and installs it (with no_new_privs, which the
+/// engine's `no-new-privileges` also sets). Exits 125 if it cannot.
+pub(crate) fn install_filter(hex: &[u8]) {
+    let fail = |why: String| -> ! {
+        eprintln!("[FATAL toolhost-helper] cannot install the seccomp filter: {why}");
+        std::process::exit(125);
+    };
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    if hex.is_empty() || !hex.len().is_multiple_of(16) {
+        fail(format!(
+            "{} hex digits is not whole instructions",
+            hex.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(hex.len() / 2);
+    for pair in hex.chunks(2) {
+        match (digit(pair[0]), digit(pair[1])) {
+            (Some(h), Some(l)) => bytes.push(h << 4 | l),
+            _ => fail("not lowercase hex".into()),
+        }
+    }
+    let Ok(len) = u16::try_from(bytes.len() / 8) else {
+        fail("too many instructions".into());
+    };
+    let prog = sys::SockFprog {
+        len,
+        filter: bytes.as_ptr(),
+    };
+    // SAFETY: plain prctls; `prog` points at `len` 8-byte instructions in
+    // `bytes`, which outlives the call (the kernel copies the program).
+    let r = unsafe {
+        sys::prctl(sys::PR_SET_NO_NEW_PRIVS, 1u64, 0u64, 0u64, 0u64);
+        sys::prctl(
+            sys::PR_SET_SECCOMP,
+            sys::SECCOMP_MODE_FILTER,
+            &prog as *const sys::SockFprog,
+            0u64,
+            0u64,
+        )
+    };
+    if r != 0 {
+        fail(format!("errno {}", sys::errno()));
+    }
+}
+
+/// The mount points of this mount namespace, as `/proc/self/mountinfo`
+/// spells them (field 5, with `\ooo` escapes undone).
+pub(crate) fn mount_points() -> Vec<Vec<u8>> {
+    let Ok(text) = std::fs::read("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in text.split(|b| *b == b'\n') {
+        let Some(field) = line.split(|b| *b == b' ').nth(4) else {
+            continue;
+        };
+        let mut p = Vec::with_capacity(field.len());
+        let mut i = 0;
+        while i < field.len() {
+            let oct = |b: u8| (b'0'..=b'7').contains(&b).then(|| b - b'0');
+            if field[i] == b'\\'
+                && let (Some(a), Some(b), Some(c)) = (
+                    field.get(i + 1).copied().and_then(oct),
+                    field.get(i + 2).copied().and_then(oct),
+                    field.get(i + 3).copied().and_then(oct),
+                )
+            {
+                p.push(a << 6 | b << 3 | c);
+                i += 4;
+                continue;
+            }
+            p.push(field[i]);
+            i += 1;
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// Checks every `DEV:INO:PATH`: PATH is a mount point showing that device
+/// and inode (not followed if it is a symlink). Exits 125 if one is not.
+pub(crate) fn verify_mounts(expect: &[&std::ffi::OsStr]) {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    if expect.is_empty() {
+        return;
+    }
+    let fail = |what: &[u8], why: &str| -> ! {
+        eprintln!(
+            "[FATAL toolhost-helper] mount check failed: {}: {why}",
+            String::from_utf8_lossy(what)
+        );
+        std::process::exit(125);
+    };
+    let points = mount_points();
+    for e in expect {
+        let bytes = e.as_bytes();
+        let mut parts = bytes.splitn(3, |b| *b == b':');
+        let num = |p: Option<&[u8]>| {
+            p.and_then(|p| std::str::from_utf8(p).ok())
+                .and_then(|s| s.parse::<u64>().ok())
+        };
+        let (Some(dev), Some(ino), Some(path)) =
+            (num(parts.next()), num(parts.next()), parts.next())
+        else {
+            fail(bytes, "not DEV:INO:PATH");
+        };
+        if !points.iter().any(|p| p == path) {
+            fail(
+                path,
+                "not a mount point here (the engine mounted it elsewhere)",
+            );
+        }
+        match std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(path)) {
+            Ok(m) if (m.dev(), m.ino()) == (dev, ino) => {}
+            Ok(_) => fail(path, "another place is mounted there than toolhost checked"),
+            Err(e) => fail(path, &e.to_string()),
+        }
+    }
+}
+
+/// Execs the tool `args[0]` (found on `PATH`) with `args`; returns only if
+/// it cannot, by exiting as docker's init does.
+pub(crate) fn exec(args: &[std::ffi::OsString]) -> ! {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(program) = args.first() else {
+        eprintln!("[FATAL toolhost-helper] exec failed: no program");
+        std::process::exit(127);
+    };
+    let owned: Vec<CString> = args.iter().map(|a| cstring(a.as_bytes())).collect();
+    let mut argv: Vec<*const c_char> = owned.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // Rust's runtime ignores SIGPIPE; a tool gets the default back (as the
+    // server's children do), or `yes | head` would not end.
+    // SAFETY: `argv` is a null-terminated array of C strings that `owned`
+    // keeps alive; execvp returns only on failure.
+    unsafe {
+        sys::signal(sys::SIGPIPE, sys::SIG_DFL);
+        sys::execvp(argv[0], argv.as_ptr());
+    }
+    let errno = sys::errno();
+    let why = std::io::Error::from_raw_os_error(errno);
+    eprintln!(
+        "[FATAL toolhost-helper] exec {} failed: {why}",
+        program.to_string_lossy()
+    );
+    std::process::exit(if errno == sys::ENOENT || errno == sys::ENOTDIR {
+        127
+    } else {
+        126
+    });
+}

@@ -60,9 +60,8 @@ pub(super) struct ToolHardening {
     pub netns_fd: c_int,
     /// Whether the supervisor runs the tool in a PID namespace of its own.
     pub pidns: bool,
-    /// The seccomp program, or null.
-    pub seccomp: *const libc::sock_filter,
-    pub seccomp_len: u16,
+    /// The seccomp program (built once per process, so `'static`), if any.
+    pub seccomp: Option<&'static [libc::sock_filter]>,
     pub seccomp_layers: u32,
     /// Whether to drop capabilities from the bounding set (root only).
     pub drop_caps: bool,
@@ -72,11 +71,6 @@ pub(super) struct ToolHardening {
     /// Whether to apply the kernel layers at all (level is not `off`).
     pub hardened: bool,
 }
-
-// SAFETY: the seccomp pointer points into a process-lifetime static.
-unsafe impl Send for ToolHardening {}
-// SAFETY: as above; only read.
-unsafe impl Sync for ToolHardening {}
 
 /// Everything prepared for one call; dropping it removes the private tmp and
 /// closes the ruleset.
@@ -126,8 +120,7 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
         userns_fd: -1,
         netns_fd: -1,
         pidns: false,
-        seccomp: std::ptr::null(),
-        seccomp_len: 0,
+        seccomp: None,
         seccomp_layers: 0,
         drop_caps: root,
         drop_net_raw: false,
@@ -234,8 +227,7 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
 
     match seccomp_filter(net_off) {
         Some(f) if seccomp_available() => {
-            tool.seccomp = f.as_ptr();
-            tool.seccomp_len = f.len() as u16;
+            tool.seccomp = Some(f);
             tool.seccomp_layers =
                 Layer::Seccomp.bit() | if net_off { Layer::SeccompNet.bit() } else { 0 };
         }
@@ -256,7 +248,7 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
         match netns {
             Ok(fd) => tool.netns_fd = fd,
             Err(why) => {
-                if tool.seccomp.is_null() && strict {
+                if tool.seccomp.is_none() && strict {
                     return Err(unavailable(Layer::NetNamespace, &why));
                 }
             }
@@ -289,7 +281,7 @@ pub(super) unsafe fn apply_in_tool(h: &ToolHardening) -> Result<u32, Layer> {
         if h.netns_fd >= 0 {
             if libc::setns(h.netns_fd, libc::CLONE_NEWNET) == 0 {
                 applied |= Layer::NetNamespace.bit();
-            } else if h.strict && h.seccomp.is_null() {
+            } else if h.strict && h.seccomp.is_none() {
                 return Err(Layer::NetNamespace);
             }
         }
@@ -334,10 +326,12 @@ pub(super) unsafe fn apply_in_tool(h: &ToolHardening) -> Result<u32, Layer> {
             // too), so a kernel refusing it does not stop the call.
             minimal_domain(h.landlock_abi);
         }
-        if !h.seccomp.is_null() {
+        if let Some(filter) = h.seccomp {
+            // The filter is shorter than BPF_MAXINSNS (4096 instructions;
+            // `seccomp`'s tests check it), so its length fits the u16.
             let prog = libc::sock_fprog {
-                len: h.seccomp_len,
-                filter: h.seccomp.cast_mut(),
+                len: filter.len() as u16,
+                filter: filter.as_ptr().cast_mut(),
             };
             let r = libc::syscall(
                 libc::SYS_seccomp,

@@ -136,6 +136,7 @@ pub async fn check(sandbox: &Sandbox) -> CheckReport {
                 problems.push(format!("wasm: the engine cannot be built: {e}"));
             }
             push(&mut checks, "wasm", "engine", Status::Error, e);
+            checks.extend(crate::backend::wasm::probe_without_engine(&config.wasm).checks);
         }
     }
 

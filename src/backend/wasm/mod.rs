@@ -53,6 +53,7 @@ pub use engine::TypedToolInfo;
 use engine::{Loaded, WasmEngine};
 use limits::{Common, FileBudget, HasCommon, Limiter};
 use p1::State;
+pub use probe::probe_without_engine;
 use streams::CappedPipe;
 
 /// Epoch tick: the granularity of CPU accounting (epoch meter) and of yields

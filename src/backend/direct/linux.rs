@@ -200,7 +200,7 @@ pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::Re
     )?;
     let mut params = params;
     params.mounts = h.0.mounts.clone();
-    // SAFETY: `enter` only makes async-signal-safe calls (see supervisor.rs), and
+    // SAFETY: `enter` only makes async-signal-safe calls (see `supervisor`), and
     // every fd it uses (status pipe, cwd handle) outlives the spawn.
     unsafe {
         cmd.pre_exec(move || supervisor::enter(&params));

@@ -108,13 +108,15 @@ pub(super) fn filter_hex() -> Option<&'static str> {
         any(target_arch = "x86_64", target_arch = "aarch64")
     ))]
     {
-        static HEX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-        Some(HEX.get_or_init(|| {
-            crate::backend::direct::container_filter()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect()
-        }))
+        static HEX: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        HEX.get_or_init(|| match crate::backend::direct::container_filter() {
+            Ok(bytes) => Some(bytes.iter().map(|b| format!("{b:02x}")).collect()),
+            Err(e) => {
+                tracing::error!("docker backend: no container filter: {e}");
+                None
+            }
+        })
+        .as_deref()
     }
     #[cfg(not(all(
         target_os = "linux",

@@ -1,59 +1,38 @@
 //! Landlock: the ruleset a tool is confined to (the allowed dirs, the
 //! read paths, the call's private tmp), built in toolhost before the spawn
-//! as an fd; the tool restricts itself to it after clone.
+//! through the `landlock` crate, and kept as an fd; the tool restricts
+//! itself to it after clone with one raw `landlock_restrict_self`.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetError, Scope,
+};
 
 use crate::isolation::Layer;
 use crate::plan::ExecPlan;
 
-pub(super) const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-pub(super) const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
-
-pub(super) const FS_EXECUTE: u64 = 1 << 0;
-pub(super) const FS_WRITE_FILE: u64 = 1 << 1;
-pub(super) const FS_READ_FILE: u64 = 1 << 2;
-pub(super) const FS_READ_DIR: u64 = 1 << 3;
-pub(super) const FS_MAKE_CHAR: u64 = 1 << 6;
-pub(super) const FS_MAKE_BLOCK: u64 = 1 << 11;
-/// ABI 1: rights 0..=12.
-pub(super) const FS_ABI1: u64 = (1 << 13) - 1;
-pub(super) const FS_REFER: u64 = 1 << 13;
-pub(super) const FS_TRUNCATE: u64 = 1 << 14;
-pub(super) const FS_IOCTL_DEV: u64 = 1 << 15;
-/// Rights that make sense on a file (the kernel refuses others on a file rule).
-pub(super) const FS_FILE_RIGHTS: u64 =
-    FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV;
-pub(super) const NET_BIND_TCP: u64 = 1 << 0;
-pub(super) const NET_CONNECT_TCP: u64 = 1 << 1;
-pub(super) const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
-pub(super) const SCOPE_SIGNAL: u64 = 1 << 1;
-
-#[repr(C)]
-pub(super) struct RulesetAttr {
-    pub(super) handled_access_fs: u64,
-    pub(super) handled_access_net: u64,
-    pub(super) scoped: u64,
-}
-
-#[repr(C, packed)]
-pub(super) struct PathBeneathAttr {
-    pub(super) allowed_access: u64,
-    pub(super) parent_fd: i32,
-}
+/// The version query of `landlock_create_ruleset` (no attr, size 0).
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
 
 /// The kernel's Landlock ABI version, 0 when Landlock is unavailable.
+///
+/// The `landlock` crate asks the kernel the same question inside
+/// `Ruleset::default()` but does not export the answer, which the probe and
+/// the strict checks need before any ruleset exists.
 pub(crate) fn landlock_abi() -> u32 {
     static ABI: OnceLock<u32> = OnceLock::new();
     *ABI.get_or_init(|| {
-        // SAFETY: the version query takes no attr and writes nothing.
+        // SAFETY: the version query takes no attr (null, size 0) and writes
+        // nothing; it only returns a number.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_landlock_create_ruleset,
-                std::ptr::null::<RulesetAttr>(),
+                std::ptr::null::<u8>(),
                 0usize,
                 LANDLOCK_CREATE_RULESET_VERSION,
             )
@@ -62,72 +41,72 @@ pub(crate) fn landlock_abi() -> u32 {
     })
 }
 
-pub(super) fn handled_fs(abi: u32) -> u64 {
-    let mut h = FS_ABI1;
-    if abi >= 2 {
-        h |= FS_REFER;
-    }
-    if abi >= 3 {
-        h |= FS_TRUNCATE;
-    }
-    if abi >= 5 {
-        h |= FS_IOCTL_DEV;
-    }
-    h
+/// The filesystem rights toolhost handles on a kernel of ABI `abi`: every
+/// right up to ABI 5 (the last that toolhost grants by directory). Rights of
+/// later ABIs (such as resolving unix sockets by path) stay unhandled, so
+/// a newer kernel does not change what a tool may do.
+pub(super) fn handled_fs(abi: u32) -> BitFlags<AccessFs> {
+    AccessFs::from_all(crate_abi(abi.min(5)))
 }
 
-pub(super) fn create_ruleset(fs: u64, net: u64, scoped: u64, abi: u32) -> io::Result<OwnedFd> {
-    let attr = RulesetAttr {
-        handled_access_fs: fs,
-        handled_access_net: net,
-        scoped,
-    };
-    // Older kernels refuse a struct larger than they know (unless the tail is 0).
-    let size = if abi >= 6 {
-        24
-    } else if abi >= 4 {
-        16
-    } else {
-        8
-    };
-    // SAFETY: attr is a valid ruleset attr of at least `size` bytes.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            &attr as *const RulesetAttr,
-            size as libc::size_t,
-            0 as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd the kernel just gave us (close-on-exec by default).
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+fn crate_abi(abi: u32) -> ABI {
+    ABI::from(i32::try_from(abi).unwrap_or(i32::MAX))
 }
 
-pub(super) fn add_rule(ruleset: &OwnedFd, parent: RawFd, access: u64) -> io::Result<()> {
-    if access == 0 {
-        return Ok(());
+/// Rights a rule on a directory that is mounted read-only grants, and the
+/// read paths: run, read, list.
+fn read_only_dir() -> BitFlags<AccessFs> {
+    AccessFs::Execute | AccessFs::ReadFile | AccessFs::ReadDir
+}
+
+/// Rights that make sense on a file (the kernel refuses others on a file rule).
+fn file_rights() -> BitFlags<AccessFs> {
+    AccessFs::Execute
+        | AccessFs::WriteFile
+        | AccessFs::ReadFile
+        | AccessFs::Truncate
+        | AccessFs::IoctlDev
+}
+
+/// A ruleset that handles `fs`, `net` and `scoped` exactly: the crate is
+/// told each is a hard requirement, so a kernel that lacks one fails the
+/// build instead of silently dropping it.
+fn create_ruleset(
+    fs: BitFlags<AccessFs>,
+    net: BitFlags<AccessNet>,
+    scoped: BitFlags<Scope>,
+) -> io::Result<RulesetCreated> {
+    let mut r = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(fs)
+        .map_err(ll)?;
+    if !net.is_empty() {
+        r = r.handle_access(net).map_err(ll)?;
     }
-    let attr = PathBeneathAttr {
-        allowed_access: access,
-        parent_fd: parent,
-    };
-    // SAFETY: attr is a packed path-beneath attr; both fds are open.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_add_rule,
-            ruleset.as_raw_fd(),
-            LANDLOCK_RULE_PATH_BENEATH,
-            &attr as *const PathBeneathAttr,
-            0 as libc::c_uint,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
+    if !scoped.is_empty() {
+        r = r.scope(scoped).map_err(ll)?;
     }
-    Ok(())
+    r.create().map_err(ll)
+}
+
+fn add_rule(
+    ruleset: RulesetCreated,
+    parent: BorrowedFd<'_>,
+    access: BitFlags<AccessFs>,
+) -> io::Result<RulesetCreated> {
+    if access.is_empty() {
+        return Ok(ruleset);
+    }
+    ruleset
+        .add_rule(PathBeneath::new(parent, access))
+        .map_err(ll)
+}
+
+/// The ruleset's fd, which the tool hands to `landlock_restrict_self` after
+/// clone (the crate's `restrict_self` also sets no_new_privs and builds a
+/// status, which is not for the post-fork window).
+fn into_fd(ruleset: RulesetCreated) -> io::Result<OwnedFd> {
+    Option::<OwnedFd>::from(ruleset).ok_or_else(|| io::Error::other("Landlock ruleset has no fd"))
 }
 
 pub(super) fn open_path(p: &Path) -> io::Result<OwnedFd> {
@@ -191,38 +170,37 @@ pub(super) fn build_ruleset(
     abi: u32,
 ) -> io::Result<(OwnedFd, u32)> {
     let fs = handled_fs(abi);
-    let net_off = !plan.allow_network;
-    let net = if abi >= 4 && net_off {
-        NET_BIND_TCP | NET_CONNECT_TCP
+    let net = if abi >= 4 && !plan.allow_network {
+        AccessNet::BindTcp | AccessNet::ConnectTcp
     } else {
-        0
+        BitFlags::EMPTY
     };
     let scoped = if abi >= 6 {
-        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+        Scope::AbstractUnixSocket | Scope::Signal
     } else {
-        0
+        BitFlags::EMPTY
     };
-    let ruleset = create_ruleset(fs, net, scoped, abi)?;
+    let mut ruleset = create_ruleset(fs, net, scoped)?;
     // Read-write dirs: everything but device nodes (a root tool could otherwise
     // make a block device of the host's disk in the workspace and open it).
-    let rw = fs & !(FS_MAKE_CHAR | FS_MAKE_BLOCK | FS_IOCTL_DEV);
-    let ro_dir = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR;
+    let rw = fs & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev);
+    let ro_dir = read_only_dir();
     for (mount, (_, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
         let access = if mount.read_only { ro_dir } else { rw };
-        add_rule(&ruleset, dir.as_fd().as_raw_fd(), access)?;
+        ruleset = add_rule(ruleset, dir.as_fd(), access)?;
     }
     if let Some(tmp) = tmp {
-        add_rule(&ruleset, tmp.as_raw_fd(), rw)?;
+        ruleset = add_rule(ruleset, tmp.as_fd(), rw)?;
     }
     let null = open_path(Path::new("/dev/null"))?;
-    add_rule(
-        &ruleset,
-        null.as_raw_fd(),
-        (FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV) & fs,
+    ruleset = add_rule(
+        ruleset,
+        null.as_fd(),
+        (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev) & fs,
     )?;
     for p in read_paths(&plan.isolation_read_paths).iter() {
         match p {
-            ReadPath::Dir(fd) => add_rule(&ruleset, fd.as_raw_fd(), ro_dir)?,
+            ReadPath::Dir(fd) => ruleset = add_rule(ruleset, fd.as_fd(), ro_dir)?,
             ReadPath::File(path) => {
                 // Opened per call: files such as /etc/resolv.conf are
                 // replaced by rename, and a rule follows the inode.
@@ -230,19 +208,37 @@ pub(super) fn build_ruleset(
                     let access = if is_dir(&fd) {
                         ro_dir
                     } else {
-                        ro_dir & FS_FILE_RIGHTS
+                        ro_dir & file_rights()
                     };
-                    add_rule(&ruleset, fd.as_raw_fd(), access)?;
+                    ruleset = add_rule(ruleset, fd.as_fd(), access)?;
                 }
             }
         }
     }
     let mut layers = Layer::LandlockFs.bit();
-    if net != 0 {
+    if !net.is_empty() {
         layers |= Layer::LandlockNet.bit();
     }
-    if scoped != 0 {
+    if !scoped.is_empty() {
         layers |= Layer::LandlockScope.bit();
     }
-    Ok((ruleset, layers))
+    Ok((into_fd(ruleset)?, layers))
+}
+
+/// The `off` level's Landlock domain: it handles (and so denies) only making
+/// block devices, which no tool needs, and on ABI 6+ scopes signals; the
+/// domain itself is the point (see `apply_in_tool`).
+pub(super) fn minimal_ruleset(abi: u32) -> io::Result<OwnedFd> {
+    let scoped = if abi >= 6 {
+        BitFlags::from(Scope::Signal)
+    } else {
+        BitFlags::EMPTY
+    };
+    let ruleset = create_ruleset(AccessFs::MakeBlock.into(), BitFlags::EMPTY, scoped)?;
+    into_fd(ruleset)
+}
+
+/// The crate's error, as the `io::Error` the rest of the hardening reports.
+fn ll(e: RulesetError) -> io::Error {
+    io::Error::other(e)
 }

@@ -38,7 +38,7 @@ mod tmp;
 
 use caps::{CAP_NET_RAW, DROPPED_CAPS, PROC_PEEK_CAPS};
 pub(crate) use landlock::landlock_abi;
-use landlock::{FS_MAKE_BLOCK, RulesetAttr, SCOPE_SIGNAL, build_ruleset};
+use landlock::{build_ruleset, minimal_ruleset};
 pub(crate) use ns::{shared_netns, shared_userns};
 use seccomp::seccomp_filter;
 pub(crate) use seccomp::{DENIED_SYSCALL_NAMES, container_filter, seccomp_available};
@@ -48,12 +48,11 @@ pub use tmp::flush_private_tmps;
 /// What the tool process needs, as plain values (no allocation after fork).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ToolHardening {
-    /// Landlock ruleset to enforce, or -1.
+    /// Landlock ruleset to enforce, or -1: the call's, or the minimal
+    /// domain (see [`minimal_domain`]).
     pub ruleset_fd: c_int,
-    /// Layers the ruleset carries.
+    /// Layers the ruleset carries (none for the minimal domain).
     pub ruleset_layers: u32,
-    /// Landlock ABI (for the minimal domain of the `off` level).
-    pub landlock_abi: u32,
     /// User namespace the supervisor enters (unprivileged toolhost), or -1.
     pub userns_fd: c_int,
     /// Network namespace to enter, or -1.
@@ -116,7 +115,6 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
     let mut tool = ToolHardening {
         ruleset_fd: -1,
         ruleset_layers: 0,
-        landlock_abi: abi,
         userns_fd: -1,
         netns_fd: -1,
         pidns: false,
@@ -129,6 +127,7 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
     };
     let base = Layer::NoNewPrivs.bit() | Layer::Subreaper.bit();
     if level == IsolationLevel::Off {
+        tool.ruleset_fd = minimal_domain(abi);
         return Ok(Prepared {
             level,
             tool,
@@ -220,7 +219,10 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
                 ruleset = Some(fd);
             }
             Err(e) if strict => return Err(unavailable(Layer::LandlockFs, &e.to_string())),
-            Err(e) => tracing::warn!("direct backend: no Landlock rules for this call: {e}"),
+            Err(e) => {
+                tracing::warn!("direct backend: no Landlock rules for this call: {e}");
+                tool.ruleset_fd = minimal_domain(abi);
+            }
         },
         _ => {}
     }
@@ -318,13 +320,6 @@ pub(super) unsafe fn apply_in_tool(h: &ToolHardening) -> Result<u32, Layer> {
             } else if h.strict {
                 return Err(Layer::LandlockFs);
             }
-        } else if h.landlock_abi >= 1 {
-            // Even unhardened, the tool gets a Landlock domain of its own: a
-            // process in it cannot ptrace or read /proc/<pid>/environ of
-            // processes outside it (and, on ABI 6+, cannot signal them).
-            // Defence in depth (toolhost and the supervisor are non-dumpable
-            // too), so a kernel refusing it does not stop the call.
-            minimal_domain(h.landlock_abi);
         }
         if let Some(filter) = h.seccomp {
             // The filter is shorter than BPF_MAXINSNS (4096 instructions;
@@ -349,36 +344,27 @@ pub(super) unsafe fn apply_in_tool(h: &ToolHardening) -> Result<u32, Layer> {
     }
 }
 
-/// The `off` level's Landlock domain: it handles (and so denies) only making
-/// block devices, which no tool needs; the domain itself is the point.
-///
-/// # Safety
-/// In the tool process between clone and exec: system calls only.
-unsafe fn minimal_domain(abi: u32) {
-    let attr = RulesetAttr {
-        handled_access_fs: FS_MAKE_BLOCK,
-        handled_access_net: 0,
-        scoped: if abi >= 6 { SCOPE_SIGNAL } else { 0 },
-    };
-    let size = if abi >= 6 { 24usize } else { 8 };
-    // SAFETY: `attr` is a `#[repr(C)]` ruleset attribute of which the kernel
-    // reads `size` bytes (the fields its ABI knows); the ruleset fd is used
-    // once and closed.
-    unsafe {
-        let fd = libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            &attr as *const RulesetAttr,
-            size,
-            0 as libc::c_uint,
-        );
-        if fd < 0 {
-            return;
-        }
-        libc::syscall(
-            libc::SYS_landlock_restrict_self,
-            fd as c_int,
-            0 as libc::c_uint,
-        );
-        libc::close(fd as c_int);
-    }
+/// The Landlock domain a tool gets even unhardened (the `off` level), or
+/// when its ruleset could not be built: a process in a domain of its own
+/// cannot ptrace or read /proc/<pid>/environ of processes outside it (and,
+/// on ABI 6+, cannot signal them). Defence in depth (toolhost and the
+/// supervisor are non-dumpable too), so a kernel refusing it does not stop
+/// the call. The ruleset holds no path, so one per process serves every
+/// call (each tool restricts itself to it); its fd, or -1.
+fn minimal_domain(abi: u32) -> c_int {
+    static MINIMAL: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+    MINIMAL
+        .get_or_init(|| {
+            (abi != 0)
+                .then(|| {
+                    minimal_ruleset(abi)
+                        .inspect_err(|e| {
+                            tracing::debug!("direct backend: no minimal Landlock domain: {e}")
+                        })
+                        .ok()
+                })
+                .flatten()
+        })
+        .as_ref()
+        .map_or(-1, |fd| fd.as_raw_fd())
 }

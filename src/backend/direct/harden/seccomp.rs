@@ -1,42 +1,56 @@
-//! seccomp: the classic-BPF filter of denied system calls (named in
-//! `DENIED_SYSCALL_NAMES`), assembled once per process, and the set-ID
-//! filter the docker helper installs in containers.
+//! seccomp: the filter of denied system calls a direct tool runs under,
+//! and the set-ID filter the docker helper installs in containers.
+//!
+//! The policy is data: [`DENIED_SYSCALLS`] and the argument rules below,
+//! as `seccompiler` rules per syscall number. seccompiler compiles one
+//! program per action (EPERM, ENOSYS); [`chain`] joins them into one
+//! program, and [`finish`] adds the two instructions seccompiler has no
+//! words for (a first load the kernel cannot treat as constant, and the
+//! x32 guard). Both splices check the shape they rely on, and the tests run
+//! the result on every syscall number.
 
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use libc::c_int;
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
 
-/// BPF_LD | BPF_W | BPF_ABS (the first two are 0).
+/// The classic-BPF opcodes the splices write and check.
 pub(super) const BPF_LD_W_ABS: u16 = 0x20;
+pub(super) const BPF_JMP_JA: u16 = 0x05;
 pub(super) const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 pub(super) const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
-pub(super) const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
 pub(super) const BPF_RET_K: u16 = 0x06;
 pub(super) const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
 pub(super) const RET_KILL: u32 = libc::SECCOMP_RET_KILL_PROCESS;
 pub(super) const fn ret_errno(e: c_int) -> u32 {
     libc::SECCOMP_RET_ERRNO | (e as u32 & 0xffff)
 }
+/// Offsets into `struct seccomp_data`.
 pub(super) const OFFSET_NR: u32 = 0;
 pub(super) const OFFSET_ARCH: u32 = 4;
-/// Low 32 bits of the first argument (little-endian).
-pub(super) const OFFSET_ARG0: u32 = 16;
-/// Low 32 bits of argument `n`.
-pub(super) const fn offset_arg(n: u8) -> u32 {
-    OFFSET_ARG0 + 8 * n as u32
-}
-/// The set-user-ID and set-group-ID mode bits.
-pub(super) const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
-/// Open flags that create a file, and so use the mode argument.
-pub(super) const CREATE_FLAGS: u32 =
-    (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u32;
 /// Low 32 bits of the instruction pointer.
 pub(super) const OFFSET_IP: u32 = 8;
+/// The set-user-ID and set-group-ID mode bits.
+pub(super) const SETID_BITS: [u32; 2] = [libc::S_ISUID, libc::S_ISGID];
+/// Open flags that create a file, and so use the mode argument
+/// (`O_TMPFILE` without the `O_DIRECTORY` it carries).
+pub(super) const CREATE_FLAGS: [u32; 2] = [
+    libc::O_CREAT as u32,
+    (libc::O_TMPFILE & !libc::O_DIRECTORY) as u32,
+];
 
 #[cfg(target_arch = "x86_64")]
 pub(super) const AUDIT_ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
 pub(super) const AUDIT_ARCH: u32 = 0xC000_00B7;
+#[cfg(target_arch = "x86_64")]
+const TARGET_ARCH: TargetArch = TargetArch::x86_64;
+#[cfg(target_arch = "aarch64")]
+const TARGET_ARCH: TargetArch = TargetArch::aarch64;
 
 /// Namespace flags `clone` may not carry in the tool.
 pub(super) const CLONE_NS_FLAGS: u32 = (libc::CLONE_NEWNS
@@ -47,12 +61,12 @@ pub(super) const CLONE_NS_FLAGS: u32 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWPID
     | libc::CLONE_NEWNET) as u32;
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 /// Syscalls no tool needs, refused with EPERM: debugging and reading other
 /// processes, kernel keyrings, eBPF, mounts and namespaces, io_uring (it can
 /// open sockets and files outside the filter's view), perf, modules, kexec,
 /// swap, reboot, clocks, host names, file handles (open_by_handle_at escapes
 /// path-based confinement).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(super) const DENIED_SYSCALLS: &[libc::c_long] = &[
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
@@ -114,7 +128,158 @@ pub(super) const DENIED_SYSCALLS: &[libc::c_long] = &[
 /// The names of [`DENIED_SYSCALLS`], for reports.
 pub(crate) const DENIED_SYSCALL_NAMES: &str = "connect and sockets other than unix while the network is off, chmod, fchmod, fchmodat, fchmodat2, mknod, mknodat, creat, open and openat with a set-user-ID or set-group-ID mode, openat2 (ENOSYS, so libc falls back to openat), ptrace, process_vm_readv/writev, keyctl, add_key, request_key, bpf, mount and the new mount API, umount2, pivot_root, chroot, unshare, setns, clone with namespace flags, clone3 (ENOSYS, so libc falls back to clone), io_uring_*, perf_event_open, kexec_*, *_module, swapon/off, reboot, acct, userfaultfd, open_by_handle_at, name_to_handle_at, quotactl, syslog, clock and time setting, sethostname, setdomainname, vhangup, lookup_dcookie, kcmp";
 
-pub(super) fn stmt(code: u16, k: u32) -> libc::sock_filter {
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// Why a filter could not be built: seccompiler refused the rules, or its
+/// program did not have the shape the splices rely on.
+#[derive(Debug)]
+pub(crate) enum FilterError {
+    Compile(seccompiler::BackendError),
+    Shape(&'static str),
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl std::fmt::Display for FilterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FilterError::Compile(e) => write!(f, "seccomp filter: {e}"),
+            FilterError::Shape(what) => write!(f, "seccomp filter: unexpected program: {what}"),
+        }
+    }
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl From<seccompiler::BackendError> for FilterError {
+    fn from(e: seccompiler::BackendError) -> Self {
+        FilterError::Compile(e)
+    }
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// Rules per syscall number; an empty list matches on the number alone.
+type Rules = BTreeMap<i64, Vec<SeccompRule>>;
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// Argument `arg` (its low 32 bits) has bit `bit` set.
+fn has_bit(arg: u8, bit: u32) -> Result<SeccompCondition, FilterError> {
+    Ok(SeccompCondition::new(
+        arg,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::MaskedEq(u64::from(bit)),
+        u64::from(bit),
+    )?)
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// Argument `arg` has any bit of `bits` set: one rule per bit (the rules of
+/// a syscall are alternatives).
+fn any_bit(arg: u8, bits: u32) -> Result<Vec<SeccompRule>, FilterError> {
+    (0..32)
+        .map(|i| 1u32 << i)
+        .filter(|b| bits & b != 0)
+        .map(|b| Ok(SeccompRule::new(vec![has_bit(arg, b)?])?))
+        .collect()
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// A set-user-ID or set-group-ID bit in the mode (argument `mode`); for
+/// opens (`flags: Some(arg)`), only when the flags create a file (the mode
+/// is unused otherwise).
+fn setid_mode(mode: u8, flags: Option<u8>) -> Result<Vec<SeccompRule>, FilterError> {
+    let mut rules = Vec::new();
+    for id in SETID_BITS {
+        match flags {
+            None => rules.push(SeccompRule::new(vec![has_bit(mode, id)?])?),
+            Some(flags) => {
+                for create in CREATE_FLAGS {
+                    rules.push(SeccompRule::new(vec![
+                        has_bit(flags, create)?,
+                        has_bit(mode, id)?,
+                    ])?);
+                }
+            }
+        }
+    }
+    Ok(rules)
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// No set-user-ID or set-group-ID file: not by chmod, nor created so.
+fn no_setid_rules(rules: &mut Rules) -> Result<(), FilterError> {
+    rules.insert(libc::SYS_fchmod, setid_mode(1, None)?);
+    rules.insert(libc::SYS_fchmodat, setid_mode(2, None)?);
+    rules.insert(libc::SYS_fchmodat2, setid_mode(2, None)?);
+    rules.insert(libc::SYS_mknodat, setid_mode(2, None)?);
+    rules.insert(libc::SYS_openat, setid_mode(3, Some(2))?);
+    #[cfg(target_arch = "x86_64")]
+    {
+        rules.insert(libc::SYS_chmod, setid_mode(1, None)?);
+        rules.insert(libc::SYS_mknod, setid_mode(1, None)?);
+        rules.insert(libc::SYS_creat, setid_mode(1, None)?);
+        rules.insert(libc::SYS_open, setid_mode(2, Some(1))?);
+    }
+    Ok(())
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// What a direct tool is refused with EPERM; with `network_off`, sockets of
+/// any family but `AF_UNIX`, and connect.
+fn eperm_rules(network_off: bool) -> Result<Rules, FilterError> {
+    let mut rules: Rules = DENIED_SYSCALLS.iter().map(|&nr| (nr, Vec::new())).collect();
+    rules.insert(libc::SYS_clone, any_bit(0, CLONE_NS_FLAGS)?);
+    no_setid_rules(&mut rules)?;
+    if network_off {
+        rules.insert(
+            libc::SYS_socket,
+            vec![SeccompRule::new(vec![SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Ne,
+                libc::AF_UNIX as u64,
+            )?])?],
+        );
+        // Only unix sockets exist then, and connecting one reaches a host
+        // daemon by path (docker.sock and friends), which Landlock before ABI 8
+        // does not confine. socketpair() still works.
+        rules.insert(libc::SYS_connect, Vec::new());
+    }
+    Ok(rules)
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// What is refused with ENOSYS, so that libc and runtimes fall back to the
+/// older call whose arguments the filter can see: clone3 passes its flags
+/// in memory (the fallback is clone), openat2 its mode (openat).
+fn enosys_rules() -> Rules {
+    [libc::SYS_clone3, libc::SYS_openat2]
+        .into_iter()
+        .map(|nr| (nr, Vec::new()))
+        .collect()
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// seccompiler's program for `rules`: matches return `errno`, the rest
+/// is allowed.
+fn compile(rules: Rules, errno: c_int) -> Result<Vec<libc::sock_filter>, FilterError> {
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(errno as u32),
+        TARGET_ARCH,
+    )?;
+    let program = BpfProgram::try_from(filter)?;
+    Ok(program
+        .into_iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect())
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn stmt(code: u16, k: u32) -> libc::sock_filter {
     libc::sock_filter {
         code,
         jt: 0,
@@ -123,190 +288,128 @@ pub(super) fn stmt(code: u16, k: u32) -> libc::sock_filter {
     }
 }
 
-pub(super) fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
 
-/// What the filter does with one syscall number.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Action {
-    Errno(c_int),
-    /// `clone`: EPERM when the flags ask for a namespace.
-    CloneFlags,
-    /// `socket`: EPERM unless the family is `AF_UNIX`.
-    UnixOnly,
-    /// chmod, mknod and the creating opens: EPERM when the mode (argument
-    /// `mode`) carries a set-user-ID or set-group-ID bit; for opens
-    /// (`flags: Some(arg)`), only when the flags create a file.
-    NoSetId {
-        mode: u8,
-        flags: Option<u8>,
-    },
-}
-
-impl Action {
-    pub(super) fn code(self) -> Vec<libc::sock_filter> {
-        let eperm = ret_errno(libc::EPERM);
-        match self {
-            Action::Errno(e) => vec![stmt(BPF_RET_K, ret_errno(e))],
-            Action::CloneFlags => vec![
-                stmt(BPF_LD_W_ABS, OFFSET_ARG0),
-                jump(BPF_JMP_JSET_K, CLONE_NS_FLAGS, 0, 1),
-                stmt(BPF_RET_K, eperm),
-                stmt(BPF_RET_K, RET_ALLOW),
-            ],
-            Action::UnixOnly => vec![
-                stmt(BPF_LD_W_ABS, OFFSET_ARG0),
-                jump(BPF_JMP_JEQ_K, libc::AF_UNIX as u32, 1, 0),
-                stmt(BPF_RET_K, eperm),
-                stmt(BPF_RET_K, RET_ALLOW),
-            ],
-            Action::NoSetId { mode, flags } => {
-                let mut f = Vec::new();
-                if let Some(flags) = flags {
-                    // Not creating: the mode is unused; allow (3 ahead).
-                    f.push(stmt(BPF_LD_W_ABS, offset_arg(flags)));
-                    f.push(jump(BPF_JMP_JSET_K, CREATE_FLAGS, 0, 3));
-                }
-                f.extend([
-                    stmt(BPF_LD_W_ABS, offset_arg(mode)),
-                    jump(BPF_JMP_JSET_K, SETID_BITS, 0, 1),
-                    stmt(BPF_RET_K, eperm),
-                    stmt(BPF_RET_K, RET_ALLOW),
-                ]);
-                f
-            }
-        }
-    }
-}
-
-/// A binary search over the sorted syscall numbers, each leaf ending in
-/// ALLOW: a syscall costs about log2(n) comparisons, and so does the kernel's
-/// per-number cache computation when the filter is attached (a linear list of
-/// 60 numbers made every spawn about 0.3 ms slower, measured).
-pub(super) fn search(entries: &[(u32, Action)]) -> Vec<libc::sock_filter> {
-    if entries.len() <= 3 {
-        let mut f = Vec::new();
-        for &(nr, action) in entries {
-            let code = action.code();
-            f.push(jump(BPF_JMP_JEQ_K, nr, 0, code.len() as u8));
-            f.extend(code);
-        }
-        f.push(stmt(BPF_RET_K, RET_ALLOW));
-        return f;
-    }
-    let mid = entries.len() / 2;
-    let left = search(&entries[..mid]);
-    let right = search(&entries[mid..]);
-    // Jump offsets are 8 bits; the tree keeps each half far below that.
-    let skip = u8::try_from(left.len()).unwrap_or(u8::MAX);
-    let mut f = vec![jump(BPF_JMP_JGE_K, entries[mid].0, skip, 0)];
-    f.extend(left);
-    f.extend(right);
-    f
-}
-
-/// The start of both filters: the architecture check, then the syscall
-/// number loaded.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-pub(super) fn prologue() -> Vec<libc::sock_filter> {
-    let mut f = vec![
-        // A load the kernel cannot treat as constant, first. When a filter is
-        // attached, the kernel runs it in an emulator for every syscall
-        // number of every ABI, to cache the ones it always allows; it stops
-        // at the first non-constant load. Without this, that emulation is
-        // most of the filter's cost (about 0.2 ms per tool, measured: it is
-        // paid in every process, since each call attaches the filter anew),
-        // while running the JIT-compiled filter on each syscall instead
-        // costs nanoseconds. The value is overwritten by the next load.
-        stmt(BPF_LD_W_ABS, OFFSET_IP),
-        stmt(BPF_LD_W_ABS, OFFSET_ARCH),
-        jump(BPF_JMP_JEQ_K, AUDIT_ARCH, 1, 0),
-        // Another ABI (i386 through int 0x80): no tool here needs it, and its
-        // syscall numbers differ from the ones checked below.
-        stmt(BPF_RET_K, RET_KILL),
-        stmt(BPF_LD_W_ABS, OFFSET_NR),
-    ];
+/// The length of seccompiler's architecture check, which every program it
+/// makes starts with: load the arch, go on if it is ours, kill otherwise
+/// (another ABI, such as i386 through int 0x80, numbers its syscalls
+/// differently). The syscall number is loaded right after it.
+const ARCH_CHECK: usize = 3;
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn is(i: &libc::sock_filter, code: u16, k: u32) -> bool {
+    i.code == code && i.k == k
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// Checks the start the splices rely on: the arch check, whose only jump
+/// lands on the load of the syscall number that follows it.
+fn check_start(p: &[libc::sock_filter]) -> Result<(), FilterError> {
+    let ok = p.len() > ARCH_CHECK
+        && is(&p[0], BPF_LD_W_ABS, OFFSET_ARCH)
+        && is(&p[1], BPF_JMP_JEQ_K, AUDIT_ARCH)
+        && (p[1].jt, p[1].jf) == (1, 0)
+        && is(&p[2], BPF_RET_K, RET_KILL)
+        && is(&p[3], BPF_LD_W_ABS, OFFSET_NR);
+    if ok {
+        Ok(())
+    } else {
+        Err(FilterError::Shape("no architecture check at the start"))
+    }
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// One program that runs `first` and, where `first` allows, `then`: each
+/// ALLOW of `first` becomes a jump to `then`'s syscall-number load (its
+/// arch check is `first`'s). Lengths are unchanged, so no other jump moves.
+fn chain(
+    mut first: Vec<libc::sock_filter>,
+    then: &[libc::sock_filter],
+) -> Result<Vec<libc::sock_filter>, FilterError> {
+    check_start(&first)?;
+    check_start(then)?;
+    let end = first.len();
+    for (i, ins) in first.iter_mut().enumerate() {
+        if is(ins, BPF_RET_K, RET_ALLOW) {
+            let k = u32::try_from(end - i - 1).map_err(|_| FilterError::Shape("too long"))?;
+            *ins = stmt(BPF_JMP_JA, k);
+        }
+    }
+    first.extend_from_slice(&then[ARCH_CHECK..]);
+    Ok(first)
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// The program as installed:
+/// - first, a load the kernel cannot treat as constant. When a filter is
+///   attached, the kernel runs it in an emulator for every syscall number
+///   of every ABI, to cache the ones it always allows; it stops at the
+///   first non-constant load. Without this, that emulation is most of the
+///   filter's cost (about 0.2 ms per tool, measured: it is paid in every
+///   process, since each call attaches the filter anew), while running the
+///   JIT-compiled filter on each syscall costs nanoseconds. The value is
+///   overwritten by the next load;
+/// - on x86_64, after the syscall number is loaded: x32 syscalls (bit 30)
+///   refused, since they would alias the numbers the rules check.
+///
+/// Nothing before the insertion point jumps past it ([`check_start`]).
+fn finish(p: Vec<libc::sock_filter>) -> Result<Vec<libc::sock_filter>, FilterError> {
+    check_start(&p)?;
+    let mut out = Vec::with_capacity(p.len() + 3);
+    out.push(stmt(BPF_LD_W_ABS, OFFSET_IP));
+    out.extend_from_slice(&p[..=ARCH_CHECK]);
     if cfg!(target_arch = "x86_64") {
-        // x32 syscalls (bit 30) would alias the numbers below.
-        f.push(jump(BPF_JMP_JGE_K, 0x4000_0000, 0, 1));
-        f.push(stmt(BPF_RET_K, ret_errno(libc::EPERM)));
+        out.push(jump(BPF_JMP_JGE_K, 0x4000_0000, 0, 1));
+        out.push(stmt(BPF_RET_K, ret_errno(libc::EPERM)));
     }
-    f
+    out.extend_from_slice(&p[ARCH_CHECK + 1..]);
+    // BPF_MAXINSNS: the kernel refuses longer programs, and the u16 length
+    // of `sock_fprog` holds it.
+    if out.len() > 4096 {
+        return Err(FilterError::Shape("longer than 4096 instructions"));
+    }
+    Ok(out)
 }
 
-/// No set-user-ID or set-group-ID file: not by chmod, nor created so.
-/// openat2 passes its mode in memory: ENOSYS makes libc and runtimes fall
-/// back to openat.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-pub(super) fn no_setid_entries() -> Vec<(u32, Action)> {
-    let no_setid = |mode, flags| Action::NoSetId { mode, flags };
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
-    let mut entries = vec![
-        (libc::SYS_fchmod as u32, no_setid(1, None)),
-        (libc::SYS_fchmodat as u32, no_setid(2, None)),
-        (libc::SYS_fchmodat2 as u32, no_setid(2, None)),
-        (libc::SYS_mknodat as u32, no_setid(2, None)),
-        (libc::SYS_openat as u32, no_setid(3, Some(2))),
-        (libc::SYS_openat2 as u32, Action::Errno(libc::ENOSYS)),
-    ];
-    #[cfg(target_arch = "x86_64")]
-    entries.extend([
-        (libc::SYS_chmod as u32, no_setid(1, None)),
-        (libc::SYS_mknod as u32, no_setid(1, None)),
-        (libc::SYS_creat as u32, no_setid(1, None)),
-        (libc::SYS_open as u32, no_setid(2, Some(1))),
-    ]);
-    entries
-}
-
 /// The tool's seccomp filter; with `network_off`, sockets of any family but
 /// `AF_UNIX` are refused too.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-pub(super) fn build_filter(network_off: bool) -> Vec<libc::sock_filter> {
-    let mut f = prologue();
-    let mut entries: Vec<(u32, Action)> = DENIED_SYSCALLS
-        .iter()
-        .map(|&nr| (nr as u32, Action::Errno(libc::EPERM)))
-        .collect();
-    // clone3 passes its flags in memory, where a filter cannot look: ENOSYS
-    // makes libc fall back to clone, whose flags are checked.
-    entries.push((libc::SYS_clone3 as u32, Action::Errno(libc::ENOSYS)));
-    entries.push((libc::SYS_clone as u32, Action::CloneFlags));
-    entries.extend(no_setid_entries());
-    if network_off {
-        entries.push((libc::SYS_socket as u32, Action::UnixOnly));
-        // Only unix sockets exist then, and connecting one reaches a host
-        // daemon by path (docker.sock and friends), which Landlock before ABI 8
-        // does not confine. socketpair() still works.
-        entries.push((libc::SYS_connect as u32, Action::Errno(libc::EPERM)));
-    }
-    entries.sort_by_key(|e| e.0);
-    entries.dedup_by_key(|e| e.0);
-    f.extend(search(&entries));
-    f
+pub(super) fn build_filter(network_off: bool) -> Result<Vec<libc::sock_filter>, FilterError> {
+    program(eperm_rules(network_off)?, enosys_rules())
 }
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// The installed program for a policy: what `eperm` names refused with
+/// EPERM, then what `enosys` names with ENOSYS, the rest allowed.
+fn program(eperm: Rules, enosys: Rules) -> Result<Vec<libc::sock_filter>, FilterError> {
+    let eperm = compile(eperm, libc::EPERM)?;
+    let enosys = compile(enosys, libc::ENOSYS)?;
+    finish(chain(eperm, &enosys)?)
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 /// The filter the docker backend's helper puts on a container's tool
 /// (contract case 42 there): no set-user-ID or set-group-ID file, by chmod,
 /// mknod or a creating open; openat2 ENOSYS (its mode is in memory);
 /// io_uring refused (its opens are out of the filter's sight). The engine's
 /// own profile does the rest. Other ABIs are killed, as in [`build_filter`].
 /// As the kernel takes it: 8-byte `sock_filter` records, native byte order.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-pub(crate) fn container_filter() -> Vec<u8> {
-    let mut f = prologue();
-    let mut entries = no_setid_entries();
-    entries.extend([
-        (libc::SYS_io_uring_setup as u32, Action::Errno(libc::EPERM)),
-        (libc::SYS_io_uring_enter as u32, Action::Errno(libc::EPERM)),
-        (
-            libc::SYS_io_uring_register as u32,
-            Action::Errno(libc::EPERM),
-        ),
-    ]);
-    entries.sort_by_key(|e| e.0);
-    f.extend(search(&entries));
+pub(crate) fn container_filter() -> Result<Vec<u8>, FilterError> {
+    let mut eperm = Rules::new();
+    no_setid_rules(&mut eperm)?;
+    for nr in [
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+    ] {
+        eperm.insert(nr, Vec::new());
+    }
+    let enosys = [(libc::SYS_openat2, Vec::new())].into_iter().collect();
+    let f = program(eperm, enosys)?;
     let mut bytes = Vec::with_capacity(f.len() * 8);
     for i in f {
         bytes.extend_from_slice(&i.code.to_ne_bytes());
@@ -314,24 +417,25 @@ pub(crate) fn container_filter() -> Vec<u8> {
         bytes.push(i.jf);
         bytes.extend_from_slice(&i.k.to_ne_bytes());
     }
-    bytes
+    Ok(bytes)
 }
 
 /// The filter for this network setting, built once per process; `None` on
-/// architectures the filter does not know.
+/// architectures the filter does not know, or if it could not be built
+/// (logged once).
 pub(super) fn seccomp_filter(network_off: bool) -> Option<&'static [libc::sock_filter]> {
+    static OFF: OnceLock<Option<Vec<libc::sock_filter>>> = OnceLock::new();
+    static ON: OnceLock<Option<Vec<libc::sock_filter>>> = OnceLock::new();
+    let cell = if network_off { &OFF } else { &ON };
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    {
-        static OFF: OnceLock<Vec<libc::sock_filter>> = OnceLock::new();
-        static ON: OnceLock<Vec<libc::sock_filter>> = OnceLock::new();
-        let cell = if network_off { &OFF } else { &ON };
-        Some(cell.get_or_init(|| build_filter(network_off)).as_slice())
-    }
+    let build = || {
+        build_filter(network_off)
+            .inspect_err(|e| tracing::error!("direct backend: {e}"))
+            .ok()
+    };
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        let _ = network_off;
-        None
-    }
+    let build = || None;
+    cell.get_or_init(build).as_deref()
 }
 
 /// Whether the kernel has seccomp filtering (`PR_GET_SECCOMP` answers).
@@ -344,6 +448,12 @@ pub(crate) fn seccomp_available() -> bool {
 #[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod tests {
     use super::*;
+
+    const BPF_ALU_AND_K: u16 = 0x04 | 0x50;
+    const BPF_JMP_JGT_K: u16 = 0x05 | 0x20;
+    const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
+    /// The first argument in `struct seccomp_data`.
+    const OFFSET_ARG0: u32 = 16;
 
     /// Runs a classic BPF program the way the kernel would, on one
     /// seccomp_data; returns the action and the number of steps taken.
@@ -369,17 +479,28 @@ mod tests {
                         OFFSET_NR => nr,
                         OFFSET_ARCH => arch,
                         OFFSET_IP => 0x7fff_0000,
-                        k if (OFFSET_ARG0..OFFSET_ARG0 + 32).contains(&k) && k % 8 == 0 => {
-                            args[((k - OFFSET_ARG0) / 8) as usize]
+                        k if (OFFSET_ARG0..OFFSET_ARG0 + 48).contains(&k)
+                            && k.is_multiple_of(4) =>
+                        {
+                            let n = ((k - OFFSET_ARG0) / 8) as usize;
+                            // Low halves carry the argument, high halves 0.
+                            if (k - OFFSET_ARG0).is_multiple_of(8) {
+                                args.get(n).copied().unwrap_or(0)
+                            } else {
+                                0
+                            }
                         }
                         k => panic!("load of offset {k}"),
                     }
                 }
+                BPF_ALU_AND_K => a &= i.k,
                 BPF_RET_K => return (i.k, steps),
-                BPF_JMP_JEQ_K | BPF_JMP_JGE_K | BPF_JMP_JSET_K => {
+                BPF_JMP_JA => pc += i.k as usize,
+                BPF_JMP_JEQ_K | BPF_JMP_JGE_K | BPF_JMP_JGT_K | BPF_JMP_JSET_K => {
                     let taken = match i.code {
                         BPF_JMP_JEQ_K => a == i.k,
                         BPF_JMP_JGE_K => a >= i.k,
+                        BPF_JMP_JGT_K => a > i.k,
                         _ => a & i.k != 0,
                     };
                     pc += usize::from(if taken { i.jt } else { i.jf });
@@ -387,13 +508,14 @@ mod tests {
                 c => panic!("unexpected opcode {c:#x}"),
             }
             pc += 1;
+            assert!(pc < f.len(), "ran off the end");
         }
     }
 
     #[test]
-    pub(super) fn the_filter_denies_exactly_its_list_and_stays_shallow() {
+    pub(super) fn the_filter_denies_exactly_its_list() {
         for network_off in [false, true] {
-            let f = build_filter(network_off);
+            let f = build_filter(network_off).unwrap();
             assert!(f.len() < 4096);
             // The kernel's constant-action cache emulation stops here.
             assert_eq!((f[0].code, f[0].k), (BPF_LD_W_ABS, OFFSET_IP));
@@ -416,8 +538,9 @@ mod tests {
                 };
                 assert_eq!(action, want, "nr {nr}, network_off {network_off}");
             }
-            // A binary search, not a list: a syscall costs a few comparisons.
-            assert!(deepest <= 21, "deepest path {deepest}");
+            // The path of a syscall that no rule names runs every
+            // number comparison once: a bounded, short list.
+            assert!(deepest <= 2 * 90, "deepest path {deepest}");
             // Arguments: namespaces in clone, socket families.
             let clone = libc::SYS_clone as u32;
             assert_eq!(
@@ -471,5 +594,76 @@ mod tests {
                 assert_eq!(eval(&f, AUDIT_ARCH, 0x4000_0000 | 59, 0).0, eperm);
             }
         }
+    }
+
+    /// The docker helper's filter, read back from the bytes it is given:
+    /// set-ID modes and io_uring refused, openat2 ENOSYS, the rest allowed.
+    #[test]
+    fn the_container_filter_refuses_setid_modes_and_io_uring_only() {
+        let bytes = container_filter().unwrap();
+        assert_eq!(bytes.len() % 8, 0);
+        let f: Vec<libc::sock_filter> = bytes
+            .chunks_exact(8)
+            .map(|c| libc::sock_filter {
+                code: u16::from_ne_bytes([c[0], c[1]]),
+                jt: c[2],
+                jf: c[3],
+                k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+            })
+            .collect();
+        assert_eq!((f[0].code, f[0].k), (BPF_LD_W_ABS, OFFSET_IP));
+        let eperm = ret_errno(libc::EPERM);
+        let at = |nr: libc::c_long, args| eval_args(&f, AUDIT_ARCH, nr as u32, args).0;
+        for nr in 0..1024u32 {
+            let want = if [
+                libc::SYS_io_uring_setup,
+                libc::SYS_io_uring_enter,
+                libc::SYS_io_uring_register,
+            ]
+            .contains(&(nr as libc::c_long))
+            {
+                eperm
+            } else if nr == libc::SYS_openat2 as u32 {
+                ret_errno(libc::ENOSYS)
+            } else {
+                RET_ALLOW
+            };
+            assert_eq!(eval(&f, AUDIT_ARCH, nr, 0).0, want, "nr {nr}");
+        }
+        assert_eq!(at(libc::SYS_fchmodat, [3, 0, 0o4755, 0]), eperm);
+        assert_eq!(at(libc::SYS_fchmodat, [3, 0, 0o755, 0]), RET_ALLOW);
+        let creat = libc::O_CREAT as u32 | libc::O_WRONLY as u32;
+        assert_eq!(at(libc::SYS_openat, [3, 0, creat, 0o2755]), eperm);
+        assert_eq!(at(libc::SYS_openat, [3, 0, 0, 0o2755]), RET_ALLOW);
+        // Policy the container does not carry: namespaces, ptrace.
+        let ns = (libc::CLONE_NEWUSER | libc::SIGCHLD) as u32;
+        assert_eq!(at(libc::SYS_clone, [ns, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(eval(&f, 0x4000_0003, 1, 0).0, RET_KILL);
+    }
+
+    /// The splices refuse a program that does not start with the arch
+    /// check they rely on, rather than misplace a jump.
+    #[test]
+    fn the_splices_refuse_a_program_of_another_shape() {
+        let good = compile(enosys_rules(), libc::ENOSYS).unwrap();
+        assert!(finish(good.clone()).is_ok());
+        assert!(chain(good.clone(), &good).is_ok());
+        let mut moved = good.clone();
+        moved[1].jt = 2;
+        assert!(matches!(finish(moved.clone()), Err(FilterError::Shape(_))));
+        assert!(matches!(
+            chain(good.clone(), &moved),
+            Err(FilterError::Shape(_))
+        ));
+        let other_arch = {
+            let mut p = good.clone();
+            p[1].k ^= 1;
+            p
+        };
+        assert!(matches!(finish(other_arch), Err(FilterError::Shape(_))));
+        assert!(matches!(
+            finish(good[..3].to_vec()),
+            Err(FilterError::Shape(_))
+        ));
     }
 }

@@ -73,6 +73,6 @@ pub use isolation::IsolationLevel;
 pub use mcp::serve as serve_mcp;
 pub use outcome::{Outcome, OutcomeKind, RunOutput};
 pub use paths::{AllowedDir, AllowedDirSpec, PathError, ResolvedPath};
-pub use plan::{BackendKind, ExecPlan, Limits, Mount};
+pub use plan::{BackendKind, ExecPlan, Limits, Mount, UnknownName};
 pub use sandbox::{RunRequest, Sandbox, SandboxError, ToolCallOutput, TypedTool};
 pub use tools::toolbox::Toolbox;

@@ -53,15 +53,36 @@ impl fmt::Display for BackendKind {
 }
 
 impl FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
         match s {
             "direct" => Ok(BackendKind::Direct),
             "docker" => Ok(BackendKind::Docker),
             "wasm" => Ok(BackendKind::Wasm),
-            other => Err(format!(
-                "unknown backend {other:?} (expected direct, docker or wasm)"
-            )),
+            other => Err(UnknownName::new("backend", other, "direct, docker or wasm")),
+        }
+    }
+}
+
+/// A name that is none of a setting's values (`"podman"` for a backend):
+/// the `FromStr` error of toolhost's named settings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {given:?} (expected {expected})")]
+pub struct UnknownName {
+    /// The setting (`backend`, `capability`, ...).
+    pub what: &'static str,
+    /// The name given.
+    pub given: String,
+    /// The names it takes, as a sentence (`direct, docker or wasm`).
+    pub expected: &'static str,
+}
+
+impl UnknownName {
+    pub(crate) fn new(what: &'static str, given: &str, expected: &'static str) -> Self {
+        UnknownName {
+            what,
+            given: given.to_string(),
+            expected,
         }
     }
 }

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use crate::plan::BackendKind;
+use crate::plan::{BackendKind, UnknownName};
 
 /// Which backend a config or a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -63,13 +63,14 @@ impl fmt::Display for BackendChoice {
 }
 
 impl FromStr for BackendChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
         match s {
             "auto" => Ok(BackendChoice::Auto),
-            other => other.parse::<BackendKind>().map(Into::into).map_err(|_| {
-                format!("unknown backend {other:?} (expected direct, docker, wasm or auto)")
-            }),
+            other => other
+                .parse::<BackendKind>()
+                .map(Into::into)
+                .map_err(|_| UnknownName::new("backend", other, "direct, docker, wasm or auto")),
         }
     }
 }

@@ -1,16 +1,19 @@
 //! The `[docker]` section: the engine, the image and how containers are
 //! made, with its checks.
 
+use serde::Deserialize;
+
 use super::ConfigError;
-use super::keys::{DOCKER_KEYS, boolean, strings, type_error, uint};
 
 /// Settings of the `[docker]` section: the engine, the image and how
 /// containers are made.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields, expecting = "a table")]
 #[non_exhaustive]
 pub struct DockerConfig {
     /// Image every call runs in. No default: the docker backend refuses calls
     /// until one is set, and never pulls one unless `pull` is true.
+    #[serde(deserialize_with = "super::keys::some")]
     pub image: Option<String>,
     /// User (`uid[:gid]` or a name the image knows) the tool runs as in the
     /// container. Default (`None`): the owner (uid:gid) of the read-write
@@ -18,6 +21,7 @@ pub struct DockerConfig {
     /// owner; refused when they have different owners or the engine remaps
     /// uids (userns-remap, rootless), until this is set. Root is refused here:
     /// a tool runs as root only when root owns its workspace.
+    #[serde(deserialize_with = "super::keys::some")]
     pub user: Option<String>,
     /// Host paths bind-mounted read-only at the same path in every container,
     /// besides the allowed dirs (absolute paths).
@@ -28,14 +32,18 @@ pub struct DockerConfig {
     pub pull: bool,
     /// Engine address: `unix:///path/docker.sock`, `tcp://host:port` or
     /// `https://host:port`. Default: `$DOCKER_HOST`, else the local socket.
+    #[serde(deserialize_with = "super::keys::some")]
     pub host: Option<String>,
     /// TLS client files for a `tcp://`/`https://` engine (CA, certificate,
     /// key); all three, or none. Default: `$DOCKER_CERT_PATH/{ca,cert,key}.pem`
     /// when `$DOCKER_TLS_VERIFY` is set.
+    #[serde(deserialize_with = "super::keys::some")]
     pub tls_ca: Option<std::path::PathBuf>,
     /// TLS client certificate (see `tls_ca`).
+    #[serde(deserialize_with = "super::keys::some")]
     pub tls_cert: Option<std::path::PathBuf>,
     /// TLS client key (see `tls_ca`).
+    #[serde(deserialize_with = "super::keys::some")]
     pub tls_key: Option<std::path::PathBuf>,
     /// Warm mode: one container per sandbox, kept running, with toolhost's
     /// command server as its init running each call. Much faster; calls share
@@ -62,95 +70,76 @@ impl Default for DockerConfig {
     }
 }
 
+/// Whether a `docker.user` names uid 0: `root`, or any spelling of 0 the
+/// engine reads as a number (Go's `strconv.Atoi`: one optional sign, then
+/// digits), so `0`, `00`, `+0` and `-0`.
+fn names_root(user: &str) -> bool {
+    let name = user.split(':').next().unwrap_or("");
+    let digits = name.strip_prefix(['+', '-']).unwrap_or(name);
+    name == "root" || (!digits.is_empty() && digits.bytes().all(|b| b == b'0'))
+}
+
 impl DockerConfig {
-    pub(super) fn apply(
-        &mut self,
-        full: &str,
-        key: &str,
-        v: &toml::Value,
-    ) -> Result<(), ConfigError> {
-        let string = |v: &toml::Value| -> Result<String, ConfigError> {
-            match v.as_str() {
-                Some("") => Err(ConfigError::key(full, "must not be empty")),
-                Some(s) if s.contains('\0') => Err(ConfigError::key(full, "must not contain NUL")),
-                Some(s) => Ok(s.to_string()),
-                None => Err(type_error(full, "a string", v)),
-            }
+    /// Checks the section's values; [`crate::SandboxConfig::validate`] runs
+    /// it. Run it yourself before giving a config built in code to
+    /// [`crate::backend::docker::DockerBackend::new`] directly.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let string = |key: &str, v: &Option<String>| match v.as_deref() {
+            Some("") => Err(ConfigError::key(key, "must not be empty")),
+            Some(s) if s.contains('\0') => Err(ConfigError::key(key, "must not contain NUL")),
+            _ => Ok(()),
         };
-        let path = |v: &toml::Value| -> Result<std::path::PathBuf, ConfigError> {
-            let s = string(v)?;
-            if !std::path::Path::new(&s).is_absolute() {
+        string("docker.image", &self.image)?;
+        string("docker.user", &self.user)?;
+        string("docker.host", &self.host)?;
+        if self.user.as_deref().is_some_and(names_root) {
+            return Err(ConfigError::key(
+                "docker.user",
+                "must not be root: leave it unset, and a tool runs as the allowed dirs' owner (root only when root owns them, under toolhost's set-ID filter)",
+            ));
+        }
+        for (i, p) in self.extra_ro_mounts.iter().enumerate() {
+            let s = p.to_string_lossy();
+            if !p.is_absolute() || s.contains([':', '\0']) {
                 return Err(ConfigError::key(
-                    full,
-                    format!("{s:?} must be an absolute path"),
-                ));
-            }
-            Ok(s.into())
-        };
-        match key {
-            "image" => self.image = Some(string(v)?),
-            "user" => {
-                let u = string(v)?;
-                let name = u.split(':').next().unwrap_or("");
-                // `0`, `00`, `+0`...: any spelling of uid 0, as the engine
-                // parses it.
-                if name == "root" || name.parse::<u64>().is_ok_and(|n| n == 0) {
-                    return Err(ConfigError::key(
-                        full,
-                        "must not be root: leave it unset, and a tool runs as the allowed dirs' owner (root only when root owns them, under toolhost's set-ID filter)",
-                    ));
-                }
-                self.user = Some(u);
-            }
-            "extra_ro_mounts" => {
-                let mut out = Vec::new();
-                for (i, s) in strings(full, v)?.into_iter().enumerate() {
-                    if !std::path::Path::new(&s).is_absolute() || s.contains([':', '\0']) {
-                        return Err(ConfigError::key(
-                            &format!("{full}[{i}]"),
-                            format!("{s:?} must be an absolute path without ':'"),
-                        ));
-                    }
-                    out.push(s.into());
-                }
-                self.extra_ro_mounts = out;
-            }
-            "tmpfs_size_mb" => {
-                let n = uint(full, v)?;
-                if n == 0 || n > 1 << 20 {
-                    return Err(ConfigError::key(full, "must be from 1 to 1048576"));
-                }
-                self.tmpfs_size_mb = n;
-            }
-            "pull" => self.pull = boolean(full, v)?,
-            "warm" => self.warm = boolean(full, v)?,
-            "host" => {
-                let h = string(v)?;
-                if !["unix://", "tcp://", "http://", "https://"]
-                    .iter()
-                    .any(|p| h.starts_with(p))
-                {
-                    return Err(ConfigError::key(
-                        full,
-                        format!("{h:?} must start with unix://, tcp://, http:// or https://"),
-                    ));
-                }
-                self.host = Some(h);
-            }
-            "tls_ca" => self.tls_ca = Some(path(v)?),
-            "tls_cert" => self.tls_cert = Some(path(v)?),
-            "tls_key" => self.tls_key = Some(path(v)?),
-            _ => {
-                return Err(ConfigError::key(
-                    full,
-                    format!("unknown key (known keys: {})", DOCKER_KEYS.join(", ")),
+                    &format!("docker.extra_ro_mounts[{i}]"),
+                    format!("{s:?} must be an absolute path without ':'"),
                 ));
             }
         }
-        Ok(())
-    }
-
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.tmpfs_size_mb == 0 || self.tmpfs_size_mb > 1 << 20 {
+            return Err(ConfigError::key(
+                "docker.tmpfs_size_mb",
+                "must be from 1 to 1048576",
+            ));
+        }
+        if let Some(h) = &self.host
+            && !["unix://", "tcp://", "http://", "https://"]
+                .iter()
+                .any(|p| h.starts_with(p))
+        {
+            return Err(ConfigError::key(
+                "docker.host",
+                format!("{h:?} must start with unix://, tcp://, http:// or https://"),
+            ));
+        }
+        for (key, p) in [
+            ("docker.tls_ca", &self.tls_ca),
+            ("docker.tls_cert", &self.tls_cert),
+            ("docker.tls_key", &self.tls_key),
+        ] {
+            if let Some(p) = p {
+                if p.to_string_lossy().contains('\0') {
+                    return Err(ConfigError::key(key, "must not contain NUL"));
+                }
+                if !p.is_absolute() {
+                    return Err(ConfigError::key(
+                        key,
+                        format!("{:?} must be an absolute path", p.to_string_lossy()),
+                    ));
+                }
+            }
+        }
         let set = [&self.tls_ca, &self.tls_cert, &self.tls_key]
             .iter()
             .filter(|p| p.is_some())

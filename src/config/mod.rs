@@ -6,16 +6,18 @@
 //! default.
 //!
 //! The parts: [`SandboxConfig`] and its defaults here; `docker` and `wasm`
-//! (their sections); `keys` (reading TOML values, each error naming its
-//! key).
+//! (their sections); `keys` (the serde helpers for values serde has no
+//! type for, and the key list read back from the derived impls).
+//!
+//! Reading is two steps: serde checks each value's type as the file is read
+//! (`deny_unknown_fields`, and `serde_path_to_error` for the key path of an
+//! error, `docker.imgae` or `env_allowlist[0]`), then [`SandboxConfig::validate`]
+//! checks the values, for configs built in code as well.
 
 use std::path::Path;
 use std::time::Duration;
 
-use keys::{
-    DOCKER_KEYS, TOP_LEVEL_KEYS, WASM_KEYS, boolean, check_duration, seconds, strings, type_error,
-    uint, where_read,
-};
+use keys::{check_duration, field_names, where_read};
 
 mod backend;
 mod docker;
@@ -50,9 +52,16 @@ impl ConfigError {
 ///
 /// Limits of 0 for `max_memory_mb`, `max_cpu_seconds`, `max_processes` and
 /// `max_file_size_mb` disable that limit.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// `Deserialize` reads the TOML shape (keys missing keep their defaults,
+/// unknown keys are refused); [`SandboxConfig::from_toml_str`] adds the
+/// key path to errors and runs [`SandboxConfig::validate`], which a config
+/// read any other way must pass too ([`crate::Sandbox::new`] runs it).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
     /// Wall-clock limit for one call; the whole process tree is killed at it. Default 15 s.
+    #[serde(deserialize_with = "keys::seconds")]
     pub timeout: Duration,
     /// Output budget for one call: stdout keeps 80% of it, stderr the rest. Default 10 MiB.
     pub max_output_bytes: u64,
@@ -86,35 +95,44 @@ pub struct SandboxConfig {
     /// (`.git`); an empty list protects nothing.
     pub protected_paths: Vec<String>,
     /// Backend that runs calls. Default `direct`.
+    #[serde(deserialize_with = "keys::parsed")]
     pub backend: BackendChoice,
     /// Calls allowed per `rate_limit_window` per session; 0 disables. Default 60.
     pub rate_limit_calls: u64,
     /// Window of the rate limit. Default 60 s.
+    #[serde(deserialize_with = "keys::seconds")]
     pub rate_limit_window: Duration,
     /// On Linux, mark the toolhost process non-dumpable so that tools running as
     /// the same user cannot read its `/proc/PID/environ` (host secrets). Default true.
     pub protect_host_environ: bool,
     /// The agent tools' audit log (one hash-chained JSON line per call), if
     /// any. Default none.
+    #[serde(deserialize_with = "keys::some")]
     pub audit_log: Option<std::path::PathBuf>,
     /// The highest permission level of a tool an agent may call. Default
     /// `dangerous` (no cap).
+    #[serde(deserialize_with = "keys::parsed")]
     pub max_permission_level: crate::policy::Level,
     /// Capabilities no tool may have. Default none.
+    #[serde(deserialize_with = "keys::parsed_list")]
     pub blocked_capabilities: Vec<crate::policy::Capability>,
     /// Kernel isolation of the `direct` backend (see [`crate::isolation`]).
     /// Default `best-effort` on Linux, `off` elsewhere.
+    #[serde(deserialize_with = "keys::isolation")]
     pub isolation: crate::isolation::IsolationLevel,
     /// Paths every `direct` tool may read and execute under Landlock, besides
     /// the allowed dirs. Default [`crate::isolation::DEFAULT_SYSTEM_READ_PATHS`].
     pub isolation_read_paths: Vec<std::path::PathBuf>,
     /// `[docker]` section.
+    #[serde(deserialize_with = "keys::table")]
     pub docker: DockerConfig,
     /// `[wasm]` section.
+    #[serde(deserialize_with = "keys::table")]
     pub wasm: WasmConfig,
     /// The file this config was read from ([`SandboxConfig::from_file`]), if
     /// any: toolhost state, which no writable allowed dir may hold (a tool
     /// could otherwise loosen the next session's limits).
+    #[serde(skip)]
     pub config_file: Option<std::path::PathBuf>,
 }
 
@@ -258,12 +276,16 @@ impl SandboxConfig {
     /// Every key a config file may set, sections as `docker.image` and
     /// `wasm.tool_dirs` (the section names themselves are not listed).
     pub fn keys() -> Vec<String> {
-        let top = TOP_LEVEL_KEYS
+        let top = field_names::<SandboxConfig>()
             .iter()
             .filter(|k| !matches!(**k, "docker" | "wasm"))
             .map(|k| k.to_string());
-        let docker = DOCKER_KEYS.iter().map(|k| format!("docker.{k}"));
-        let wasm = WASM_KEYS.iter().map(|k| format!("wasm.{k}"));
+        let docker = field_names::<DockerConfig>()
+            .iter()
+            .map(|k| format!("docker.{k}"));
+        let wasm = field_names::<WasmConfig>()
+            .iter()
+            .map(|k| format!("wasm.{k}"));
         top.chain(docker).chain(wasm).collect()
     }
 
@@ -287,101 +309,29 @@ impl SandboxConfig {
 
     /// Parses and validates TOML text. Keys not given keep their defaults.
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError {
+        let toml = toml::Deserializer::parse(text).map_err(|e| ConfigError {
             key: None,
             message: format!("invalid TOML: {}", e.message()),
         })?;
-        let mut cfg = SandboxConfig::default();
-        for (key, value) in &table {
-            cfg.apply(key, value)?;
-        }
+        let cfg: SandboxConfig = serde_path_to_error::deserialize(toml).map_err(|e| {
+            let path = e.path().to_string();
+            let message = e.into_inner().message().to_string();
+            // The toml crate hands a date-time to serde as a table of one
+            // private key: name the key that holds it, not that one.
+            let (path, message) = match path.split_once(".$__toml_private") {
+                Some((holder, _)) => (holder.to_string(), "unexpected date-time".to_string()),
+                None if path.starts_with("$__toml_private") => {
+                    (".".to_string(), "unexpected date-time".to_string())
+                }
+                None => (path, message),
+            };
+            ConfigError {
+                key: (path != ".").then_some(path),
+                message,
+            }
+        })?;
         cfg.validate()?;
         Ok(cfg)
-    }
-
-    fn apply(&mut self, key: &str, value: &toml::Value) -> Result<(), ConfigError> {
-        match key {
-            "timeout" => self.timeout = seconds(key, value)?,
-            "max_output_bytes" => self.max_output_bytes = uint(key, value)?,
-            "max_memory_mb" => self.max_memory_mb = uint(key, value)?,
-            "max_cpu_seconds" => self.max_cpu_seconds = uint(key, value)?,
-            "max_processes" => self.max_processes = uint(key, value)?,
-            "max_file_size_mb" => self.max_file_size_mb = uint(key, value)?,
-            "allow_network" => self.allow_network = boolean(key, value)?,
-            "env_allowlist" => self.env_allowlist = strings(key, value)?,
-            "shell_allowed_binaries" => self.shell_allowed_binaries = strings(key, value)?,
-            "shell_allow_strings" => self.shell_allow_strings = boolean(key, value)?,
-            "shell_allow_writable_path" => self.shell_allow_writable_path = boolean(key, value)?,
-            "write_denied_extensions" => self.write_denied_extensions = strings(key, value)?,
-            "protected_paths" => self.protected_paths = strings(key, value)?,
-            "backend" => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| type_error(key, "a string", value))?;
-                self.backend = s.parse().map_err(|e: String| ConfigError::key(key, e))?;
-            }
-            "rate_limit_calls" => self.rate_limit_calls = uint(key, value)?,
-            "rate_limit_window" => self.rate_limit_window = seconds(key, value)?,
-            "protect_host_environ" => self.protect_host_environ = boolean(key, value)?,
-            "audit_log" => {
-                let s = value
-                    .as_str()
-                    .filter(|s| !s.is_empty())
-                    .ok_or_else(|| type_error(key, "a non-empty path", value))?;
-                self.audit_log = Some(s.into());
-            }
-            "max_permission_level" => {
-                let s = value.as_str().ok_or_else(|| {
-                    type_error(key, "\"safe\", \"cautious\" or \"dangerous\"", value)
-                })?;
-                self.max_permission_level =
-                    s.parse().map_err(|e: String| ConfigError::key(key, e))?;
-            }
-            "blocked_capabilities" => {
-                self.blocked_capabilities = strings(key, value)?
-                    .iter()
-                    .map(|c| c.parse().map_err(|e: String| ConfigError::key(key, e)))
-                    .collect::<Result<_, _>>()?;
-            }
-            "isolation" => {
-                let s = value.as_str().ok_or_else(|| {
-                    type_error(key, "\"strict\", \"best-effort\" or \"off\"", value)
-                })?;
-                self.isolation = crate::isolation::IsolationLevel::parse(s).ok_or_else(|| {
-                    ConfigError::key(
-                        key,
-                        format!("{s:?} is not one of \"strict\", \"best-effort\", \"off\""),
-                    )
-                })?;
-            }
-            "isolation_read_paths" => {
-                self.isolation_read_paths =
-                    strings(key, value)?.into_iter().map(Into::into).collect();
-            }
-            "wasm" => {
-                let t = value
-                    .as_table()
-                    .ok_or_else(|| type_error(key, "a table", value))?;
-                for (k, v) in t {
-                    self.wasm.apply(&format!("wasm.{k}"), k, v)?;
-                }
-            }
-            "docker" => {
-                let t = value
-                    .as_table()
-                    .ok_or_else(|| type_error(key, "a table", value))?;
-                for (k, v) in t {
-                    self.docker.apply(&format!("docker.{k}"), k, v)?;
-                }
-            }
-            _ => {
-                return Err(ConfigError::key(
-                    key,
-                    format!("unknown key (known keys: {})", TOP_LEVEL_KEYS.join(", ")),
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// Checks values that are valid TOML of the right type but cannot be enforced.
@@ -399,6 +349,24 @@ impl SandboxConfig {
                 "max_output_bytes",
                 "too large for this platform",
             ));
+        }
+        // TOML integers are 64-bit signed: a larger value is no number a
+        // file could mean, and an rlimit that large is no limit at all.
+        for (key, v) in [
+            ("max_output_bytes", self.max_output_bytes),
+            ("max_memory_mb", self.max_memory_mb),
+            ("max_cpu_seconds", self.max_cpu_seconds),
+            ("max_processes", self.max_processes),
+            ("max_file_size_mb", self.max_file_size_mb),
+            ("rate_limit_calls", self.rate_limit_calls),
+            ("wasm.cache_max_mb", self.wasm.cache_max_mb),
+        ] {
+            if i64::try_from(v).is_err() {
+                return Err(ConfigError::key(
+                    key,
+                    format!("{v} is out of range (at most {})", i64::MAX),
+                ));
+            }
         }
         // MiB values are multiplied into bytes; refuse values that overflow.
         for (key, v) in [
@@ -440,6 +408,13 @@ impl SandboxConfig {
         crate::protected::ProtectedPaths::parse(&self.protected_paths)
             .map_err(|m| ConfigError::key("protected_paths", m))?;
         check_duration("rate_limit_window", self.rate_limit_window)?;
+        if self
+            .audit_log
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            return Err(ConfigError::key("audit_log", "must be a non-empty path"));
+        }
         for p in &self.isolation_read_paths {
             let s = p.to_string_lossy();
             if !p.is_absolute()
@@ -453,6 +428,7 @@ impl SandboxConfig {
             }
         }
         self.docker.validate()?;
+        self.wasm.validate()?;
         Ok(())
     }
 }
@@ -604,6 +580,14 @@ mod tests {
             ("timeout = -1", "timeout"),
             ("timeout = nan", "timeout"),
             ("timeout = 1e9", "timeout"),
+            ("timeout = 1e30", "timeout"),
+            ("timeout = inf", "timeout"),
+            ("isolation = \"x\"", "isolation"),
+            ("[wasm]\ncpu_meter = 1", "wasm.cpu_meter"),
+            ("wasm = [1]", "wasm"),
+            ("[wasm]\ncpu_meter = { fuel = {} }", "wasm.cpu_meter"),
+            ("wasm = [[\"/x\"]]", "wasm"),
+            ("docker = [\"img\"]", "docker"),
             ("max_memory_mb = -5", "max_memory_mb"),
             ("max_memory_mb = 1.5", "max_memory_mb"),
             ("max_file_size_mb = 9223372036854775807", "max_file_size_mb"),
@@ -642,6 +626,12 @@ mod tests {
             ("[docker]\nuser = \"root\"", "docker.user"),
             ("[docker]\nuser = \"00:0\"", "docker.user"),
             ("[docker]\nuser = \"0\"", "docker.user"),
+            ("[docker]\nuser = \"-0\"", "docker.user"),
+            ("[docker]\nuser = \"-00:-0\"", "docker.user"),
+            ("docker = 1979-05-27", "docker"),
+            ("[wasm]\ncpu_meter = 1979-05-27T07:32:00Z", "wasm.cpu_meter"),
+            ("max_cpu_seconds = 18446744073709551615", "max_cpu_seconds"),
+            ("max_output_bytes = 9223372036854775808", "max_output_bytes"),
             ("[docker]\ntls_ca = \"/ca.pem\"", "docker.tls_ca"),
             ("[wasm]\nfuel = 1", "wasm.fuel"),
             ("[wasm]\ncpu_meter = \"cycles\"", "wasm.cpu_meter"),
@@ -654,6 +644,54 @@ mod tests {
             let e = err(text);
             assert_eq!(e.key.as_deref(), Some(*key), "{text}: {e}");
             assert!(e.to_string().contains(&format!("`{key}`")), "{text}: {e}");
+        }
+    }
+
+    /// Users that name uid 0 as the engine reads them are refused; the
+    /// others (names, other numbers, a group of 0) pass.
+    #[test]
+    fn docker_user_refuses_every_spelling_of_root() {
+        for root in ["root", "0", "00", "+0", "-0", "-00:-0", "0:1000"] {
+            let c = format!("[docker]\nuser = \"{root}\"");
+            assert_eq!(err(&c).key.as_deref(), Some("docker.user"), "{root}");
+        }
+        for user in ["1000", "1000:1000", "nobody", "10", "-1", "1000:0", "0a"] {
+            let c = format!("[docker]\nuser = \"{user}\"");
+            let parsed = SandboxConfig::from_toml_str(&c).unwrap();
+            assert_eq!(parsed.docker.user.as_deref(), Some(user));
+        }
+    }
+
+    /// A config built in code passes the same value checks as a file: the
+    /// refused case beside the accepted one.
+    #[test]
+    fn configs_built_in_code_are_checked_as_files_are() {
+        let mut c = SandboxConfig::default();
+        c.docker.user = Some("1000:1000".into());
+        c.wasm.pool_size = MAX_WASM_POOL_SIZE;
+        assert_eq!(c.validate(), Ok(()));
+        for (edit, key) in [
+            (
+                (|c: &mut SandboxConfig| c.docker.user = Some("0:0".into()))
+                    as fn(&mut SandboxConfig),
+                "docker.user",
+            ),
+            (
+                |c: &mut SandboxConfig| c.wasm.pool_size = MAX_WASM_POOL_SIZE + 1,
+                "wasm.pool_size",
+            ),
+            (
+                |c: &mut SandboxConfig| c.docker.extra_ro_mounts = vec!["rel".into()],
+                "docker.extra_ro_mounts[0]",
+            ),
+            (
+                |c: &mut SandboxConfig| c.audit_log = Some("".into()),
+                "audit_log",
+            ),
+        ] {
+            let mut bad = c.clone();
+            edit(&mut bad);
+            assert_eq!(bad.validate().unwrap_err().key.as_deref(), Some(key));
         }
     }
 

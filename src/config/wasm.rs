@@ -1,8 +1,9 @@
 //! The `[wasm]` section: where tools are found, CPU metering, the compile
 //! cache and the instance pool.
 
+use serde::Deserialize;
+
 use super::ConfigError;
-use super::keys::{WASM_KEYS, boolean, strings, type_error, uint};
 
 /// How the wasm backend meters guest CPU time for `max_cpu_seconds`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -16,8 +17,24 @@ pub enum CpuMeter {
     Fuel,
 }
 
+impl std::str::FromStr for CpuMeter {
+    type Err = crate::plan::UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "epoch" => Ok(CpuMeter::Epoch),
+            "fuel" => Ok(CpuMeter::Fuel),
+            other => Err(crate::plan::UnknownName::new(
+                "cpu meter",
+                other,
+                "epoch or fuel",
+            )),
+        }
+    }
+}
+
 /// Settings of the `[wasm]` section.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields, expecting = "a table")]
 #[non_exhaustive]
 pub struct WasmConfig {
     /// Directories searched for `NAME.wasm` tools, in order, before the built-in
@@ -26,12 +43,14 @@ pub struct WasmConfig {
     /// Whether the built-in tool collection is searched. Default true.
     pub builtin_tools: bool,
     /// CPU metering for `max_cpu_seconds`. Default epoch.
+    #[serde(deserialize_with = "super::keys::parsed")]
     pub cpu_meter: CpuMeter,
     /// Whether compiled modules are cached on disk. Default true.
     pub cache: bool,
     /// Cache directory; default `$XDG_CACHE_HOME/toolhost/wasm` or
     /// `~/.cache/toolhost/wasm` (on Windows `%LOCALAPPDATA%\toolhost\wasm`
     /// first).
+    #[serde(deserialize_with = "super::keys::some")]
     pub cache_dir: Option<std::path::PathBuf>,
     /// Most MiB the disk cache holds: past it, the entries used least recently
     /// are removed after each new entry is written. 0 means no cap.
@@ -61,57 +80,25 @@ impl Default for WasmConfig {
 }
 
 impl WasmConfig {
-    pub(super) fn apply(
-        &mut self,
-        full: &str,
-        key: &str,
-        v: &toml::Value,
-    ) -> Result<(), ConfigError> {
-        match key {
-            "tool_dirs" => {
-                self.tool_dirs = strings(full, v)?.into_iter().map(Into::into).collect();
-            }
-            "builtin_tools" => self.builtin_tools = boolean(full, v)?,
-            "cpu_meter" => {
-                self.cpu_meter = match v.as_str() {
-                    Some("epoch") => CpuMeter::Epoch,
-                    Some("fuel") => CpuMeter::Fuel,
-                    Some(other) => {
-                        return Err(ConfigError::key(
-                            full,
-                            format!("unknown meter {other:?} (expected \"epoch\" or \"fuel\")"),
-                        ));
-                    }
-                    None => return Err(type_error(full, "a string", v)),
-                }
-            }
-            "cache" => self.cache = boolean(full, v)?,
-            "cache_dir" => {
-                let s = v.as_str().ok_or_else(|| type_error(full, "a string", v))?;
-                if s.is_empty() {
-                    return Err(ConfigError::key(
-                        full,
-                        "must not be empty (use cache = false)",
-                    ));
-                }
-                self.cache_dir = Some(s.into());
-            }
-            "cache_max_mb" => self.cache_max_mb = uint(full, v)?,
-            "pool_size" => {
-                let n = uint(full, v)?;
-                self.pool_size = u32::try_from(n)
-                    .ok()
-                    .filter(|n| *n <= MAX_WASM_POOL_SIZE)
-                    .ok_or_else(|| {
-                        ConfigError::key(full, format!("must be at most {MAX_WASM_POOL_SIZE}"))
-                    })?;
-            }
-            _ => {
-                return Err(ConfigError::key(
-                    full,
-                    format!("unknown key (known keys: {})", WASM_KEYS.join(", ")),
-                ));
-            }
+    /// Checks the section's values; [`crate::SandboxConfig::validate`] runs
+    /// it. Run it yourself before giving a config built in code to
+    /// [`crate::backend::wasm::WasmBackend::new`] directly.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self
+            .cache_dir
+            .as_ref()
+            .is_some_and(|d| d.as_os_str().is_empty())
+        {
+            return Err(ConfigError::key(
+                "wasm.cache_dir",
+                "must not be empty (use cache = false)",
+            ));
+        }
+        if self.pool_size > MAX_WASM_POOL_SIZE {
+            return Err(ConfigError::key(
+                "wasm.pool_size",
+                format!("must be at most {MAX_WASM_POOL_SIZE}"),
+            ));
         }
         Ok(())
     }

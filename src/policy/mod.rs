@@ -10,6 +10,8 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::plan::UnknownName;
+
 pub mod rate;
 pub mod shell;
 pub mod write;
@@ -38,14 +40,16 @@ impl Level {
 }
 
 impl std::str::FromStr for Level {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
         match s {
             "safe" => Ok(Level::Safe),
             "cautious" => Ok(Level::Cautious),
             "dangerous" => Ok(Level::Dangerous),
-            other => Err(format!(
-                "unknown permission level {other:?} (expected safe, cautious or dangerous)"
+            other => Err(UnknownName::new(
+                "permission level",
+                other,
+                "safe, cautious or dangerous",
             )),
         }
     }
@@ -81,14 +85,16 @@ impl Capability {
 }
 
 impl std::str::FromStr for Capability {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
         match s {
             "network" => Ok(Capability::Network),
             "filesystem" => Ok(Capability::Filesystem),
             "shell" => Ok(Capability::Shell),
-            other => Err(format!(
-                "unknown capability {other:?} (expected network, filesystem or shell)"
+            other => Err(UnknownName::new(
+                "capability",
+                other,
+                "network, filesystem or shell",
             )),
         }
     }

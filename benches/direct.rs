@@ -5,8 +5,17 @@
 //!    (`isolation = "best-effort"`, the Linux default: Landlock, seccomp, the
 //!    network namespace, the private tmp), unhardened (`isolation = "off"`),
 //!    and a bare `std::process::Command` spawn of the same binary, interleaved.
-//! 2. Peak RSS of `toolhost run` while the tool writes 300 MB to stdout under the
+//! 2. The same hardened call and bare spawn, interleaved again once this
+//!    process holds what an MCP server holds: a loaded wasm engine (a call
+//!    made through it) and a few hundred MB of heap.
+//! 3. Throughput with 16 concurrent callers, hardened against bare spawns
+//!    (`tokio::process::Command`).
+//! 4. Peak RSS of `toolhost run` while the tool writes 300 MB to stdout under the
 //!    default cap, against `toolhost run -- true`.
+//!
+//! The last line is JSON, for scripts: `{"bench":"direct","hardened_p50_us":...,
+//! "off_p50_us":...,"bare_p50_us":...,"hardened_with_engine_p50_us":...,
+//! "calls_per_s_16":...,"bare_calls_per_s_16":...}`.
 //!
 //! Run: `cargo bench --bench direct`. `BENCH_ITERS` sets the
 //! number of calls per series (default 2000).
@@ -169,7 +178,120 @@ fn main() {
         us(rp99) / us(sb99)
     );
 
-    // Peak RSS of the CLI under a 300 MB flood, against an idle call.
+    // 2. With a wasm engine loaded and 384 MiB of heap in use, as in an MCP
+    // server: the hardened call against the bare spawn again.
+    let heap: Vec<u8> = (0..384usize << 20).map(|i| (i >> 12) as u8 | 1).collect();
+    let wasm_sb = Sandbox::new(
+        [ws.path()],
+        SandboxConfig {
+            backend: toolhost::BackendChoice::Wasm,
+            ..SandboxConfig::default()
+        },
+    )
+    .expect("wasm sandbox");
+    let r = rt.block_on(wasm_sb.run(RunRequest::new(["wc", "-l"]).stdin(b"a\nb\n".to_vec())));
+    assert!(r.success(), "{r:?}");
+    let mut bare_big = Series::new("bare std::process::Command::output()", iters);
+    let mut hard_big = Series::new("Sandbox::run, hardened (best-effort)", iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        let out = Command::new(bin)
+            .stdin(Stdio::null())
+            .output()
+            .expect("bare");
+        bare_big.samples.push(t.elapsed());
+        assert!(out.status.success());
+        let t = Instant::now();
+        let r = rt.block_on(sandbox.run(RunRequest::new([bin])));
+        hard_big.samples.push(t.elapsed());
+        assert!(r.success(), "{r:?}");
+    }
+    let (bb50, _) = bare_big.stats();
+    let (hb50, hb99) = hard_big.stats();
+    println!();
+    println!(
+        "with a wasm engine loaded and {} MiB of heap ({iters} calls each, interleaved)",
+        heap.len() >> 20
+    );
+    println!("{:<40} {:>10.0}", bare_big.name, us(bb50));
+    println!(
+        "{:<40} {:>10.0} {:>10.0}",
+        hard_big.name,
+        us(hb50),
+        us(hb99)
+    );
+    println!(
+        "ratio hardened/bare here: p50 {:.2}x; against the bare spawn of the small process: {:.2}x (goal <= 1.3x)",
+        us(hb50) / us(bb50),
+        us(hb50) / us(bare50)
+    );
+    drop(heap);
+    drop(wasm_sb);
+
+    // 3. 16 concurrent callers, hardened against bare spawns.
+    let total = (iters * 2).max(800) / 16 * 16;
+    let per = total / 16;
+    let sandbox = std::sync::Arc::new(sandbox);
+    let hardened_rate = || {
+        let t = Instant::now();
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..16)
+                .map(|_| {
+                    let sb = sandbox.clone();
+                    tokio::spawn(async move {
+                        for _ in 0..per {
+                            let r = sb.run(RunRequest::new([bin])).await;
+                            assert!(r.success(), "{r:?}");
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("task");
+            }
+        });
+        total as f64 / t.elapsed().as_secs_f64()
+    };
+    let bare_rate = || {
+        let t = Instant::now();
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..16)
+                .map(|_| {
+                    tokio::spawn(async move {
+                        for _ in 0..per {
+                            let out = tokio::process::Command::new(bin)
+                                .stdin(Stdio::null())
+                                .output()
+                                .await
+                                .expect("bare");
+                            assert!(out.status.success());
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("task");
+            }
+        });
+        total as f64 / t.elapsed().as_secs_f64()
+    };
+    // Three rounds in turn; the median of each.
+    let (mut hr, mut br) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        hr.push(hardened_rate());
+        br.push(bare_rate());
+    }
+    hr.sort_by(f64::total_cmp);
+    br.sort_by(f64::total_cmp);
+    println!();
+    println!(
+        "16 concurrent callers ({total} calls, median of 3 rounds): hardened {:.0} calls/s, bare spawn {:.0} calls/s: {:.2}x (goal >= 0.7x)",
+        hr[1],
+        br[1],
+        hr[1] / br[1]
+    );
+
+    // 4. Peak RSS of the CLI under a 300 MB flood, against an idle call.
     let toolhost = env!("CARGO_BIN_EXE_toolhost");
     let run = |argv: &[&str]| {
         let mut cmd = Command::new(toolhost);
@@ -204,5 +326,15 @@ fn main() {
     println!(
         "flood/idle: {:.2}x; target: under 40 MiB for the flood",
         flood as f64 / idle as f64
+    );
+    println!();
+    println!(
+        "{{\"bench\":\"direct\",\"hardened_p50_us\":{:.1},\"off_p50_us\":{:.1},\"bare_p50_us\":{:.1},\"hardened_with_engine_p50_us\":{:.1},\"calls_per_s_16\":{:.0},\"bare_calls_per_s_16\":{:.0}}}",
+        us(sb50),
+        us(pl50),
+        us(bare50),
+        us(hb50),
+        hr[1],
+        br[1]
     );
 }

@@ -2,15 +2,24 @@
 //! same run (ratios are what to compare; these machines are shared and noisy).
 //!
 //! 1. Warm per-call latency p50/p99 of a trivial WASI command through
-//!    `Sandbox::run` (preopens, env, capped pipes) against a bare native spawn of
-//!    `/bin/true`, in alternating blocks of 100 calls.
-//! 2. Throughput of the same call with 16 concurrent callers.
+//!    `Sandbox::run` (preopens, env, capped pipes) against bare wasmtime: the
+//!    same module instantiated and run on the same engine with the same two
+//!    preopens and nothing of toolhost's. Beside them, in alternating blocks
+//!    of 100 calls: the same call with more allowed dirs (the cost of each),
+//!    the built-in `wc -l` opening a file against the same tool on stdin, and
+//!    a native spawn of `/bin/true`.
+//! 2. Throughput with 16 concurrent callers, toolhost against bare wasmtime.
 //! 3. Cold `toolhost run --backend wasm -- wc ...` as a new process, warm disk
 //!    cache against an empty one.
 //! 4. Guest compute: sha256 of a 64 MiB file with the wasm `sha256sum` against
 //!    native `sha256sum`, with the epoch meter and with fuel (medians of
 //!    interleaved rounds); and the fuel calibration (fuel units per second of
 //!    guest compute).
+//!
+//! The last line is JSON, for scripts: `{"bench":"wasm","warm_p50_us":...,
+//! "bare_p50_us":...,"per_dir_us":...,"file_open_p50_us":...,
+//! "stdin_p50_us":...,"calls_per_s_16":...,"bare_calls_per_s_16":...}`
+//! (`null` for a figure whose section did not run).
 //!
 //! Run: `cargo bench --bench wasm` (build.rs builds the guests).
 //! `BENCH_ITERS` sets the calls per latency series (default 2000);
@@ -21,8 +30,15 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use toolhost::backend::wasm::WasmBackend;
 use toolhost::config::{CpuMeter, WasmConfig};
 use toolhost::{BackendChoice, RunRequest, Sandbox, SandboxConfig};
+use wasmtime::{Engine, InstancePre, Linker, Module, Store};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
+
+/// Allowed dirs added to measure the cost of one more.
+const EXTRA_DIRS: usize = 8;
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -32,18 +48,105 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-fn sandbox(ws: &Path, meter: CpuMeter, cache: &Path) -> Sandbox {
+fn wasm_config(meter: CpuMeter, cache: &Path) -> WasmConfig {
     let mut wasm = WasmConfig::default();
     wasm.cpu_meter = meter;
     wasm.cache_dir = Some(cache.to_path_buf());
+    wasm
+}
+
+fn sandbox_in(dirs: &[std::path::PathBuf], meter: CpuMeter, cache: &Path) -> Sandbox {
     let config = SandboxConfig {
         backend: BackendChoice::Wasm,
         timeout: Duration::from_secs(120),
         max_cpu_seconds: 0,
-        wasm,
+        wasm: wasm_config(meter, cache),
         ..SandboxConfig::default()
     };
-    Sandbox::new([ws], config).expect("sandbox")
+    Sandbox::new(dirs, config).expect("sandbox")
+}
+
+fn sandbox(ws: &Path, meter: CpuMeter, cache: &Path) -> Sandbox {
+    sandbox_in(&[ws.to_path_buf()], meter, cache)
+}
+
+/// Bare wasmtime: a preview-1 module on toolhost's own engine, with the
+/// preopens a sandbox of one dir gives (the dir at its path, and as `.`),
+/// the same epoch yield, and nothing else: no policy, no checks, no capped
+/// pipes. What a call cannot cost less than.
+#[derive(Clone)]
+struct Bare {
+    engine: Engine,
+    pre: InstancePre<WasiP1Ctx>,
+    dir: std::path::PathBuf,
+}
+
+impl Bare {
+    fn new(engine: &Engine, wasm: &Path, dir: &Path) -> Self {
+        let module = Module::from_file(engine, wasm).expect("compile");
+        let mut linker = Linker::new(engine);
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s| s).expect("link");
+        let pre = linker.instantiate_pre(&module).expect("instantiate_pre");
+        Bare {
+            engine: engine.clone(),
+            pre,
+            dir: std::fs::canonicalize(dir).expect("canonicalize"),
+        }
+    }
+
+    /// `probe exit 0`, which must exit 0.
+    async fn call(&self) {
+        let mut b = WasiCtxBuilder::new();
+        b.args(&["probe", "exit", "0"]);
+        let guest = self.dir.to_str().expect("utf8");
+        b.preopened_dir(&self.dir, guest, FsPerms::ReadWrite)
+            .expect("preopen");
+        b.preopened_dir(&self.dir, ".", FsPerms::ReadWrite)
+            .expect("preopen");
+        let mut store = Store::new(&self.engine, b.build_p1());
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+        let instance = self
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .expect("instantiate");
+        let start = instance
+            .get_typed_func::<(), ()>(&mut store, "_start")
+            .expect("_start");
+        if let Err(e) = start.call_async(&mut store, ()).await {
+            assert_eq!(e.downcast_ref::<I32Exit>().map(|e| e.0), Some(0), "{e:?}");
+        }
+    }
+}
+
+/// The figures of the JSON line; `None` where a section did not run.
+#[derive(Default)]
+struct Figures {
+    warm: Option<f64>,
+    bare: Option<f64>,
+    per_dir: Option<f64>,
+    file_open: Option<f64>,
+    stdin: Option<f64>,
+    rate16: Option<f64>,
+    bare_rate16: Option<f64>,
+}
+
+impl Figures {
+    fn json(&self) -> String {
+        let f = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.1}"));
+        let n = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.0}"));
+        format!(
+            "{{\"bench\":\"wasm\",\"warm_p50_us\":{},\"bare_p50_us\":{},\"per_dir_us\":{},\"file_open_p50_us\":{},\"stdin_p50_us\":{},\"calls_per_s_16\":{},\"bare_calls_per_s_16\":{}}}",
+            f(self.warm),
+            f(self.bare),
+            f(self.per_dir),
+            f(self.file_open),
+            f(self.stdin),
+            n(self.rate16),
+            n(self.bare_rate16),
+        )
+    }
 }
 
 fn main() {
@@ -69,86 +172,174 @@ fn main() {
         .expect("runtime");
     let sb = Arc::new(sandbox(ws.path(), CpuMeter::Epoch, cache.path()));
     let call = || RunRequest::new(["./probe.wasm", "exit", "0"]);
+    let engine = WasmBackend::new(&wasm_config(CpuMeter::Epoch, cache.path()))
+        .expect("engine")
+        .engine()
+        .clone();
+    let bare = Bare::new(&engine, &probe, ws.path());
 
-    // 1. Warm latency, interleaved with the native baseline.
+    let mut figures = Figures::default();
+    // 1. Warm latency of toolhost's call against bare wasmtime (the same module
+    // on the same engine, with the same two preopens), and against a native
+    // spawn; the cost of each extra allowed dir; a built-in tool opening a
+    // file against the same tool reading stdin.
     if run_section("1") {
+        let extra: Vec<tempfile::TempDir> = (0..EXTRA_DIRS)
+            .map(|_| tempfile::tempdir().expect("extra dir"))
+            .collect();
+        let mut dirs = vec![ws.path().to_path_buf()];
+        dirs.extend(extra.iter().map(|d| d.path().to_path_buf()));
+        let sb_many = sandbox_in(&dirs, CpuMeter::Epoch, cache.path());
+        std::fs::write(ws.path().join("note.txt"), "one\ntwo\nthree\n").expect("note");
+        let wc_file = || RunRequest::new(["wc", "-l", "note.txt"]);
+        let wc_stdin = || RunRequest::new(["wc", "-l"]).stdin(b"one\ntwo\nthree\n".to_vec());
         for _ in 0..50 {
             assert!(rt.block_on(sb.run(call())).success());
+            assert!(rt.block_on(sb_many.run(call())).success());
+            rt.block_on(bare.call());
+            let r = rt.block_on(sb.run(wc_file()));
+            assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+            let r = rt.block_on(sb.run(wc_stdin()));
+            assert_eq!(r.stdout.trim(), "3", "{r:?}");
         }
-        // Alternating blocks of 100 calls: both series share the machine's
-        // noise, and neither runs with caches just flushed by the other (a fork
-        // and exec between every wasm call would measure that, not the call).
-        let (mut wasm, mut native) = (Vec::new(), Vec::new());
+        // Alternating blocks of 100 calls: every series shares the machine's
+        // noise, and none runs with caches just flushed by another (a fork and
+        // exec between every wasm call would measure that, not the call).
+        let mut s: [Vec<Duration>; 6] = Default::default();
         let block = 100;
         for b in 0..iters.div_ceil(block) {
             let n = block.min(iters - b * block);
-            for _ in 0..n {
-                let t = Instant::now();
-                let r = rt.block_on(sb.run(call()));
-                wasm.push(t.elapsed());
-                assert!(r.success(), "{r:?}");
-            }
-            for _ in 0..n {
-                let t = Instant::now();
-                Command::new("/bin/true")
-                    .stdin(Stdio::null())
-                    .output()
-                    .expect("true");
-                native.push(t.elapsed());
-            }
+            let timed = |f: &mut dyn FnMut(), into: &mut Vec<Duration>| {
+                for _ in 0..n {
+                    let t = Instant::now();
+                    f();
+                    into.push(t.elapsed());
+                }
+            };
+            timed(
+                &mut || assert!(rt.block_on(sb.run(call())).success()),
+                &mut s[0],
+            );
+            timed(&mut || rt.block_on(bare.call()), &mut s[1]);
+            timed(
+                &mut || assert!(rt.block_on(sb_many.run(call())).success()),
+                &mut s[2],
+            );
+            timed(
+                &mut || assert!(rt.block_on(sb.run(wc_file())).success()),
+                &mut s[3],
+            );
+            timed(
+                &mut || assert!(rt.block_on(sb.run(wc_stdin())).success()),
+                &mut s[4],
+            );
+            timed(
+                &mut || {
+                    Command::new("/bin/true")
+                        .stdin(Stdio::null())
+                        .output()
+                        .expect("true");
+                },
+                &mut s[5],
+            );
         }
-        wasm.sort();
-        native.sort();
+        for v in s.iter_mut() {
+            v.sort();
+        }
+        let p50 = |i: usize| us(pct(&s[i], 0.5));
+        let p99 = |i: usize| us(pct(&s[i], 0.99));
         println!(
             "wasm backend: warm per-call latency ({iters} calls each, in alternating blocks of 100)"
         );
-        println!("{:<46} {:>9} {:>9}", "", "p50 (us)", "p99 (us)");
-        println!(
-            "{:<46} {:>9.1} {:>9.1}",
+        println!("{:<58} {:>9} {:>9}", "", "p50 (us)", "p99 (us)");
+        let rows = [
+            "Sandbox::run, trivial WASI command (2 preopens)",
+            "bare wasmtime, same module, engine and preopens",
+            &format!("Sandbox::run, the same with {EXTRA_DIRS} more allowed dirs"),
+            "Sandbox::run, built-in wc -l note.txt (opens a file)",
+            "Sandbox::run, built-in wc -l on stdin",
             "native spawn of /bin/true (Command::output)",
-            us(pct(&native, 0.5)),
-            us(pct(&native, 0.99))
+        ];
+        for (i, name) in rows.iter().enumerate() {
+            println!("{name:<58} {:>9.1} {:>9.1}", p50(i), p99(i));
+        }
+        figures.warm = Some(p50(0));
+        figures.bare = Some(p50(1));
+        figures.per_dir = Some((p50(2) - p50(0)) / EXTRA_DIRS as f64);
+        figures.file_open = Some(p50(3));
+        figures.stdin = Some(p50(4));
+        println!(
+            "toolhost/bare wasmtime at p50: {:.2}x (goal <= 1.3x); per extra dir: {:.2} us (goal <= 1 us)",
+            p50(0) / p50(1),
+            (p50(2) - p50(0)) / EXTRA_DIRS as f64
         );
         println!(
-            "{:<46} {:>9.1} {:>9.1}",
-            "Sandbox::run, trivial WASI command",
-            us(pct(&wasm, 0.5)),
-            us(pct(&wasm, 0.99))
-        );
-        println!(
-            "native/wasm at p50: {:.1}x faster (targets: p50 <= 50 us, >= 10x)",
-            us(pct(&native, 0.5)) / us(pct(&wasm, 0.5))
+            "file-opening/stdin at p50: {:.2}x (goal <= 2x); native spawn/toolhost: {:.1}x",
+            p50(3) / p50(4),
+            p50(5) / p50(0)
         );
     }
-    // 2. Throughput with 16 concurrent callers.
+    // 2. Throughput with 16 concurrent callers, toolhost against bare wasmtime.
     if run_section("2") {
-        let total = (iters * 2).max(1600);
-        let t = Instant::now();
-        rt.block_on(async {
-            let per = total / 16;
-            let tasks: Vec<_> = (0..16)
-                .map(|_| {
-                    let sb = sb.clone();
-                    tokio::spawn(async move {
-                        for _ in 0..per {
-                            let r = sb.run(RunRequest::new(["./probe.wasm", "exit", "0"])).await;
-                            assert!(r.success());
-                        }
+        let total = (iters * 2).max(1600) / 16 * 16;
+        let per = total / 16;
+        let toolhost_rate = || {
+            let t = Instant::now();
+            rt.block_on(async {
+                let tasks: Vec<_> = (0..16)
+                    .map(|_| {
+                        let sb = sb.clone();
+                        tokio::spawn(async move {
+                            for _ in 0..per {
+                                let r =
+                                    sb.run(RunRequest::new(["./probe.wasm", "exit", "0"])).await;
+                                assert!(r.success());
+                            }
+                        })
                     })
-                })
-                .collect();
-            for task in tasks {
-                task.await.expect("task");
-            }
-        });
-        let el = t.elapsed();
+                    .collect();
+                for task in tasks {
+                    task.await.expect("task");
+                }
+            });
+            total as f64 / t.elapsed().as_secs_f64()
+        };
+        let bare_rate = || {
+            let t = Instant::now();
+            rt.block_on(async {
+                let tasks: Vec<_> = (0..16)
+                    .map(|_| {
+                        let bare = bare.clone();
+                        tokio::spawn(async move {
+                            for _ in 0..per {
+                                bare.call().await;
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.expect("task");
+                }
+            });
+            total as f64 / t.elapsed().as_secs_f64()
+        };
+        // Three rounds in turn; the median of each.
+        let (mut th, mut bw) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            th.push(toolhost_rate());
+            bw.push(bare_rate());
+        }
+        th.sort_by(f64::total_cmp);
+        bw.sort_by(f64::total_cmp);
         println!();
         println!(
-            "16 concurrent callers: {:.0} calls/s ({} calls in {:.2} s)",
-            (total / 16 * 16) as f64 / el.as_secs_f64(),
-            total / 16 * 16,
-            el.as_secs_f64()
+            "16 concurrent callers ({total} calls, median of 3 rounds): toolhost {:.0} calls/s, bare wasmtime {:.0} calls/s: {:.2}x (goal >= 0.5x)",
+            th[1],
+            bw[1],
+            th[1] / bw[1]
         );
+        figures.rate16 = Some(th[1]);
+        figures.bare_rate16 = Some(bw[1]);
     }
     // 3. Cold process, warm disk cache vs an empty one.
     if run_section("3") {
@@ -319,4 +510,6 @@ fn main() {
             toolhost::backend::wasm::FUEL_PER_SECOND as f64
         );
     }
+    println!();
+    println!("{}", figures.json());
 }

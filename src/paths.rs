@@ -493,30 +493,34 @@ impl AllowedDirs {
     /// The most specific allowed dir whose path (host path, or the path
     /// tools see with `guest`) contains the absolute path `p`, and the rest.
     fn split_root(&self, p: &Path, guest: bool) -> Option<(usize, PathBuf)> {
-        let base = |d: &AllowedDir| -> PathBuf {
-            if guest {
-                d.guest_path().to_path_buf()
+        // Host paths as the host compares them; guest paths (which no
+        // filesystem spells) exactly as configured.
+        fn base(d: &AllowedDir, guest: bool) -> &Path {
+            if guest { d.guest_path() } else { &d.path }
+        }
+        let mut best: Option<(usize, (usize, bool))> = None;
+        for (i, d) in self.dirs.iter().enumerate() {
+            let b = base(d, guest);
+            let inside = if guest {
+                p.starts_with(b)
             } else {
-                d.path.clone()
+                within(p, b)
+            };
+            // Most specific; for the same dir given twice, read-only wins
+            // (and of equals, the last).
+            let rank = (b.components().count(), d.read_only);
+            if inside && best.is_none_or(|(_, r)| rank >= r) {
+                best = Some((i, rank));
             }
+        }
+        let (i, _) = best?;
+        let b = base(&self.dirs[i], guest);
+        let rest = if guest {
+            p.strip_prefix(b).ok().map(Path::to_path_buf)
+        } else {
+            strip_dir(p, b)
         };
-        self.dirs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, d)| {
-                let b = base(d);
-                // Host paths as the host compares them; guest paths (which
-                // no filesystem spells) exactly as configured.
-                let rest = if guest {
-                    p.strip_prefix(&b).ok().map(Path::to_path_buf)
-                } else {
-                    strip_dir(p, &b)
-                };
-                rest.map(|rest| (i, b.components().count(), d.read_only, rest))
-            })
-            // Most specific first; for the same dir given twice, read-only wins.
-            .max_by_key(|(_, depth, ro, _)| (*depth, *ro))
-            .map(|(i, _, _, rest)| (i, rest))
+        rest.map(|rest| (i, rest))
     }
 
     /// Resolves `user_path` inside the sandbox.
@@ -531,6 +535,24 @@ impl AllowedDirs {
         user_path: &Path,
         base_dir: Option<&Path>,
     ) -> Result<ResolvedPath, PathError> {
+        self.resolve_from(user_path, base_dir.map_or(Base::First, Base::Path))
+    }
+
+    /// [`resolve`](Self::resolve), with a base already resolved (its allowed
+    /// dir and its path below it, as [`ResolvedPath`] gives them).
+    pub(crate) fn resolve_below(
+        &self,
+        user_path: &Path,
+        root: usize,
+        rel: &Path,
+    ) -> Result<ResolvedPath, PathError> {
+        if root >= self.dirs.len() {
+            return Err(PathError::Outside(display(user_path)));
+        }
+        self.resolve_from(user_path, Base::Resolved(root, rel))
+    }
+
+    fn resolve_from(&self, user_path: &Path, base: Base<'_>) -> Result<ResolvedPath, PathError> {
         let shown = display(user_path);
         if user_path.as_os_str().is_empty() {
             return Err(PathError::Empty);
@@ -547,13 +569,14 @@ impl AllowedDirs {
             self.split_root(user_path, true)
                 .ok_or_else(|| PathError::Outside(shown.clone()))?
         } else {
-            let (root, base_rel) = match base_dir {
-                Some(b) => {
+            let (root, base_rel) = match base {
+                Base::Path(b) => {
                     let b = self.resolve(b, None)?;
                     (b.root, b.rel)
                 }
-                None if self.dirs.is_empty() => return Err(PathError::Outside(shown)),
-                None => (0, PathBuf::new()),
+                Base::Resolved(root, rel) => (root, rel.to_path_buf()),
+                Base::First if self.dirs.is_empty() => return Err(PathError::Outside(shown)),
+                Base::First => (0, PathBuf::new()),
             };
             (root, base_rel.join(user_path))
         };
@@ -594,6 +617,13 @@ impl AllowedDirs {
             } else {
                 existing.as_path()
             };
+            #[cfg(target_os = "linux")]
+            if let Some(mut canon) = canonical_without_symlinks(dir, &existing) {
+                for name in missing.iter().rev() {
+                    canon.push(name);
+                }
+                return Ok(canon);
+            }
             match dir.canonicalize(target) {
                 Ok(canon) => {
                     #[cfg(windows)]
@@ -644,6 +674,62 @@ impl AllowedDirs {
             dir.open_dir(&r.rel)
         }
     }
+}
+
+/// What a relative path is taken from.
+#[derive(Clone, Copy)]
+enum Base<'a> {
+    /// The first allowed dir.
+    First,
+    /// A path, resolved first.
+    Path(&'a Path),
+    /// An allowed dir (by index) and a path below it, resolved before.
+    Resolved(usize, &'a Path),
+}
+
+/// `rel` canonicalized below `dir` without cap-std's two readlinks of
+/// `/proc/self/fd` (the most of a warm wasm call's cost, measured): when no
+/// component of `rel` is a symlink or `..`, its canonical form is its own
+/// names, and one `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`
+/// proves that it exists and holds none (a bind mount inside the dir is seen
+/// at its own path, as readlink shows it too). The root itself (`rel`
+/// empty or `.`) takes no system call: the handle is the dir. `None` when
+/// this cannot tell (a symlink, `..`, a trailing `/` or `/.`, a name with
+/// `~`, an error, no `openat2`): cap-std's canonicalize then decides, with
+/// its errors.
+#[cfg(target_os = "linux")]
+fn canonical_without_symlinks(dir: &Dir, rel: &Path) -> Option<PathBuf> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags, openat2};
+    use std::os::unix::ffi::OsStrExt;
+    // `f/` and `f/.` name a directory: the kernel refuses them for a file,
+    // and so does cap-std; components would drop the slash.
+    let raw = rel.as_os_str().as_bytes();
+    if raw.len() > 1 && (raw.ends_with(b"/") || raw.ends_with(b"/.")) {
+        return None;
+    }
+    let mut canon = PathBuf::new();
+    for c in rel.components() {
+        match c {
+            // A name with `~` may be a short name (`GIT~1` on a vfat, ntfs3
+            // or CIFS mount) whose long one cap-std's readlink tells.
+            Component::Normal(name) if name.as_bytes().contains(&b'~') => return None,
+            Component::Normal(name) => canon.push(name),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    if canon.as_os_str().is_empty() {
+        return Some(canon);
+    }
+    openat2(
+        dir,
+        &canon,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
+    )
+    .ok()
+    .map(|_| canon)
 }
 
 /// `rel` (existing, below `root`) with each name that may be an 8.3 short
@@ -697,4 +783,48 @@ fn has_nul(p: &Path) -> bool {
 #[cfg(not(unix))]
 fn has_nul(p: &Path) -> bool {
     p.to_string_lossy().contains('\0')
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// The fast canonicalization answers only where it agrees with cap-std's,
+    /// and leaves symlinks, `..` and missing names to it.
+    #[test]
+    fn canonical_without_symlinks_agrees_with_cap_std() {
+        let t = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(t.path().join("a/b")).expect("mkdir");
+        std::fs::write(t.path().join("a/b/f.txt"), "x").expect("write");
+        std::os::unix::fs::symlink("b", t.path().join("a/link")).expect("symlink");
+        std::os::unix::fs::symlink("/etc", t.path().join("out")).expect("symlink");
+        let dir = Dir::open_ambient_dir(t.path(), ambient_authority()).expect("open");
+        for (rel, fast) in [
+            ("", Some("")),
+            (".", Some("")),
+            ("a", Some("a")),
+            ("./a/./b/f.txt", Some("a/b/f.txt")),
+            ("a/b/", None),
+            ("a/b/f.txt/", None),
+            ("a/b/f.txt/.", None),
+            ("GIT~1", None),
+            ("a/link/f.txt", None),
+            ("a/link", None),
+            ("a/b/../b/f.txt", None),
+            ("out", None),
+            ("missing", None),
+        ] {
+            let got = canonical_without_symlinks(&dir, Path::new(rel));
+            assert_eq!(got.as_deref(), fast.map(Path::new), "{rel:?}");
+            if let Some(got) = got {
+                let target = if rel.is_empty() { "." } else { rel };
+                let slow = dir.canonicalize(target).expect("canonicalize");
+                let slow: PathBuf = slow
+                    .components()
+                    .filter(|c| matches!(c, Component::Normal(_)))
+                    .collect();
+                assert_eq!(got, slow, "{rel:?}");
+            }
+        }
+    }
 }

@@ -154,11 +154,11 @@ pub struct ExecPlan {
     pub isolation_read_paths: Arc<[PathBuf]>,
     /// Paths inside the writable allowed dirs no tool may change.
     pub protected: ProtectedPaths,
-    /// The allowed dirs.
-    pub mounts: Vec<Mount>,
+    /// The allowed dirs (shared by every plan of a sandbox).
+    pub mounts: Arc<[Mount]>,
     /// Capability handles on the allowed dirs, by path (the wasm backend preopens
     /// these handles, not the paths).
-    pub mount_dirs: Vec<(PathBuf, Arc<Dir>)>,
+    pub mount_dirs: Arc<[(PathBuf, Arc<Dir>)]>,
     /// The WASI tool to run, when the backend is `wasm`.
     pub wasm: Option<ToolFile>,
 }

@@ -187,6 +187,9 @@ pub struct Sandbox {
     read_paths: Arc<[PathBuf]>,
     /// `config.protected_paths`, parsed.
     protected: ProtectedPaths,
+    /// The allowed dirs as every plan holds them.
+    mounts: Arc<[Mount]>,
+    mount_dirs: Arc<[(PathBuf, Arc<cap_std::fs::Dir>)]>,
 }
 
 impl Sandbox {
@@ -227,8 +230,24 @@ impl Sandbox {
         );
         let registry =
             Registry::open(&config.wasm).map_err(|e| SandboxError::ToolDirs(e.to_string()))?;
+        let mounts = dirs
+            .as_slice()
+            .iter()
+            .map(|d| Mount {
+                path: d.path().to_path_buf(),
+                guest: d.guest_path().to_path_buf(),
+                read_only: d.read_only(),
+            })
+            .collect();
+        let mount_dirs = dirs
+            .as_slice()
+            .iter()
+            .map(|d| (d.path().to_path_buf(), d.shared_dir()))
+            .collect();
         Ok(Sandbox {
             protected,
+            mounts,
+            mount_dirs,
             read_paths: config.isolation_read_paths.clone().into(),
             config,
             dirs,
@@ -310,10 +329,13 @@ impl Sandbox {
                 format!("argv[{i}] contains a NUL byte"),
             ));
         }
-        let cwd = self.plan_cwd(request.cwd.as_deref())?;
+        let (cwd, cwd_at) = match self.plan_cwd(request.cwd.as_deref())? {
+            Some((c, root, rel)) => (Some(c), Some((root, rel))),
+            None => (None, None),
+        };
         let kind = request.backend.unwrap_or(self.config.backend);
-        let guest_cwd = cwd.as_ref().map(|c| c.guest.as_path());
-        let (backend, wasm) = self.choose_backend(kind, program, guest_cwd)?;
+        let base = cwd_at.as_ref().map(|(root, rel)| (*root, rel.as_path()));
+        let (backend, wasm) = self.choose_backend(kind, program, base)?;
         if backend == BackendKind::Direct {
             self.refuse_for_direct()?;
         }
@@ -360,48 +382,45 @@ impl Sandbox {
             isolation: self.config.isolation,
             isolation_read_paths: Arc::clone(&self.read_paths),
             protected: self.protected.clone(),
-            mounts: self
-                .dirs
-                .as_slice()
-                .iter()
-                .map(|d| Mount {
-                    path: d.path().to_path_buf(),
-                    guest: d.guest_path().to_path_buf(),
-                    read_only: d.read_only(),
-                })
-                .collect(),
-            mount_dirs: self
-                .dirs
-                .as_slice()
-                .iter()
-                .map(|d| (d.path().to_path_buf(), d.shared_dir()))
-                .collect(),
+            mounts: Arc::clone(&self.mounts),
+            mount_dirs: Arc::clone(&self.mount_dirs),
         })
     }
 
     /// The working directory a request asks for (default: the first allowed
-    /// dir), by the path tools see; `None` when there is no allowed dir and
-    /// none was asked for.
-    fn plan_cwd(&self, asked: Option<&Path>) -> Result<Option<WorkDir>, Outcome> {
+    /// dir), by the path tools see, with its allowed dir (by index) and its
+    /// path below it; `None` when there is no allowed dir and none was asked
+    /// for.
+    #[allow(clippy::type_complexity)]
+    fn plan_cwd(&self, asked: Option<&Path>) -> Result<Option<(WorkDir, usize, PathBuf)>, Outcome> {
+        // An allowed dir itself is entered by its own handle, shared (the
+        // wasm backend then shares its preopen too).
         let Some(asked) = asked else {
             let Some(root) = self.dirs.as_slice().first() else {
                 return Ok(None);
             };
-            let dir = root
-                .dir()
-                .try_clone()
-                .map_err(|e| cwd_refusal(&os_reason(&e)))?;
-            return Ok(Some(WorkDir {
+            let cwd = WorkDir {
                 path: root.path().to_path_buf(),
                 guest: root.guest_path().to_path_buf(),
-                dir: Arc::new(dir),
-            }));
+                dir: root.shared_dir(),
+            };
+            return Ok(Some((cwd, 0, PathBuf::new())));
         };
         let shown = asked.to_string_lossy();
         let resolved = self
             .dirs
             .resolve(asked, None)
             .map_err(|e| cwd_refusal(&e.to_string()))?;
+        let at = (resolved.root_index(), resolved.relative().to_path_buf());
+        if resolved.relative().as_os_str().is_empty() {
+            let root = &self.dirs.as_slice()[resolved.root_index()];
+            let cwd = WorkDir {
+                path: resolved.host_path().to_path_buf(),
+                guest: resolved.guest_path().to_path_buf(),
+                dir: root.shared_dir(),
+            };
+            return Ok(Some((cwd, at.0, at.1)));
+        }
         let dir = self.dirs.open_dir(&resolved).map_err(|e| {
             let reason = match e.raw_os_error() {
                 Some(_) => os_reason(&e),
@@ -409,11 +428,12 @@ impl Sandbox {
             };
             cwd_refusal(&format!("{shown:?}: {reason}"))
         })?;
-        Ok(Some(WorkDir {
+        let cwd = WorkDir {
             path: resolved.host_path().to_path_buf(),
             guest: resolved.guest_path().to_path_buf(),
             dir: Arc::new(dir),
-        }))
+        };
+        Ok(Some((cwd, at.0, at.1)))
     }
 
     /// Why a `direct` call cannot run in this sandbox, if it cannot: it runs
@@ -443,17 +463,18 @@ impl Sandbox {
     fn wasm_target(
         &self,
         program: &std::ffi::OsStr,
-        cwd: Option<&Path>,
+        cwd: Option<(usize, &Path)>,
     ) -> Result<Option<ToolFile>, Outcome> {
         let shown = program.to_string_lossy();
         let is_path = shown.contains('/') || shown.ends_with(".wasm");
         if !is_path {
             return Ok(self.registry.find(&shown));
         }
-        let resolved = self
-            .dirs
-            .resolve(Path::new(program), cwd)
-            .map_err(|e| Outcome::new(OutcomeKind::NotFound, e.to_string()))?;
+        let resolved = match cwd {
+            Some((root, rel)) => self.dirs.resolve_below(Path::new(program), root, rel),
+            None => self.dirs.resolve(Path::new(program), None),
+        }
+        .map_err(|e| Outcome::new(OutcomeKind::NotFound, e.to_string()))?;
         let name = resolved
             .host_path()
             .file_stem()
@@ -473,7 +494,7 @@ impl Sandbox {
         &self,
         choice: BackendChoice,
         program: &std::ffi::OsStr,
-        cwd: Option<&Path>,
+        cwd: Option<(usize, &Path)>,
     ) -> Result<(BackendKind, Option<ToolFile>), Outcome> {
         match choice {
             BackendChoice::Direct => Ok((BackendKind::Direct, None)),
@@ -699,17 +720,21 @@ impl Sandbox {
     }
 
     /// Runs a plan made by [`Sandbox::plan`] on the backend it names.
+    ///
+    /// Each backend's future is boxed: held inline, the largest of them
+    /// (kilobytes) would be this future's size, copied by every caller that
+    /// moves it (measured: most of the copying of a warm wasm call).
     pub async fn run_plan(&self, plan: &ExecPlan) -> RunOutput {
         match plan.backend {
             BackendKind::Direct if plan.isolation == crate::isolation::IsolationLevel::Off => {
-                self.direct.run(plan).await
+                Box::pin(self.direct.run(plan)).await
             }
             // What mounts cannot hold (a name that did not exist) is moved
             // aside after the call (`backend::protect`).
-            BackendKind::Direct => swept(&self.direct, plan).await,
-            BackendKind::Docker => swept(self.docker_backend(), plan).await,
+            BackendKind::Direct => Box::pin(swept(&self.direct, plan)).await,
+            BackendKind::Docker => Box::pin(swept(self.docker_backend(), plan)).await,
             BackendKind::Wasm => match self.wasm_backend() {
-                Ok(w) => Backend::run(w, plan).await,
+                Ok(w) => Box::pin(Backend::run(w, plan)).await,
                 Err(e) => RunOutput::refused(
                     BackendKind::Wasm,
                     Outcome::new(OutcomeKind::BackendUnavailable, e),

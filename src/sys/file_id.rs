@@ -31,6 +31,19 @@ pub(crate) fn of_file(f: &std::fs::File) -> std::io::Result<FileId> {
     }
 }
 
+/// The identity of the open directory `d` (one `fstat` on Unix).
+pub(crate) fn of_dir(d: &cap_std::fs::Dir) -> std::io::Result<FileId> {
+    #[cfg(unix)]
+    {
+        use cap_std::fs::MetadataExt as _;
+        d.dir_metadata().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        of_file(&d.try_clone()?.into_std_file())
+    }
+}
+
 /// The identity of what `p` names, symlinks followed (a directory too).
 pub(crate) fn of_path(p: &Path) -> std::io::Result<FileId> {
     #[cfg(unix)]

@@ -132,7 +132,7 @@ impl DockerBackend {
         held: &[crate::backend::protect::Held],
     ) -> Result<(), Outcome> {
         let refuse = |m: String| Outcome::new(OutcomeKind::PermissionDenied, m);
-        for m in &plan.mounts {
+        for m in plan.mounts.iter() {
             if let Some(why) = unmountable_guest_path(&m.guest) {
                 return Err(Outcome::new(
                     OutcomeKind::InvalidRequest,
@@ -143,7 +143,7 @@ impl DockerBackend {
                 ));
             }
         }
-        for (m, (path, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
+        for (m, (path, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
             let shown = m.guest.display();
             if path.to_str().is_none() {
                 return Err(Outcome::new(

@@ -62,7 +62,7 @@ pub(super) fn uid_remap(security_options: &[String]) -> Option<&'static str> {
 pub(super) fn owner(plan: &ExecPlan) -> Result<Option<(u32, u32)>, Outcome> {
     use cap_std::fs::MetadataExt as _;
     let mut found: Option<(u32, u32, &std::path::Path)> = None;
-    for (m, (_, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
+    for (m, (_, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
         if m.read_only {
             continue;
         }

@@ -1,9 +1,18 @@
 //! The WASI context of one call, built from its plan: argv, environment,
 //! stdin, capped stdout and stderr, each allowed dir preopened under its
 //! guest path and the cwd as `.`.
+//!
+//! On Linux, the preopens of a call whose cwd is an allowed dir itself (the
+//! default) are made once per backend and cloned for each call ([`Preopens`]): a
+//! wasmtime-wasi preopen holds its directory in an `Arc`, so a clone costs
+//! no system call, where opening one cost a few microseconds per dir, and
+//! closing it as much again when the store was dropped.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
+use cap_std::fs::Dir;
+use wasmtime_wasi::filesystem::WasiFilesystemCtx;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
@@ -31,13 +40,16 @@ pub(super) fn preopen_path(dir: &cap_std::fs::Dir, fallback: &Path) -> PathBuf {
 
 /// The WASI context of a call: argv (`argv[0]` the tool's name), env, stdin,
 /// capped stdout/stderr, the allowed dirs under their guest paths and the
-/// cwd as `.` (none when it is the dir preopened as `/`).
+/// cwd as `.` (none when it is the dir preopened as `/`). When the preopens
+/// come from `cache`, the builder has none and the third value holds them:
+/// install it in the built context ([`install`]).
 pub(super) fn build_wasi(
     plan: &ExecPlan,
     name: &str,
     stdout: &CappedPipe,
     stderr: &CappedPipe,
-) -> Result<(WasiCtxBuilder, protect::Guard), Outcome> {
+    cache: &Preopens,
+) -> Result<(WasiCtxBuilder, protect::Guard, Option<WasiFilesystemCtx>), Outcome> {
     let invalid = |m: String| Outcome::new(OutcomeKind::InvalidRequest, m);
     let mut b = WasiCtxBuilder::new();
     let mut args = Vec::with_capacity(plan.argv.len());
@@ -70,32 +82,86 @@ pub(super) fn build_wasi(
         .allow_ip_name_lookup(false);
     // Not `allow_blocking_current_thread`: with it, a guest's sleep blocks the
     // thread in std::thread::sleep and the timeout could not end the call.
-    let perms = |ro: bool| {
-        if ro {
-            FsPerms::ReadOnly
-        } else {
-            FsPerms::ReadWrite
-        }
-    };
     // A preopen at or under a protected dir (a cwd inside `.git`) is made
     // read-only before the guest's first change (`protect`).
     let guard = protect::Guard::new(plan);
-    for m in &plan.mounts {
+    let list = preopen_list(plan, &guard)?;
+    if let Some(fs) = cache.get(&list)? {
+        return Ok((b, guard, Some(fs)));
+    }
+    for p in &list {
+        let host = match p.dir {
+            Some(d) => preopen_path(d, p.path),
+            None => p.path.to_path_buf(),
+        };
+        add(&mut b, &host, p.guest, p.read_only)?;
+    }
+    Ok((b, guard, None))
+}
+
+/// Puts preopens made by [`Preopens`] in a built context.
+pub(super) fn install(ctx: &mut wasmtime_wasi::WasiCtx, fs: Option<WasiFilesystemCtx>) {
+    if let Some(fs) = fs {
+        *ctx.filesystem() = fs;
+    }
+}
+
+/// One preopen of a call: the dir by the call's handle on it (when the plan
+/// has one), the guest path and the mode; `shared`, the allowed dir's own
+/// handle when the dir is exactly one (what a shared preopen is made from).
+struct Preopen<'a> {
+    dir: Option<&'a Arc<Dir>>,
+    shared: Option<&'a Arc<Dir>>,
+    path: &'a Path,
+    guest: &'a str,
+    read_only: bool,
+}
+
+fn add(b: &mut WasiCtxBuilder, host: &Path, guest: &str, ro: bool) -> Result<(), Outcome> {
+    let perms = if ro {
+        FsPerms::ReadOnly
+    } else {
+        FsPerms::ReadWrite
+    };
+    b.preopened_dir(host, guest, perms)
+        .map(|_| ())
+        .map_err(|e| {
+            let what = if guest == "." {
+                "the cwd".to_string()
+            } else {
+                guest.to_string()
+            };
+            Outcome::new(
+                OutcomeKind::LaunchFailed,
+                format!("cannot preopen {what}: {}", first_line(&e)),
+            )
+        })
+}
+
+/// The call's preopens in order: each allowed dir, then the cwd as `.`.
+fn preopen_list<'a>(
+    plan: &'a ExecPlan,
+    guard: &protect::Guard,
+) -> Result<Vec<Preopen<'a>>, Outcome> {
+    let invalid = |m: String| Outcome::new(OutcomeKind::InvalidRequest, m);
+    let mut list = Vec::with_capacity(plan.mounts.len() + 1);
+    for m in plan.mounts.iter() {
         let guest = m
             .guest
             .to_str()
             .ok_or_else(|| invalid(format!("allowed dir {:?} is not valid UTF-8", m.guest)))?;
-        let dir = plan.mount_dirs.iter().find(|(p, _)| p == &m.path);
-        let host = dir
-            .map(|(_, d)| preopen_path(d, &m.path))
-            .unwrap_or_else(|| m.path.clone());
-        b.preopened_dir(&host, guest, perms(m.read_only))
-            .map_err(|e| {
-                Outcome::new(
-                    OutcomeKind::LaunchFailed,
-                    format!("cannot preopen {guest}: {}", first_line(&e)),
-                )
-            })?;
+        let dir = plan
+            .mount_dirs
+            .iter()
+            .find(|(p, _)| p == &m.path)
+            .map(|(_, d)| d);
+        list.push(Preopen {
+            shared: dir,
+            dir,
+            path: &m.path,
+            guest,
+            read_only: m.read_only,
+        });
     }
     if let Some(cwd) = &plan.cwd
         && !cwd_is_guest_root(plan, cwd)
@@ -114,16 +180,94 @@ pub(super) fn build_wasi(
             .filter(|m| cwd.path.starts_with(&m.path))
             .max_by_key(|m| m.path.components().count())
             .is_some_and(|m| m.read_only)
-            || cwd_inside(&guard, plan, cwd);
-        b.preopened_dir(preopen_path(&cwd.dir, &cwd.path), ".", perms(cwd_ro))
-            .map_err(|e| {
-                Outcome::new(
-                    OutcomeKind::LaunchFailed,
-                    format!("cannot preopen the cwd: {}", first_line(&e)),
-                )
-            })?;
+            || cwd_inside(guard, plan, cwd);
+        list.push(Preopen {
+            shared: same_dir_as_mount(plan, cwd),
+            dir: Some(&cwd.dir),
+            path: &cwd.path,
+            guest: ".",
+            read_only: cwd_ro,
+        });
     }
-    Ok((b, guard))
+    Ok(list)
+}
+
+/// The handle of the allowed dir the cwd's handle is a clone of: same
+/// path, and the two open handles on one directory (file identity, read
+/// while both are open, so it cannot be a reused inode). `None` for a cwd
+/// below an allowed dir.
+fn same_dir_as_mount<'a>(plan: &'a ExecPlan, cwd: &crate::plan::WorkDir) -> Option<&'a Arc<Dir>> {
+    let (_, dir) = plan.mount_dirs.iter().find(|(p, _)| p == &cwd.path)?;
+    // The same handle (how `Sandbox::plan` enters an allowed dir itself).
+    if Arc::ptr_eq(dir, &cwd.dir) {
+        return Some(dir);
+    }
+    let id = |d: &Dir| crate::sys::file_id::of_dir(d).ok();
+    (id(dir)? == id(&cwd.dir)?).then_some(dir)
+}
+
+/// Preopens made once per backend, by the allowed dirs' handles and modes,
+/// and cloned for each call (see the module doc). A call whose cwd is below
+/// an allowed dir, or whose plan has a dir without a handle, opens its own.
+#[derive(Default)]
+pub(super) struct Preopens {
+    made: Mutex<Vec<(PreopenKey, WasiFilesystemCtx)>>,
+}
+
+impl std::fmt::Debug for Preopens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.made.lock().map_or(0, |m| m.len());
+        f.debug_struct("Preopens").field("sets", &n).finish()
+    }
+}
+
+/// Most sets of preopens kept (a backend serves one sandbox: one set per
+/// cwd that is an allowed dir, and per mode of the cwd).
+const MAX_PREOPEN_SETS: usize = 16;
+
+/// What a set of preopens is made of: each allowed dir's handle (held, so
+/// that no other dir can take its address), guest path and mode, in order.
+struct PreopenKey(Vec<(Arc<Dir>, String, bool)>);
+
+impl PreopenKey {
+    fn matches(&self, list: &[Preopen<'_>]) -> bool {
+        self.0.len() == list.len()
+            && self.0.iter().zip(list).all(|((d, g, ro), p)| {
+                p.shared.is_some_and(|s| Arc::ptr_eq(d, s)) && g == p.guest && *ro == p.read_only
+            })
+    }
+}
+
+impl Preopens {
+    /// The shared preopens of `list`, made from the allowed dirs' handles on
+    /// first use; `None` when they cannot be shared: some dir is not an
+    /// allowed dir's own handle (a cwd below one), or not on Linux, where a
+    /// preopen is opened by its path (`preopen_path`) and a path swapped at
+    /// the first call would stay for every later one.
+    fn get(&self, list: &[Preopen<'_>]) -> Result<Option<WasiFilesystemCtx>, Outcome> {
+        if cfg!(not(target_os = "linux")) || list.iter().any(|p| p.shared.is_none()) {
+            return Ok(None);
+        }
+        let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, fs)) = made.iter().find(|(k, _)| k.matches(list)) {
+            return Ok(Some(fs.clone()));
+        }
+        let mut b = WasiCtxBuilder::new();
+        let mut key = Vec::with_capacity(list.len());
+        for p in list {
+            let Some(dir) = p.shared else {
+                return Ok(None);
+            };
+            add(&mut b, &preopen_path(dir, p.path), p.guest, p.read_only)?;
+            key.push((dir.clone(), p.guest.to_string(), p.read_only));
+        }
+        let fs = b.build().filesystem().clone();
+        if made.len() >= MAX_PREOPEN_SETS {
+            made.remove(0);
+        }
+        made.push((PreopenKey(key), fs.clone()));
+        Ok(Some(fs))
+    }
 }
 
 /// Whether the cwd is the allowed dir preopened as `/`. A guest's relative

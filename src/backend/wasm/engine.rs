@@ -2,7 +2,7 @@
 //! CPU meter (`WasmEngine::shared`), tools read from their dir with a size
 //! cap, compiled once (the disk cache in `crate::sys::code_cache`, at most
 //! `COMPILE_SLOTS` at a time) and kept as `InstancePre`s while the file is
-//! unchanged (`FileKey`).
+//! unchanged (`FileKey`: device, inode, size, mtime and ctime).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -49,6 +49,9 @@ pub(super) struct FileKey {
     pub(super) ino: u64,
     pub(super) size: u64,
     pub(super) mtime_ns: i128,
+    /// The inode's change time (Unix; 0 elsewhere): a guest can set a
+    /// file's mtime back after rewriting it, but not its ctime.
+    pub(super) ctime_ns: i128,
     pub(super) path: PathBuf,
 }
 
@@ -301,6 +304,7 @@ impl WasmEngine {
                     ino: 0,
                     size: bytes.len() as u64,
                     mtime_ns: 0,
+                    ctime_ns: 0,
                     path: tool.host_path.clone(),
                 };
                 if let Some(l) = self.lock_loaded().get(&key) {
@@ -310,6 +314,12 @@ impl WasmEngine {
             }
             ToolSource::File { dir, rel } => (dir, rel),
         };
+        #[cfg(unix)]
+        if let Some(key) = stat_key(dir, rel, &tool.host_path)
+            && let Some(l) = self.lock_loaded().get(&key)
+        {
+            return Ok(Lookup::Loaded(l.clone()));
+        }
         // Non-blocking: a tool file that is a FIFO must not hold this
         // (executor) thread in open(2); it is refused below as not a file.
         let mut opts = cap_std::fs::OpenOptions::new();
@@ -334,6 +344,16 @@ impl WasmEngine {
                 format!("{}: not a regular file", tool.name),
             ));
         }
+        #[cfg(unix)]
+        let key = rustix::fs::fstat(&file)
+            .map(|st| key_of_stat(&st, &tool.host_path))
+            .map_err(|e| {
+                fail(
+                    OutcomeKind::LaunchFailed,
+                    format!("{}: {}", tool.name, os_reason(&e.into())),
+                )
+            })?;
+        #[cfg(not(unix))]
         let key = file_key(&meta, &tool.host_path);
         if let Some(l) = self.lock_loaded().get(&key) {
             return Ok(Lookup::Loaded(l.clone()));
@@ -524,20 +544,46 @@ pub(super) fn read_tool(
     Ok(bytes)
 }
 
-pub(super) fn file_key(meta: &cap_std::fs::Metadata, path: &Path) -> FileKey {
-    #[cfg(unix)]
-    {
-        use cap_std::fs::MetadataExt;
-        FileKey {
-            builtin: false,
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.len(),
-            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
-            path: path.to_path_buf(),
-        }
+/// The key of a tool file named by one plain name in `dir`, from one
+/// `fstatat` that does not follow a symlink: a loaded tool is found without
+/// opening its file. A key is the file's identity and version (device,
+/// inode, size, mtime, and the ctime no guest can set back) and its path,
+/// so a hit is the file that was opened (through the capability handle)
+/// and compiled before, unchanged since. (On NFS, a stat may answer from
+/// the client's attribute cache, up to `acregmax`, where an open would
+/// have revalidated it.)
+/// `None` for a longer path (a name to walk), a symlink, anything but a
+/// regular file, or an error: the caller then opens the file as on a miss.
+#[cfg(unix)]
+fn stat_key(dir: &cap_std::fs::Dir, rel: &Path, path: &Path) -> Option<FileKey> {
+    use rustix::fs::{AtFlags, FileType, statat};
+    let mut names = rel.components();
+    let (Some(std::path::Component::Normal(name)), None) = (names.next(), names.next()) else {
+        return None;
+    };
+    let st = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    (FileType::from_raw_mode(st.st_mode) == FileType::RegularFile).then(|| key_of_stat(&st, path))
+}
+
+/// The key of a tool file from its `stat` (the open path and [`stat_key`]
+/// read the same fields the same way).
+#[cfg(unix)]
+// `st_dev` and `st_ino` are `u64` on Linux, not on every Unix.
+#[allow(clippy::unnecessary_cast)]
+fn key_of_stat(st: &rustix::fs::Stat, path: &Path) -> FileKey {
+    FileKey {
+        builtin: false,
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+        size: st.st_size as u64,
+        mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
+        ctime_ns: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
+        path: path.to_path_buf(),
     }
-    #[cfg(not(unix))]
+}
+
+#[cfg(not(unix))]
+pub(super) fn file_key(meta: &cap_std::fs::Metadata, path: &Path) -> FileKey {
     {
         let mtime_ns = meta
             .modified()
@@ -551,6 +597,7 @@ pub(super) fn file_key(meta: &cap_std::fs::Metadata, path: &Path) -> FileKey {
             ino: 0,
             size: meta.len(),
             mtime_ns,
+            ctime_ns: 0,
             path: path.to_path_buf(),
         }
     }

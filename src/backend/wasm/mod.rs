@@ -143,6 +143,8 @@ const ERRNO_INTR: i32 = 27;
 #[derive(Debug)]
 pub struct WasmBackend {
     engine: Arc<WasmEngine>,
+    /// The preopens of calls whose cwd is an allowed dir (`ctx`).
+    preopens: ctx::Preopens,
     /// The compile cache's dir as configured (`None`: the cache is off).
     cache_dir: Option<std::path::PathBuf>,
 }
@@ -152,6 +154,7 @@ impl WasmBackend {
     pub fn new(config: &WasmConfig) -> wasmtime::Result<Self> {
         Ok(WasmBackend {
             engine: WasmEngine::shared(config)?,
+            preopens: ctx::Preopens::default(),
             cache_dir: engine::configured_cache_dir(config),
         })
     }
@@ -184,18 +187,19 @@ impl WasmBackend {
         };
         let stdout = CappedPipe::new(plan.limits.stdout_cap);
         let stderr = CappedPipe::new(plan.limits.stderr_cap);
-        let (builder, guard) = match build_wasi(plan, &target.name, &stdout, &stderr) {
-            Ok(b) => b,
-            Err(o) => return refuse(o),
-        };
+        let (builder, guard, fs) =
+            match build_wasi(plan, &target.name, &stdout, &stderr, &self.preopens) {
+                Ok(b) => b,
+                Err(o) => return refuse(o),
+            };
         let limits = &plan.limits;
         let ended = match &*loaded {
             Loaded::Module(pre) => {
                 let mut builder = builder;
                 let mut wasi = builder.build_p1();
-                wasmtime_wasi::WasiView::ctx(&mut wasi)
-                    .table
-                    .set_max_capacity(MAX_GUEST_HANDLES);
+                let view = wasmtime_wasi::WasiView::ctx(&mut wasi);
+                view.table.set_max_capacity(MAX_GUEST_HANDLES);
+                ctx::install(view.ctx, fs);
                 let mut common = self.common(limits);
                 common.guard = guard;
                 let state = State { wasi, common };
@@ -214,6 +218,7 @@ impl WasmBackend {
             }
             Loaded::Command(pre) => {
                 let mut state = self.component_state(builder, limits);
+                ctx::install(&mut state.ctx, fs);
                 state.common.guard = guard;
                 let pre = pre.clone();
                 self.execute(limits, deadline, state, move |store| {
@@ -232,6 +237,7 @@ impl WasmBackend {
             }
             Loaded::CommandP3(pre) => {
                 let mut state = self.component_state(builder, limits);
+                ctx::install(&mut state.ctx, fs);
                 state.common.guard = guard;
                 let pre = pre.clone();
                 self.execute(limits, deadline, state, move |store| {
@@ -373,11 +379,13 @@ impl WasmBackend {
         };
         let stdout = CappedPipe::new(plan.limits.stdout_cap);
         let stderr = CappedPipe::new(plan.limits.stderr_cap);
-        let (builder, guard) = match build_wasi(plan, &target.name, &stdout, &stderr) {
-            Ok(b) => b,
-            Err(o) => return refuse(o),
-        };
+        let (builder, guard, fs) =
+            match build_wasi(plan, &target.name, &stdout, &stderr, &self.preopens) {
+                Ok(b) => b,
+                Err(o) => return refuse(o),
+            };
         let mut state = self.component_state(builder, &plan.limits);
+        ctx::install(&mut state.ctx, fs);
         state.common.guard = guard;
         let pre = pre.clone();
         let input = input.to_string();

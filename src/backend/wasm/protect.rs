@@ -65,7 +65,10 @@ pub(crate) struct Guard {
 struct Inner {
     /// The plan's allowed dirs and protected paths, until the sets below are
     /// computed (on first use: a call that changes nothing pays nothing).
-    setup: Option<(Vec<crate::plan::Mount>, crate::protected::ProtectedPaths)>,
+    setup: Option<(
+        std::sync::Arc<[crate::plan::Mount]>,
+        crate::protected::ProtectedPaths,
+    )>,
     /// Whether the handles made before the first check (the preopens) have
     /// been restricted.
     swept: bool,

@@ -94,6 +94,59 @@ async fn runs_a_wasi_command_with_exit_codes_and_stdin() {
     assert_eq!(r.stdout, "stdin 100000 bytes\n");
 }
 
+/// A loaded tool is found again by its file's identity and version: the
+/// same file runs from memory, a file rewritten in place or replaced by a
+/// symlink is looked at anew, never run from what was loaded before.
+#[tokio::test]
+async fn a_changed_tool_file_is_never_run_from_memory() {
+    let (t, sb) = setup(wasm_config());
+    let tool = t.ws().join("t.wasm");
+    std::fs::copy(probe_path(), &tool).unwrap();
+    let run = || sb.run(RunRequest::new(["./t.wasm", "args", "x"]));
+    let r = run().await;
+    assert_eq!(r.stdout, "t\nargs\nx\n", "{r:?}");
+    let r = run().await;
+    assert_eq!(
+        r.stdout, "t\nargs\nx\n",
+        "the same file, from memory: {r:?}"
+    );
+    // Rewritten in place (same inode, same size, its mtime set back): not
+    // a module any more.
+    let len = std::fs::metadata(&tool).unwrap().len() as usize;
+    let mtime = std::fs::metadata(&tool).unwrap().modified().unwrap();
+    let mut junk = b"\0asm\x01\0\0\0 not a module".to_vec();
+    junk.resize(len, b'x');
+    std::fs::write(&tool, &junk).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&tool)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert_eq!(std::fs::metadata(&tool).unwrap().modified().unwrap(), mtime);
+    let r = run().await;
+    assert!(!r.success(), "the old module ran: {r:?}");
+    assert_eq!(r.stdout, "", "{r:?}");
+    // A symlink to a tool of the workspace: followed inside, and run (under
+    // the name of the file it leads to).
+    std::fs::remove_file(&tool).unwrap();
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink("probe.wasm", &tool).unwrap();
+        let r = run().await;
+        assert_eq!(r.stdout, "probe\nargs\nx\n", "{r:?}");
+        // ... and a symlink out of the sandbox is refused, even to a copy of
+        // the very tool loaded above.
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::copy(probe_path(), outside.path().join("p.wasm")).unwrap();
+        std::fs::remove_file(&tool).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("p.wasm"), &tool).unwrap();
+        let r = run().await;
+        assert!(!r.success(), "ran through a symlink out: {r:?}");
+        assert_eq!(r.stdout, "", "{r:?}");
+    }
+}
+
 // Unix only: symlinks to /etc; the Windows spellings are in windows.rs
 #[cfg(unix)]
 #[tokio::test]

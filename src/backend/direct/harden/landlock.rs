@@ -185,7 +185,7 @@ pub(super) fn build_ruleset(
     // make a block device of the host's disk in the workspace and open it).
     let rw = fs & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev);
     let ro_dir = read_only_dir();
-    for (mount, (_, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
+    for (mount, (_, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
         let access = if mount.read_only { ro_dir } else { rw };
         ruleset = add_rule(ruleset, dir.as_fd(), access)?;
     }

@@ -229,7 +229,7 @@ pub(in crate::backend::docker) fn expected_mounts(
             out.push(format!("{}:{}:{}", meta.dev(), meta.ino(), at.display()));
             Ok::<(), Outcome>(())
         };
-        for (m, (_, dir)) in plan.mounts.iter().zip(&plan.mount_dirs) {
+        for (m, (_, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
             expect_dir(&mut out, m, dir, &m.guest)?;
         }
         for (target, m) in crate::backend::docker::spec::ro_elsewhere(plan) {

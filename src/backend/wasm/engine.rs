@@ -582,6 +582,8 @@ fn key_of_stat(st: &rustix::fs::Stat, path: &Path) -> FileKey {
     }
 }
 
+/// Elsewhere (Windows), by size and mtime: a file rewritten to the same
+/// size with its mtime set back is not seen as changed.
 #[cfg(not(unix))]
 pub(super) fn file_key(meta: &cap_std::fs::Metadata, path: &Path) -> FileKey {
     {

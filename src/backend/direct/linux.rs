@@ -1,15 +1,28 @@
 //! Linux: spawn through the per-call supervisor (see `supervisor`).
+//!
+//! The parts: [`Hardening`] (the call's isolation, prepared before the
+//! spawn, and what it reports); [`spawn`], which makes the tool's pipes and
+//! starts the supervisor; [`Child`], the tool's pipes and the supervisor's
+//! pidfd, which the shared code of `direct` reads and waits on; [`Control`],
+//! which asks the supervisor to end the call, reads its report, and keeps
+//! what the supervisor reads until it has been reaped (a call dropped
+//! unfinished hands that to a reaper thread).
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::process::{Child, Command};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
+use tokio::process::Command;
 
 use super::harden::{self, Prepared};
-use super::supervisor::{self, Params, RLimit, Report};
+use super::supervisor::{self, Params, RLimit, Region, Report};
 use super::{Finished, Termination};
 use crate::isolation::{ALL_LAYERS, IsolationReport};
 use crate::outcome::Outcome;
@@ -71,40 +84,120 @@ impl Hardening {
     }
 }
 
-/// A running call. `control` is declared first so that it is dropped first: if
-/// the caller drops the call's future, the supervisor is told to kill the tree
-/// while it is still our unreaped child (its pid cannot have been reused).
+/// A running call. `control` is declared first so that it is dropped first:
+/// if the caller drops the call's future, the supervisor is told to kill the
+/// tree before anything of the call is let go.
 pub(super) struct Spawned {
     pub control: Control,
     pub child: Child,
 }
 
+/// toolhost's ends of the tool's pipes, and the supervisor's pidfd.
+pub(super) struct Child {
+    pub stdin: Option<pipe::Sender>,
+    pub stdout: Option<pipe::Receiver>,
+    pub stderr: Option<pipe::Receiver>,
+    pidfd: Arc<AsyncFd<OwnedFd>>,
+}
+
+impl Child {
+    /// Waits until the supervisor has exited (cancel-safe). It is reaped by
+    /// [`Control::finish`]; the status is its report's business.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        // A pidfd is readable once its process has exited, and stays so.
+        let _ = self.pidfd.readable().await?;
+        Ok(ExitStatus::from_raw(0))
+    }
+
+    /// Kills the supervisor itself (when a kill request went unanswered).
+    pub fn start_kill(&mut self) -> io::Result<()> {
+        pidfd_signal(self.pidfd.get_ref().as_raw_fd(), libc::SIGKILL)
+    }
+}
+
+fn pidfd_signal(pidfd: RawFd, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: pidfd_send_signal on our supervisor's pidfd (open while the
+    // call's Child or Control lives): a pidfd names one process, never a
+    // reused pid.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd,
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What the supervisor reads, kept until it is reaped: its parameters, its
+/// region, and fds moved above 2 for it. Only [`settle`](Self::settle) lets
+/// go of the parameters and the region; dropped any other way (a panic, a
+/// reaper thread that could not start), a Kept leaks both, as it must while
+/// a process of the call may still read them.
+struct Kept {
+    params: Option<Box<Params>>,
+    region: Option<Region>,
+    _fds: Vec<OwnedFd>,
+}
+
+impl Kept {
+    /// After the supervisor is reaped: `clean` when it reported and nothing
+    /// of the call is left, so that nothing can touch the region any more.
+    fn settle(mut self, clean: bool) {
+        if clean {
+            if let Some(r) = self.region.take() {
+                r.release();
+            }
+            self.params.take();
+        }
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        // Unsettled, or settled unclean: a process of the call may remain
+        // (see `Region`): never reuse, never free.
+        if let Some(r) = self.region.take() {
+            r.abandon();
+        }
+        if let Some(p) = self.params.take() {
+            std::mem::forget(p);
+        }
+    }
+}
+
 pub(super) struct Control {
-    supervisor: Option<u32>,
-    status: File,
-    finished: bool,
+    pidfd: Arc<AsyncFd<OwnedFd>>,
+    status: Option<File>,
+    kept: Option<Kept>,
 }
 
 impl Control {
     /// Asks the supervisor to kill the tool's whole tree and exit.
     pub fn kill_tree(&mut self, _child: &mut Child) {
-        if let Some(pid) = self.supervisor {
-            // SAFETY: kill(2) with a pid we spawned and have not reaped.
-            unsafe { libc::kill(pid as libc::pid_t, supervisor::KILL_REQUEST) };
-        }
+        let _ = pidfd_signal(self.pidfd.get_ref().as_raw_fd(), supervisor::KILL_REQUEST);
     }
 
     /// Nothing to wait for here before [`finish`](Self::finish).
     pub async fn settle(&mut self) {}
 
-    /// Reads the supervisor's report, once it has exited.
+    /// Reaps the supervisor (it has exited: [`Child::wait`]) and reads its
+    /// report.
     pub fn finish(&mut self, _status: Option<ExitStatus>) -> Finished {
-        self.finished = true;
-        let mut buf = [0u8; supervisor::REPORT_LEN];
-        let report = match self.status.read(&mut buf) {
-            Ok(n) => Report::decode(&buf[..n]),
-            Err(_) => None,
-        };
+        let reaped = reap(self.pidfd.get_ref().as_raw_fd(), false);
+        let report = self.status.take().and_then(read_report);
+        if let Some(kept) = self.kept.take() {
+            if reaped {
+                kept.settle(report.is_some_and(|r| r.survivors == 0 || not_started(&r)));
+            } else {
+                hand_to_reaper(&self.pidfd, None, kept);
+            }
+        }
         let Some(r) = report else {
             return Finished {
                 termination: Termination::Unknown,
@@ -115,14 +208,12 @@ impl Control {
             };
         };
         let st = r.wait_status;
-        let termination = if r.reason == supervisor::REASON_NOT_STARTED
-            && r.survivors == supervisor::STAGE_ISOLATION
-        {
+        let termination = if not_started(&r) && r.survivors == supervisor::STAGE_ISOLATION {
             Termination::IsolationFailed {
                 errno: st,
                 layer: r.layers,
             }
-        } else if r.reason == supervisor::REASON_NOT_STARTED {
+        } else if not_started(&r) {
             Termination::NotStarted {
                 errno: st,
                 at_exec: r.survivors == supervisor::STAGE_EXEC,
@@ -148,33 +239,143 @@ impl Control {
     }
 }
 
-impl Drop for Control {
-    fn drop(&mut self) {
-        if !self.finished
-            && let Some(pid) = self.supervisor
-        {
-            // SAFETY: as in kill_tree; the Child is dropped after us.
-            unsafe { libc::kill(pid as libc::pid_t, supervisor::KILL_REQUEST) };
+fn not_started(r: &Report) -> bool {
+    r.reason == supervisor::REASON_NOT_STARTED
+}
+
+fn read_report(mut status: File) -> Option<Report> {
+    let mut buf = [0u8; supervisor::REPORT_LEN];
+    match status.read(&mut buf) {
+        Ok(n) => Report::decode(&buf[..n]),
+        Err(_) => None,
+    }
+}
+
+/// waitid(P_PIDFD): true once the supervisor is reaped (or was, by someone
+/// else: ECHILD).
+fn reap(pidfd: RawFd, block: bool) -> bool {
+    // SAFETY: all zeroes is a valid siginfo_t (plain integers and padding).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::__WALL | if block { 0 } else { libc::WNOHANG };
+    loop {
+        // SAFETY: waitid on our pidfd with a siginfo on this stack.
+        let r = unsafe { libc::waitid(libc::P_PIDFD, pidfd as libc::id_t, &mut info, flags) };
+        if r == 0 {
+            // WNOHANG with nothing to reap leaves si_pid at 0.
+            // SAFETY: the kernel filled (or we zeroed) `info`.
+            return block || unsafe { info.si_pid() } != 0;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::ECHILD) => return true,
+            _ => return false,
         }
     }
 }
 
-fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+/// A supervisor still running when its call let go (a dropped future, or a
+/// wait that failed): a thread waits for it, then settles what it reads.
+/// The kill request has been sent; it exits within its cleanup budget.
+fn hand_to_reaper(pidfd: &AsyncFd<OwnedFd>, status: Option<File>, kept: Kept) {
+    let fd = match pidfd.get_ref().try_clone() {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::error!("direct backend: cannot wait for a supervisor: {e}");
+            kept.settle(false);
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("toolhost-reap".into())
+        .spawn(move || {
+            let reaped = reap(fd.as_raw_fd(), true);
+            let report = status.and_then(read_report);
+            kept.settle(reaped && report.is_some_and(|r| r.survivors == 0 || not_started(&r)));
+        });
+    if let Err(e) = spawned {
+        // The closure was dropped unrun, and the Kept in it leaked (its Drop).
+        tracing::error!("direct backend: no thread to reap a supervisor: {e}");
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        if let Some(kept) = self.kept.take() {
+            // The call was let go unfinished: end it, then let a thread
+            // wait for the supervisor.
+            let _ = pidfd_signal(self.pidfd.get_ref().as_raw_fd(), supervisor::KILL_REQUEST);
+            hand_to_reaper(&self.pidfd, self.status.take(), kept);
+        }
+    }
+}
+
+fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } < 0 {
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: both fds are fresh and owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::Result<Spawned> {
+fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd we own.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// `fd` if it is above 2; else a duplicate above 2, kept in `keep` (the
+/// supervisor puts the tool's stdio at 0-2 and must not clobber it).
+fn above_stdio(fd: RawFd, keep: &mut Vec<OwnedFd>) -> io::Result<RawFd> {
+    if !(0..=2).contains(&fd) {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC of an open fd; the new fd is ours.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd, owned by nobody else.
+    keep.push(unsafe { OwnedFd::from_raw_fd(new) });
+    Ok(new)
+}
+
+fn owned_above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    let mut keep = Vec::new();
+    above_stdio(fd.as_raw_fd(), &mut keep)?;
+    Ok(keep.pop().unwrap_or(fd))
+}
+
+pub(super) fn spawn(_cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::Result<Spawned> {
     let cwd = plan
         .cwd
         .as_ref()
         .ok_or_else(|| io::Error::other("no working directory"))?;
-    let (read, write) = status_pipe()?;
+    let (status_read, status_write) = cloexec_pipe()?;
+    set_nonblocking(&status_read)?;
+    let status_write = owned_above_stdio(status_write)?;
+    let (stdin_ours, stdin_tool) = match plan.stdin {
+        Some(_) => {
+            let (r, w) = cloexec_pipe()?;
+            (Some(w), owned_above_stdio(r)?)
+        }
+        None => {
+            let null = File::open("/dev/null")?;
+            (None, owned_above_stdio(OwnedFd::from(null))?)
+        }
+    };
+    let (stdout_ours, stdout_tool) = cloexec_pipe()?;
+    let stdout_tool = owned_above_stdio(stdout_tool)?;
+    let (stderr_ours, stderr_tool) = cloexec_pipe()?;
+    let stderr_tool = owned_above_stdio(stderr_tool)?;
+
+    let mut fds = Vec::new();
     let l = &plan.limits;
     let limit = |resource: libc::__rlimit_resource_t, v: Option<u64>| {
         v.map(|value| RLimit {
@@ -182,40 +383,82 @@ pub(super) fn spawn(cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::Re
             value,
         })
     };
-    let params = Params::new(
+    let mut tool = h.0.tool;
+    tool.ruleset_fd = above_stdio(tool.ruleset_fd, &mut fds)?;
+    tool.netns_fd = above_stdio(tool.netns_fd, &mut fds)?;
+    tool.userns_fd = above_stdio(tool.userns_fd, &mut fds)?;
+    let mut params = Box::new(Params::new(
         // SAFETY: getpid cannot fail.
         unsafe { libc::getpid() },
-        write.as_raw_fd(),
-        cwd.dir.as_raw_fd(),
+        status_write.as_raw_fd(),
+        above_stdio(cwd.dir.as_raw_fd(), &mut fds)?,
         [
             limit(libc::RLIMIT_AS, l.memory_bytes),
             limit(libc::RLIMIT_CPU, l.cpu_seconds),
             limit(libc::RLIMIT_NPROC, l.processes),
             limit(libc::RLIMIT_FSIZE, l.file_size_bytes),
         ],
-        h.0.tool,
+        tool,
         &plan.argv,
         &plan.env,
         h.0.tmp.as_ref().map(|t| t.path()),
-    )?;
-    let mut params = params;
+    )?);
+    params.stdio = [
+        stdin_tool.as_raw_fd(),
+        stdout_tool.as_raw_fd(),
+        stderr_tool.as_raw_fd(),
+    ];
     params.mounts = h.0.mounts.clone();
-    // SAFETY: `enter` only makes async-signal-safe calls (see `supervisor`), and
-    // every fd it uses (status pipe, cwd handle) outlives the spawn.
-    unsafe {
-        cmd.pre_exec(move || supervisor::enter(&params));
-    }
-    // The supervisor never returns to std's exec; should that ever change, std
-    // must not exec with toolhost's own environment.
-    cmd.env_clear();
-    let child = cmd.spawn()?;
-    drop(write);
+    // toolhost's ends, ready before the supervisor exists: nothing can fail
+    // between its start and the Control that keeps what it reads.
+    let receiver = |fd: OwnedFd| -> io::Result<pipe::Receiver> {
+        set_nonblocking(&fd)?;
+        pipe::Receiver::from_owned_fd_unchecked(fd)
+    };
+    let stdin = match stdin_ours {
+        Some(w) => {
+            set_nonblocking(&w)?;
+            Some(pipe::Sender::from_owned_fd_unchecked(w)?)
+        }
+        None => None,
+    };
+    let stdout = receiver(stdout_ours)?;
+    let stderr = receiver(stderr_ours)?;
+
+    let started = supervisor::start(&params)?;
+    // The supervisor has its own copies; toolhost's go now, so that the
+    // pipes reach EOF when the tool's tree is gone.
+    drop((status_write, stdin_tool, stdout_tool, stderr_tool));
+    let kept = Kept {
+        params: Some(params),
+        region: Some(started.region),
+        _fds: fds,
+    };
+    // SAFETY: the pidfd is an OwnedFd moved into the AsyncFd, which owns it
+    // (open, the same file) until it is dropped.
+    let pidfd = match unsafe { AsyncFd::register_with_interest(started.pidfd, Interest::READABLE) }
+    {
+        Ok(fd) => Arc::new(fd),
+        Err(e) => {
+            let (fd, e) = e.into_parts();
+            // Not watchable: end the supervisor here and now.
+            let _ = pidfd_signal(fd.as_raw_fd(), libc::SIGKILL);
+            reap(fd.as_raw_fd(), true);
+            kept.settle(false);
+            return Err(e);
+        }
+    };
     Ok(Spawned {
         control: Control {
-            supervisor: child.id(),
-            status: File::from(read),
-            finished: false,
+            pidfd: Arc::clone(&pidfd),
+            status: Some(File::from(status_read)),
+            kept: Some(kept),
         },
-        child,
+        child: Child {
+            stdin,
+            stdout: Some(stdout),
+            stderr: Some(stderr),
+            pidfd,
+        },
     })
 }

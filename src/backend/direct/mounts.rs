@@ -8,8 +8,8 @@
 //!
 //! Split like `harden`: [`MountPlan::prepare`] runs in toolhost and finds the
 //! places (with every other path to them through bind mounts of their
-//! filesystem); [`MountPlan::apply`] runs in the supervisor after fork and
-//! only makes system calls. Each place is opened with `openat2` and
+//! filesystem); [`MountPlan::apply`] runs in the supervisor and only makes
+//! raw system calls (`sys`). Each place is opened with `openat2` and
 //! `RESOLVE_NO_SYMLINKS`, so a symlink swapped in after `prepare` makes the
 //! call fail instead of moving a mount; the mounts are made through fds with
 //! the new mount API (`open_tree`, `mount_setattr`, `move_mount`), read-only
@@ -22,6 +22,7 @@ use std::os::unix::ffi::OsStrExt as _;
 
 use libc::c_int;
 
+use super::sys;
 use crate::plan::ExecPlan;
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
@@ -49,7 +50,7 @@ struct MountAttr {
     userns_fd: u64,
 }
 
-/// The mounts of one call, prepared before the fork.
+/// The mounts of one call, prepared before the supervisor starts.
 #[derive(Debug, Clone)]
 pub(super) struct MountPlan {
     /// (place, read-only, a symlink itself), shallowest first.
@@ -91,13 +92,11 @@ impl MountPlan {
     /// namespace, where nothing is mounted), so the caller must not run it.
     ///
     /// # Safety
-    /// Must only be called between `fork` and `exec`; `cwd_fd` is open.
+    /// Only in the supervisor (raw system calls only); `cwd_fd` is open.
     pub(super) unsafe fn apply(&self, cwd_fd: c_int) -> Result<(), (c_int, bool)> {
         // SAFETY: unshare takes no pointers; `make` has the same contract.
         unsafe {
-            if libc::unshare(libc::CLONE_NEWNS) < 0 {
-                return Err((errno(), false));
-            }
+            sys::unshare(libc::CLONE_NEWNS).map_err(|e| (e, false))?;
             self.make(cwd_fd).map_err(|e| (e, true))
         }
     }
@@ -111,16 +110,17 @@ impl MountPlan {
         // or literals, on fds opened here or `cwd_fd` (open by the caller's
         // contract), and on stat buffers on this stack.
         unsafe {
-            if libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_SLAVE,
-                std::ptr::null(),
-            ) < 0
-            {
-                return Err(errno());
-            }
+            sys::call(
+                libc::SYS_mount,
+                [
+                    0,
+                    c"/".as_ptr() as usize,
+                    0,
+                    (libc::MS_REC | libc::MS_SLAVE) as usize,
+                    0,
+                    0,
+                ],
+            )?;
             for (place, read_only, link) in &self.binds {
                 // A symlink itself: O_PATH | O_NOFOLLOW opens the link (the
                 // one symlink openat2 then allows), and the mount covers it.
@@ -129,48 +129,40 @@ impl MountPlan {
                 } else {
                     libc::O_PATH
                 };
-                let fd = open_no_symlinks(place, flags);
-                if fd < 0 {
-                    match errno() {
-                        // Gone since `prepare`: nothing there to protect. An
-                        // alias hidden under another mount is not reachable.
-                        libc::ENOENT => continue,
-                        e => return Err(e),
-                    }
-                }
+                let fd = match open_no_symlinks(place, flags) {
+                    Ok(fd) => fd,
+                    // Gone since `prepare`: nothing there to protect. An
+                    // alias hidden under another mount is not reachable.
+                    Err(libc::ENOENT) => continue,
+                    Err(e) => return Err(e),
+                };
                 let r = bind_over(fd, *read_only);
-                libc::close(fd);
+                let _ = sys::close(fd);
                 r?;
             }
-            let new = open_no_symlinks(&self.cwd, libc::O_PATH | libc::O_DIRECTORY);
-            let new = if new < 0 {
+            let new = match open_no_symlinks(&self.cwd, libc::O_PATH | libc::O_DIRECTORY) {
+                Ok(fd) => fd,
                 // A symlink in the cwd's own path (the plan keeps the path
                 // it was given): follow it, then compare identities.
-                libc::open(
+                Err(_) => sys::openat(
+                    libc::AT_FDCWD,
                     self.cwd.as_ptr(),
                     libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                )
-            } else {
-                new
+                )? as c_int,
             };
-            if new < 0 {
-                return Err(errno());
-            }
             let mut a: libc::stat = std::mem::zeroed();
             let mut b: libc::stat = std::mem::zeroed();
-            if libc::fstat(cwd_fd, &mut a) < 0
-                || libc::fstat(new, &mut b) < 0
+            if sys::fstat(cwd_fd, &mut a).is_err()
+                || sys::fstat(new, &mut b).is_err()
                 || a.st_dev != b.st_dev
                 || a.st_ino != b.st_ino
             {
-                libc::close(new);
+                let _ = sys::close(new);
                 return Err(libc::ESTALE);
             }
-            let r = libc::dup3(new, cwd_fd, libc::O_CLOEXEC);
-            libc::close(new);
-            if r < 0 {
-                return Err(errno());
-            }
+            let r = sys::dup3(new, cwd_fd, libc::O_CLOEXEC);
+            let _ = sys::close(new);
+            r?;
             Ok(())
         }
     }
@@ -179,9 +171,8 @@ impl MountPlan {
 /// `openat2(AT_FDCWD, path, flags | O_CLOEXEC)` refusing every symlink.
 ///
 /// # Safety
-/// Only in a forked child before exec: system calls only, no allocation
-/// and no locks.
-unsafe fn open_no_symlinks(path: &CString, flags: c_int) -> c_int {
+/// Only in the supervisor before the tool exists: raw system calls only.
+unsafe fn open_no_symlinks(path: &CString, flags: c_int) -> Result<c_int, c_int> {
     let how = OpenHow {
         flags: (flags | libc::O_CLOEXEC) as u64,
         mode: 0,
@@ -190,13 +181,18 @@ unsafe fn open_no_symlinks(path: &CString, flags: c_int) -> c_int {
     // SAFETY: `path` is NUL-terminated and `how` is a valid open_how of the
     // size passed; the kernel only reads both.
     unsafe {
-        libc::syscall(
+        sys::call(
             libc::SYS_openat2,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        ) as c_int
+            [
+                libc::AT_FDCWD as usize,
+                path.as_ptr() as usize,
+                &how as *const OpenHow as usize,
+                std::mem::size_of::<OpenHow>(),
+                0,
+                0,
+            ],
+        )
+        .map(|fd| fd as c_int)
     }
 }
 
@@ -204,21 +200,22 @@ unsafe fn open_no_symlinks(path: &CString, flags: c_int) -> c_int {
 /// or as it is.
 ///
 /// # Safety
-/// Only in a forked child before exec: system calls only, no allocation
-/// and no locks.
+/// Only in the supervisor before the tool exists: raw system calls only.
 unsafe fn bind_over(fd: c_int, read_only: bool) -> Result<(), c_int> {
     // SAFETY: every pointer passed is a NUL-terminated literal or a valid
     // mount_attr of the size passed; the fds are open.
     unsafe {
-        let tree = libc::syscall(
+        let tree = sys::call(
             libc::SYS_open_tree,
-            fd,
-            c"".as_ptr(),
-            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_EMPTY_PATH,
-        ) as c_int;
-        if tree < 0 {
-            return Err(errno());
-        }
+            [
+                fd as usize,
+                c"".as_ptr() as usize,
+                (OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_EMPTY_PATH) as usize,
+                0,
+                0,
+                0,
+            ],
+        )? as c_int;
         if read_only {
             let attr = MountAttr {
                 attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
@@ -226,36 +223,33 @@ unsafe fn bind_over(fd: c_int, read_only: bool) -> Result<(), c_int> {
                 propagation: 0,
                 userns_fd: 0,
             };
-            if libc::syscall(
+            if let Err(e) = sys::call(
                 libc::SYS_mount_setattr,
-                tree,
-                c"".as_ptr(),
-                AT_EMPTY_PATH,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            ) < 0
-            {
-                let e = errno();
-                libc::close(tree);
+                [
+                    tree as usize,
+                    c"".as_ptr() as usize,
+                    AT_EMPTY_PATH as usize,
+                    &attr as *const MountAttr as usize,
+                    std::mem::size_of::<MountAttr>(),
+                    0,
+                ],
+            ) {
+                let _ = sys::close(tree);
                 return Err(e);
             }
         }
-        let r = libc::syscall(
+        let r = sys::call(
             libc::SYS_move_mount,
-            tree,
-            c"".as_ptr(),
-            fd,
-            c"".as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+            [
+                tree as usize,
+                c"".as_ptr() as usize,
+                fd as usize,
+                c"".as_ptr() as usize,
+                (MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) as usize,
+                0,
+            ],
         );
-        let e = errno();
-        libc::close(tree);
-        if r < 0 { Err(e) } else { Ok(()) }
+        let _ = sys::close(tree);
+        r.map(|_| ())
     }
-}
-
-fn errno() -> c_int {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }

@@ -26,6 +26,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use libc::c_int;
 
+use super::sys;
 use crate::isolation::{IsolationLevel, Layer};
 use crate::outcome::{Outcome, OutcomeKind};
 use crate::plan::ExecPlan;
@@ -270,21 +271,24 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
 }
 
 /// Applies the layers in the tool process. Returns the applied layers, or
-/// the layer that failed under `strict` (errno set).
+/// the errno and the layer that failed under `strict`.
 ///
 /// # Safety
-/// Only between clone and exec, in the tool process: system calls only.
-pub(super) unsafe fn apply_in_tool(h: &ToolHardening) -> Result<u32, Layer> {
+/// Only between clone and exec, in the tool process: raw system calls only
+/// (`sys`).
+pub(super) unsafe fn apply_in_tool(h: &ToolHardening) -> Result<u32, (c_int, Option<Layer>)> {
     // SAFETY: between clone and exec (see `# Safety`): setns, prctl,
     // landlock and seccomp system calls on the fds and the filter in `h`,
     // prepared before the spawn and alive until exec.
     unsafe {
         let mut applied = 0u32;
         if h.netns_fd >= 0 {
-            if libc::setns(h.netns_fd, libc::CLONE_NEWNET) == 0 {
-                applied |= Layer::NetNamespace.bit();
-            } else if h.strict && h.seccomp.is_none() {
-                return Err(Layer::NetNamespace);
+            match sys::setns(h.netns_fd, libc::CLONE_NEWNET) {
+                Ok(_) => applied |= Layer::NetNamespace.bit(),
+                Err(e) if h.strict && h.seccomp.is_none() => {
+                    return Err((e, Some(Layer::NetNamespace)));
+                }
+                Err(_) => {}
             }
         }
         if h.drop_caps {
@@ -292,33 +296,31 @@ pub(super) unsafe fn apply_in_tool(h: &ToolHardening) -> Result<u32, Layer> {
             // after exec.
             if h.hardened {
                 for cap in DROPPED_CAPS {
-                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                    let _ = sys::prctl(libc::PR_CAPBSET_DROP, cap as usize);
                 }
                 if h.drop_net_raw {
-                    libc::prctl(libc::PR_CAPBSET_DROP, CAP_NET_RAW, 0, 0, 0);
+                    let _ = sys::prctl(libc::PR_CAPBSET_DROP, CAP_NET_RAW as usize);
                 }
             } else {
                 for cap in PROC_PEEK_CAPS {
-                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                    let _ = sys::prctl(libc::PR_CAPBSET_DROP, cap as usize);
                 }
             }
         }
         // No setuid/file-capability gains in the tool's tree (and the
         // precondition for an unprivileged Landlock domain and seccomp).
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-            return Err(Layer::NoNewPrivs);
+        if let Err(e) = sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1) {
+            return Err((e, Some(Layer::NoNewPrivs)));
         }
         applied |= Layer::NoNewPrivs.bit();
         if h.ruleset_fd >= 0 {
-            let r = libc::syscall(
+            match sys::call(
                 libc::SYS_landlock_restrict_self,
-                h.ruleset_fd,
-                0 as libc::c_uint,
-            );
-            if r == 0 {
-                applied |= h.ruleset_layers;
-            } else if h.strict {
-                return Err(Layer::LandlockFs);
+                [h.ruleset_fd as usize, 0, 0, 0, 0, 0],
+            ) {
+                Ok(_) => applied |= h.ruleset_layers,
+                Err(e) if h.strict => return Err((e, Some(Layer::LandlockFs))),
+                Err(_) => {}
             }
         }
         if let Some(filter) = h.seccomp {
@@ -328,16 +330,20 @@ pub(super) unsafe fn apply_in_tool(h: &ToolHardening) -> Result<u32, Layer> {
                 len: filter.len() as u16,
                 filter: filter.as_ptr().cast_mut(),
             };
-            let r = libc::syscall(
+            match sys::call(
                 libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0 as libc::c_uint,
-                &prog as *const libc::sock_fprog,
-            );
-            if r == 0 {
-                applied |= h.seccomp_layers;
-            } else if h.strict {
-                return Err(Layer::Seccomp);
+                [
+                    libc::SECCOMP_SET_MODE_FILTER as usize,
+                    0,
+                    &prog as *const libc::sock_fprog as usize,
+                    0,
+                    0,
+                    0,
+                ],
+            ) {
+                Ok(_) => applied |= h.seccomp_layers,
+                Err(e) if h.strict => return Err((e, Some(Layer::Seccomp))),
+                Err(_) => {}
             }
         }
         Ok(applied)

@@ -2,18 +2,31 @@
 //!
 //! Invariant: when a call ends, for any reason, no process it started is left.
 //!
-//! How: the process toolhost spawns is not the tool. It is a forked copy of
-//! toolhost (never exec'd) that becomes a *child subreaper* and forks the tool.
-//! The tool itself is created from the supervisor with `clone(CLONE_VM |
-//! CLONE_VFORK)`, as `posix_spawn` does, and execs directly: only one full
-//! `fork` of toolhost per call.
-//! Every descendant of the tool, including those that call `setsid` or double
-//! fork, stays in the supervisor's subtree: when a process's parent dies, the
-//! kernel reparents it to the nearest subreaper, which is the supervisor. When the
-//! tool exits, when toolhost asks (SIGUSR2: timeout or cancellation), or when
-//! toolhost dies (parent-death signal), the supervisor kills the tool's process
-//! group and then every child it has, round after round, until none is left. It
+//! How: the process toolhost starts is not the tool. It is a supervisor that
+//! becomes a *child subreaper* and creates the tool. Every descendant of the
+//! tool, including those that call `setsid` or double fork, stays in the
+//! supervisor's subtree: when a process's parent dies, the kernel reparents
+//! it to the nearest subreaper, which is the supervisor. When the tool exits,
+//! when toolhost asks (SIGUSR2: timeout or cancellation), or when toolhost
+//! dies (parent-death signal), the supervisor kills the tool's process group
+//! and then every child it has, round after round, until none is left. It
 //! then reports the tool's wait status and CPU time on a pipe and exits.
+//!
+//! The supervisor is not a fork of toolhost. On x86_64 it is created with
+//! `clone(CLONE_VM)`, as a thread would be but as a process of its own (own
+//! fds, own signal dispositions, own namespaces): it shares toolhost's
+//! memory, so creating it copies no page table, and toolhost takes no
+//! copy-on-write faults while it runs, however large toolhost is (the MCP
+//! server's case). It runs on a stack of the call's own [`Region`] (guard
+//! pages below each stack), and everything it and the tool share lives
+//! there or in the call's [`Params`], which toolhost keeps until it has
+//! reaped the supervisor. It makes raw system calls only (`super::sys`):
+//! it shares the thread area of the thread that created it, and a C
+//! library call would write that thread's `errno`. Elsewhere (aarch64 and
+//! other architectures, untested here) the same code runs in a forked copy.
+//!
+//! The tool itself is created from the supervisor with `clone(CLONE_VM |
+//! CLONE_VFORK)`, as `posix_spawn` does, and execs directly.
 //!
 //! With isolation on (and where the host allows: root, or through toolhost's
 //! user namespace), the call also gets a PID namespace: the supervisor
@@ -26,26 +39,31 @@
 //! tool is not pid 1 itself because pid 1 ignores signals it has no handler
 //! for, SIGXCPU of the CPU limit included.
 //!
-//! The parent-death signal is tied to the *thread* that forked, which may be a
-//! tokio worker that exits later. The supervisor therefore checks, when the
-//! signal comes, whether toolhost itself is gone (`getppid()` changed); if only
-//! the thread went, it re-arms the signal and carries on.
+//! The parent-death signal is tied to the *thread* that created the
+//! supervisor, which may be a tokio worker that exits later. The supervisor
+//! therefore checks, when the signal comes, whether toolhost itself is gone
+//! (`getppid()` changed); if only the thread went, it re-arms the signal and
+//! carries on.
 //!
-//! Everything here runs between `fork` and `exec` in a copy of a multi-threaded
-//! process, so it only makes async-signal-safe system calls: no allocation, no
-//! locks, no std I/O.
+//! Every signal is blocked in the supervisor from its first instruction
+//! (toolhost blocks them around the clone): no handler of toolhost's ever
+//! runs there, and it takes the signals it waits for with `sigtimedwait`.
+//! Nothing here allocates or takes a lock.
 
-use std::cell::UnsafeCell;
 use std::ffi::{CString, c_char, c_void};
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use libc::{c_int, pid_t};
 
 use super::harden::ToolHardening;
 use super::mounts::MountPlan;
+use super::sys::{self, SigSet, sig_bit};
 use crate::isolation::Layer;
-use reap::{errno, report_not_started, supervise};
+use reap::{report_not_started, supervise};
 use tool::{close_from, exec_tool, prepare_tool};
 
 mod reap;
@@ -65,6 +83,9 @@ pub(super) struct RLimit {
 #[derive(Debug)]
 pub(super) struct Params {
     pub toolhost_pid: pid_t,
+    /// The tool's stdin, stdout and stderr, moved to 0, 1 and 2 in the
+    /// supervisor. Like every fd here, above 2 in toolhost (`linux::spawn`).
+    pub stdio: [c_int; 3],
     pub status_fd: c_int,
     pub cwd_fd: c_int,
     pub limits: [Option<RLimit>; 4],
@@ -149,6 +170,7 @@ impl Params {
         envp_ptrs.push(std::ptr::null());
         Ok(Params {
             toolhost_pid,
+            stdio: [-1; 3],
             status_fd,
             cwd_fd,
             limits,
@@ -238,78 +260,293 @@ const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 /// How long the supervisor keeps killing before it reports survivors.
 const CLEANUP_BUDGET_NS: i64 = 3_000_000_000;
 
-/// Signals the supervisor keeps blocked for its whole life and takes with
-/// `sigwaitinfo`: child exits, the parent-death signal and kill requests.
-/// Blocked signals stay pending, so none of them can be missed.
-fn supervisor_signals() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [
-            libc::SIGCHLD,
-            PARENT_DEATH,
-            KILL_REQUEST,
-            libc::SIGTERM,
-            libc::SIGINT,
-            libc::SIGHUP,
-        ] {
-            libc::sigaddset(&mut set, s);
+/// Signals the supervisor takes with `sigtimedwait` (all are blocked in
+/// it): child exits, the parent-death signal and kill requests.
+const SUPERVISOR_SIGNALS: SigSet = sig_bit(libc::SIGCHLD)
+    | sig_bit(PARENT_DEATH)
+    | sig_bit(KILL_REQUEST)
+    | sig_bit(libc::SIGTERM)
+    | sig_bit(libc::SIGINT)
+    | sig_bit(libc::SIGHUP);
+const ALL_SIGNALS: SigSet = !0;
+
+/// What the supervisor, its init and the tool (before exec) share, at the
+/// start of the call's [`Region`]. Written by toolhost before the clone;
+/// after it, only the children write it, and toolhost reads nothing of it
+/// (the report comes on the status pipe).
+#[repr(C)]
+struct Shared {
+    params: *const Params,
+    /// Set by the tool when it fails before or at exec.
+    tool_errno: AtomicI32,
+    tool_stage: AtomicU32,
+    /// Isolation layers the tool applied (or, at STAGE_ISOLATION, the one
+    /// that failed).
+    tool_layers: AtomicU32,
+    /// A futex word: `LAUNCH_PENDING` until the init has started the tool
+    /// (`LAUNCH_DONE`) or has exited (0, written by the kernel:
+    /// CLONE_CHILD_CLEARTID).
+    launched: AtomicU32,
+    /// Set by the init (to 1) once it has tried to start the tool, before it
+    /// sets `LAUNCH_DONE`: unlike `launched`, the kernel never clears it.
+    tool_started: AtomicU32,
+    /// The tool's wait status, when the init reaped it (`tool_reaped` = 1).
+    tool_status: AtomicI32,
+    tool_reaped: AtomicU32,
+    /// A pidfd of the supervisor, for the init to check it is still there.
+    supervisor_pidfd: AtomicI32,
+    /// The stack tops, in this region.
+    init_stack_top: *mut c_void,
+    tool_stack_top: *mut c_void,
+}
+
+const LAUNCH_PENDING: u32 = 1;
+const LAUNCH_DONE: u32 = 2;
+
+const SUPERVISOR_STACK: usize = 128 * 1024;
+const INIT_STACK: usize = 32 * 1024;
+const TOOL_STACK: usize = 64 * 1024;
+
+/// The memory of one call's children: a page for [`Shared`], then three
+/// stacks (the supervisor's, the init's, the tool's), each above a guard
+/// page, so that an overflow faults instead of writing over toolhost's
+/// memory. Made with mmap, and given back to a small pool once toolhost has
+/// reaped a supervisor that reported (nothing of the call can touch it
+/// then). A region whose call may still have a process in it (no report,
+/// or a process that could not be killed) is never reused nor unmapped: a
+/// late `CLONE_CHILD_CLEARTID` write of the kernel would land in whatever
+/// took its place.
+pub(super) struct Region {
+    base: NonNull<u8>,
+}
+
+// SAFETY: a Region is an exclusively owned mapping; any thread may hold it.
+unsafe impl Send for Region {}
+
+static POOL: Mutex<Vec<Region>> = Mutex::new(Vec::new());
+const POOL_MAX: usize = 32;
+
+fn page_size() -> usize {
+    // SAFETY: sysconf takes a plain constant.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as usize } else { 4096 }
+}
+
+/// Offsets in a region: (shared, supervisor stack top, init stack top, tool
+/// stack top, length). Each stack sits right above its guard page.
+fn layout() -> (usize, usize, usize, usize) {
+    let page = page_size();
+    let round = |n: usize| n.div_ceil(page) * page;
+    let sup = page + page + round(SUPERVISOR_STACK);
+    let init = sup + page + round(INIT_STACK);
+    let tool = init + page + round(TOOL_STACK);
+    (sup, init, tool, tool)
+}
+
+impl Region {
+    fn take() -> io::Result<Region> {
+        if let Some(r) = POOL.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Ok(r);
         }
-        set
+        let (sup, init, tool, len) = layout();
+        let page = page_size();
+        // SAFETY: a fresh anonymous private mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let region = Region {
+            base: NonNull::new(base.cast::<u8>()).ok_or_else(|| io::Error::other("mmap"))?,
+        };
+        for (top, size) in [
+            (sup, SUPERVISOR_STACK),
+            (init, INIT_STACK),
+            (tool, TOOL_STACK),
+        ] {
+            let guard = top - size.div_ceil(page) * page - page;
+            // SAFETY: a page inside the mapping made above.
+            if unsafe { libc::mprotect(base.cast::<u8>().add(guard).cast(), page, libc::PROT_NONE) }
+                < 0
+            {
+                let e = io::Error::last_os_error();
+                region.unmap();
+                return Err(e);
+            }
+        }
+        Ok(region)
+    }
+
+    fn at(&self, off: usize) -> *mut c_void {
+        // SAFETY: every offset used is within the mapping (`layout`).
+        unsafe { self.base.as_ptr().add(off).cast() }
+    }
+
+    fn shared(&self) -> *mut Shared {
+        self.base.as_ptr().cast()
+    }
+
+    /// Back to the pool: the call's processes are all gone.
+    pub(super) fn release(self) {
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < POOL_MAX {
+            pool.push(self);
+        } else {
+            drop(pool);
+            self.unmap();
+        }
+    }
+
+    /// Kept mapped for the life of the process (see the type's doc):
+    /// Region has no Drop, so letting it go leaves the mapping in place.
+    pub(super) fn abandon(self) {}
+
+    fn unmap(self) {
+        let (_, _, _, len) = layout();
+        // SAFETY: our own mapping, of that length, which nothing uses any more.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), len) };
     }
 }
 
-/// Entry point, called by `pre_exec` in the forked child, which becomes the
-/// supervisor. It never returns `Ok`: it creates and execs the tool itself and
-/// exits when the call is over. An `Err` (setsid failed) aborts the spawn.
-///
-/// # Safety
-/// Must only be called between `fork` and `exec`.
-pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
-    // SAFETY: the caller runs this in the forked child before exec (see
-    // `# Safety`): each call below is a raw system call on plain values and
-    // on fds and memory this process owns; nothing allocates or takes a lock.
+/// A supervisor started for a call.
+pub(super) struct Started {
+    pub pidfd: OwnedFd,
+    pub region: Region,
+}
+
+/// Starts the supervisor of a call. `params` must stay where it is, unread
+/// and unchanged by anyone else, until the supervisor has been reaped.
+pub(super) fn start(params: &Params) -> io::Result<Started> {
+    let region = Region::take()?;
+    let (sup, init, tool, _) = layout();
+    let shared = region.shared();
+    // SAFETY: the region is ours alone (fresh, or back from the pool after
+    // its call ended); the first page holds a Shared (page-aligned, far
+    // smaller than a page).
     unsafe {
-        // Blocked from the first instruction: a kill request that arrives
-        // before we wait for it stays pending (see `supervise`).
-        let set = supervisor_signals();
-        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        // The wasm backend's no-op SIGURG handler (wasm/special.rs) would
-        // make a stray SIGURG interrupt our waits: back to the default (ignored).
-        let mut dfl: libc::sigaction = std::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(libc::SIGURG, &dfl, std::ptr::null_mut());
-
-        if libc::setsid() < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            PARENT_DEATH as libc::c_ulong,
-            0,
-            0,
-            0,
+        shared.write(Shared {
+            params: params as *const Params,
+            tool_errno: AtomicI32::new(0),
+            tool_stage: AtomicU32::new(0),
+            tool_layers: AtomicU32::new(0),
+            launched: AtomicU32::new(LAUNCH_PENDING),
+            tool_started: AtomicU32::new(0),
+            tool_status: AtomicI32::new(0),
+            tool_reaped: AtomicU32::new(0),
+            supervisor_pidfd: AtomicI32::new(-1),
+            init_stack_top: region.at(init),
+            tool_stack_top: region.at(tool),
+        });
+    }
+    let flags = libc::CLONE_PIDFD | libc::SIGCHLD | if sys::SHARED_VM { libc::CLONE_VM } else { 0 };
+    let mut pidfd: c_int = -1;
+    // Every signal blocked in this thread across the clone: the supervisor
+    // starts with them all blocked, so no handler of toolhost's runs in it.
+    let all = ALL_SIGNALS;
+    let mut old: SigSet = 0;
+    // SAFETY: rt_sigprocmask on this thread with two u64 sets on this stack;
+    // then the clone: the stack top is the supervisor stack's in the region,
+    // 16-byte aligned (page-aligned); `supervisor_main` only makes raw system
+    // calls; `shared` and `params` outlive the supervisor (the caller's
+    // contract: toolhost keeps both until it has reaped it); the old mask is
+    // restored whatever the clone did.
+    let r = unsafe {
+        let _ = sys::call(
+            libc::SYS_rt_sigprocmask,
+            [
+                libc::SIG_SETMASK as usize,
+                &all as *const SigSet as usize,
+                &mut old as *mut SigSet as usize,
+                8,
+                0,
+                0,
+            ],
         );
-        if libc::getppid() != p.toolhost_pid {
-            libc::_exit(1);
+        let r = sys::clone(
+            flags,
+            region.at(sup),
+            &mut pidfd,
+            std::ptr::null_mut(),
+            supervisor_main,
+            shared.cast(),
+        );
+        let _ = sys::sigprocmask(libc::SIG_SETMASK, &old);
+        r
+    };
+    match r {
+        Ok(_) => Ok(Started {
+            // SAFETY: CLONE_PIDFD stored a fresh pidfd that nobody else owns.
+            pidfd: unsafe { OwnedFd::from_raw_fd(pidfd) },
+            region,
+        }),
+        Err(e) => {
+            region.release();
+            Err(io::Error::from_raw_os_error(e))
         }
-        // Keeps a same-user tool from reading toolhost's environment through
-        // /proc/<supervisor>/environ (it is a copy of toolhost).
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+}
 
-        TOOL_ERRNO.store(0, Ordering::SeqCst);
-        TOOL_STAGE.store(0, Ordering::SeqCst);
-        TOOL_LAYERS.store(0, Ordering::SeqCst);
-        TOOL_REAPED.store(0, Ordering::SeqCst);
-        LAUNCHED.store(LAUNCH_PENDING, Ordering::SeqCst);
-        TOOL_STARTED.store(0, Ordering::SeqCst);
+/// The supervisor: sets itself up, creates the tool and supervises it. It
+/// never returns: it exits when the call is over.
+extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the call's Shared, whose Params outlive us (`start`).
+    // Raw system calls only, on plain values and on fds and memory of this
+    // call; nothing allocates or takes a lock.
+    unsafe {
+        let sh = &*(arg as *const Shared);
+        let p = &*sh.params;
+        let _ = sys::sigprocmask(libc::SIG_SETMASK, &ALL_SIGNALS);
+        if sys::setsid().is_err() {
+            sys::exit(1);
+        }
+        let _ = sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+        let _ = sys::prctl(libc::PR_SET_PDEATHSIG, PARENT_DEATH as usize);
+        if sys::getppid() != p.toolhost_pid {
+            sys::exit(1);
+        }
+        if !sys::SHARED_VM {
+            // A forked copy of toolhost: keep a same-user tool from reading
+            // toolhost's environment through /proc/<supervisor>/environ.
+            // (Shared memory is toolhost's own mm, dumpable or not as
+            // `protect_host_environ` says.)
+            let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
+        }
+        // The tool's stdio at 0-2, and nothing else of toolhost's but the
+        // fds this call uses (each above 2: `linux::spawn`).
+        for (i, &fd) in p.stdio.iter().enumerate() {
+            if sys::dup3(fd, i as c_int, 0).is_err() {
+                report_not_started(p, libc::EBADF, STAGE_SETUP, 0);
+            }
+        }
+        let mut keep = [
+            p.status_fd,
+            p.cwd_fd,
+            p.harden.ruleset_fd,
+            p.harden.netns_fd,
+            p.harden.userns_fd,
+        ];
+        keep.sort_unstable();
+        let mut next: c_int = 3;
+        for fd in keep {
+            if fd >= next {
+                close_from(next, fd - 1);
+                next = fd + 1;
+            }
+        }
+        close_from(next, c_int::MAX);
 
         // An unprivileged toolhost's user namespace: it lets us make the PID
         // namespace below, and the tool enter the network namespace.
         let mut ns_layers = 0;
-        if p.harden.userns_fd >= 0 && libc::setns(p.harden.userns_fd, libc::CLONE_NEWUSER) == 0 {
+        if p.harden.userns_fd >= 0 && sys::setns(p.harden.userns_fd, libc::CLONE_NEWUSER).is_ok() {
             ns_layers |= Layer::UserNamespace.bit();
         }
         // The protected paths, before anything of the tool's exists.
@@ -328,73 +565,62 @@ pub(super) unsafe fn enter(p: &Params) -> io::Result<()> {
                 Err((_, false)) => {}
             }
         }
-        let arg = (p as *const Params).cast_mut().cast::<c_void>();
-        if p.harden.pidns && libc::unshare(libc::CLONE_NEWPID) == 0 {
+        if p.harden.pidns && sys::unshare(libc::CLONE_NEWPID).is_ok() {
             // Our next child is the init of a new PID namespace; it starts
             // the tool (pid 2 there) and reaps what is orphaned in it.
-            SUPERVISOR_PIDFD.store(
-                libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as c_int,
+            sh.supervisor_pidfd.store(
+                sys::pidfd_open(sys::getpid()).map_or(-1, |fd| fd as c_int),
                 Ordering::SeqCst,
             );
-            let stack = INIT_STACK.0.get().cast::<u8>();
-            // CLONE_CHILD_CLEARTID: the kernel zeroes LAUNCHED and wakes us
+            // CLONE_CHILD_CLEARTID: the kernel zeroes `launched` and wakes us
             // when the init exits, should it die before it has launched.
-            let init = libc::clone(
-                init_main,
-                stack.add(INIT_STACK_SIZE).cast::<c_void>(),
+            let init = sys::clone(
                 libc::CLONE_VM | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD,
+                sh.init_stack_top,
+                std::ptr::null_mut(),
+                sh.launched.as_ptr(),
+                init_main,
                 arg,
-                std::ptr::null_mut::<pid_t>(),
-                std::ptr::null_mut::<c_void>(),
-                LAUNCHED.as_ptr().cast::<pid_t>(),
             );
-            let pidfd = SUPERVISOR_PIDFD.load(Ordering::SeqCst);
-            if init > 0 {
-                wait_launched();
-                // Not LAUNCHED itself: the kernel zeroes it when the init
+            let pidfd = sh.supervisor_pidfd.load(Ordering::SeqCst);
+            if let Ok(init) = init {
+                wait_launched(sh);
+                // Not `launched` itself: the kernel zeroes it when the init
                 // exits, which may already have happened after a launch.
-                if TOOL_STARTED.load(Ordering::SeqCst) == 0 {
+                if sh.tool_started.load(Ordering::SeqCst) == 0 {
                     // The init died (killed from outside) before it had
                     // launched the tool. Once it is reaped, nothing of its
                     // namespace is left: report a call that did not start.
-                    libc::waitpid(init, std::ptr::null_mut(), libc::__WALL);
+                    let mut st = 0;
+                    let _ = sys::wait4(init as pid_t, &mut st, libc::__WALL, None);
                     report_not_started(p, libc::ESRCH, STAGE_SETUP, 0);
                 }
                 ns_layers |= Layer::PidNamespace.bit();
             }
             if pidfd >= 0 {
-                libc::close(pidfd);
+                let _ = sys::close(pidfd);
             }
-            supervise(p, init, true, ns_layers)
+            supervise(p, sh, init.map(|pid| pid as pid_t), true, ns_layers)
         } else {
-            // The tool runs on this stack, in our memory, until it execs; we are
-            // suspended meanwhile (CLONE_VFORK), so nothing else touches either.
-            let tool = libc::clone(
-                tool_main,
-                tool_stack_top(),
+            // The tool runs on its own stack, in our memory, until it execs;
+            // we are suspended meanwhile (CLONE_VFORK), so nothing else
+            // touches either.
+            let tool = sys::clone(
                 libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                sh.tool_stack_top,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                tool_main,
                 arg,
             );
-            supervise(p, tool, false, ns_layers)
+            supervise(p, sh, tool.map(|pid| pid as pid_t), false, ns_layers)
         }
-    }
-}
-
-fn tool_stack_top() -> *mut c_void {
-    // SAFETY: one past the end of the static stack, which clone grows down from.
-    unsafe {
-        TOOL_STACK
-            .0
-            .get()
-            .cast::<u8>()
-            .add(TOOL_STACK_SIZE)
-            .cast::<c_void>()
     }
 }
 
 /// The init of the call's PID namespace. It shares the supervisor's memory
 /// (CLONE_VM, its own stack) but not its fds. It starts the tool as the
-/// supervisor would, tells the supervisor it did (`LAUNCHED`), drops every fd
+/// supervisor would, tells the supervisor it did (`launched`), drops every fd
 /// (the output pipes must reach EOF once the tree is gone), and reaps every
 /// process of the namespace until the tool itself exits. It then records the
 /// tool's wait status and exits, and the kernel kills whatever is left in the
@@ -404,145 +630,90 @@ fn tool_stack_top() -> *mut c_void {
 /// Every signal is blocked here (SIGKILL aside, which only the supervisor
 /// can send from outside the namespace): no handler inherited from toolhost
 /// ever runs in the init.
-///
-/// The init, the supervisor and the tool before its exec share one thread
-/// area, hence one `errno`: while the tool runs before exec, the supervisor is
-/// blocked in a futex wait and the init suspended by CLONE_VFORK, so neither
-/// writes it; after that, the init never reads it.
 extern "C" fn init_main(arg: *mut c_void) -> c_int {
-    // SAFETY: `arg` is the supervisor's `Params`, alive as long as the
-    // supervisor, and we die with it (parent-death signal, checked below).
+    // SAFETY: `arg` is the call's Shared, alive as long as the supervisor,
+    // and we die with it (parent-death signal, checked below). Raw system
+    // calls only.
     unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
+        let sh = &*(arg as *const Shared);
+        let _ = sys::sigprocmask(libc::SIG_SETMASK, &ALL_SIGNALS);
+        let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as usize);
         // The supervisor may have died before the line above took effect:
         // its pidfd is readable once it has.
-        let pidfd = SUPERVISOR_PIDFD.load(Ordering::SeqCst);
-        if pidfd >= 0 {
-            let mut pfd = libc::pollfd {
-                fd: pidfd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            if libc::poll(&mut pfd, 1, 0) > 0 {
-                libc::_exit(1);
-            }
+        let pidfd = sh.supervisor_pidfd.load(Ordering::SeqCst);
+        if pidfd >= 0 && sys::poll_in(pidfd) {
+            sys::exit(1);
         }
-        let tool = libc::clone(
-            tool_main,
-            tool_stack_top(),
+        let tool = sys::clone(
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            sh.tool_stack_top,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            tool_main,
             arg,
         );
-        if tool < 0 {
-            TOOL_ERRNO.store(errno().max(1), Ordering::SeqCst);
-            TOOL_STAGE.store(STAGE_SETUP, Ordering::SeqCst);
+        if let Err(e) = tool {
+            sh.tool_errno.store(e.max(1), Ordering::SeqCst);
+            sh.tool_stage.store(STAGE_SETUP, Ordering::SeqCst);
         }
-        TOOL_STARTED.store(1, Ordering::SeqCst);
-        LAUNCHED.store(LAUNCH_DONE, Ordering::SeqCst);
-        libc::syscall(libc::SYS_futex, LAUNCHED.as_ptr(), libc::FUTEX_WAKE, 1);
+        sh.tool_started.store(1, Ordering::SeqCst);
+        sh.launched.store(LAUNCH_DONE, Ordering::SeqCst);
+        sys::futex_wake(sh.launched.as_ptr());
         close_from(0, c_int::MAX);
-        if tool < 0 {
-            libc::_exit(1);
-        }
-        // With every signal blocked, waitpid fails only with ECHILD.
+        let Ok(tool) = tool else {
+            sys::exit(1);
+        };
+        // With every signal blocked, waiting fails only with ECHILD.
         loop {
             let mut status: c_int = 0;
-            let r = libc::waitpid(-1, &mut status, libc::__WALL);
-            if r == tool {
-                TOOL_STATUS.store(status, Ordering::SeqCst);
-                TOOL_REAPED.store(1, Ordering::SeqCst);
-                libc::_exit(0);
-            }
-            if r < 0 {
-                libc::_exit(0);
+            match sys::wait4(-1, &mut status, libc::__WALL, None) {
+                Ok(r) if r == tool => {
+                    sh.tool_status.store(status, Ordering::SeqCst);
+                    sh.tool_reaped.store(1, Ordering::SeqCst);
+                    sys::exit(0);
+                }
+                Ok(_) => {}
+                Err(_) => sys::exit(0),
             }
         }
     }
 }
 
 /// Blocks until the init has started the tool (the tool has exec'd or
-/// failed), or has exited. No timeout: the wait must not write errno while
-/// the tool may still read it (see `init_main`).
+/// failed), or has exited.
 ///
 /// # Safety
-/// Only in the forked supervisor or the tool process, between fork and
-/// exec (see the module doc): it makes async-signal-safe system calls
-/// only, with no allocation and no locks.
-unsafe fn wait_launched() {
-    // SAFETY: reads an atomic in memory shared with the init (CLONE_VM) and
-    // sleeps with nanosleep; no allocation, as post-fork code requires.
-    unsafe {
-        while LAUNCHED.load(Ordering::SeqCst) == LAUNCH_PENDING {
-            libc::syscall(
-                libc::SYS_futex,
-                LAUNCHED.as_ptr(),
-                libc::FUTEX_WAIT,
-                LAUNCH_PENDING,
-                std::ptr::null::<libc::timespec>(),
-            );
-        }
+/// In the supervisor only: a futex wait on the call's Shared.
+unsafe fn wait_launched(sh: &Shared) {
+    while sh.launched.load(Ordering::SeqCst) == LAUNCH_PENDING {
+        // SAFETY: `launched` is a live, aligned u32 of the call's region.
+        unsafe { sys::futex_wait(sh.launched.as_ptr(), LAUNCH_PENDING) };
     }
 }
 
-const TOOL_STACK_SIZE: usize = 64 * 1024;
-const INIT_STACK_SIZE: usize = 32 * 1024;
-#[repr(C, align(16))]
-struct InitStack(UnsafeCell<[u8; INIT_STACK_SIZE]>);
-// SAFETY: used only by the PID namespace's init, which is its sole user.
-unsafe impl Sync for InitStack {}
-static INIT_STACK: InitStack = InitStack(UnsafeCell::new([0; INIT_STACK_SIZE]));
-/// A futex word: `LAUNCH_PENDING` until the init has started the tool
-/// (`LAUNCH_DONE`) or has exited (0, written by the kernel: CLONE_CHILD_CLEARTID).
-static LAUNCHED: AtomicU32 = AtomicU32::new(LAUNCH_PENDING);
-const LAUNCH_PENDING: u32 = 1;
-/// Set by the init (to 1) once it has tried to start the tool, before it
-/// sets `LAUNCH_DONE`: unlike `LAUNCHED`, the kernel never clears it.
-static TOOL_STARTED: AtomicU32 = AtomicU32::new(0);
-const LAUNCH_DONE: u32 = 2;
-/// The tool's wait status, when the init reaped it (`TOOL_REAPED` = 1).
-static TOOL_STATUS: AtomicI32 = AtomicI32::new(0);
-static TOOL_REAPED: AtomicU32 = AtomicU32::new(0);
-/// A pidfd of the supervisor, for the init to check it is still there.
-static SUPERVISOR_PIDFD: AtomicI32 = AtomicI32::new(-1);
-#[repr(C, align(16))]
-struct ToolStack(UnsafeCell<[u8; TOOL_STACK_SIZE]>);
-// SAFETY: used only by the single-threaded supervisor process (its own copy
-// after fork) and by the vfork child while the supervisor is suspended.
-unsafe impl Sync for ToolStack {}
-static TOOL_STACK: ToolStack = ToolStack(UnsafeCell::new([0; TOOL_STACK_SIZE]));
-/// Set by the tool, in the supervisor's memory, when it fails before or at exec.
-static TOOL_ERRNO: AtomicI32 = AtomicI32::new(0);
-static TOOL_STAGE: AtomicU32 = AtomicU32::new(0);
-/// Isolation layers the tool applied (or, at STAGE_ISOLATION, the one that failed).
-static TOOL_LAYERS: AtomicU32 = AtomicU32::new(0);
-
 extern "C" fn tool_main(arg: *mut c_void) -> c_int {
-    // SAFETY: `arg` is the supervisor's `Params`, alive while we run (the
-    // supervisor is suspended until we exec or exit).
+    // SAFETY: `arg` is the call's Shared, alive while we run (our parent is
+    // suspended until we exec or exit). Raw system calls only.
     unsafe {
-        let p = &*(arg as *const Params);
-        let stage = match prepare_tool(p) {
+        let sh = &*(arg as *const Shared);
+        let p = &*sh.params;
+        let stage = match prepare_tool(p, sh) {
             Ok(()) => {
-                exec_tool(&p.exec);
+                let e = exec_tool(&p.exec);
+                sh.tool_errno.store(e.max(1), Ordering::SeqCst);
                 STAGE_EXEC
             }
-            Err(Some(layer)) => {
-                TOOL_LAYERS.store(layer.bit(), Ordering::SeqCst);
+            Err((e, Some(layer))) => {
+                sh.tool_errno.store(e.max(1), Ordering::SeqCst);
+                sh.tool_layers.store(layer.bit(), Ordering::SeqCst);
                 STAGE_ISOLATION
             }
-            Err(None) => STAGE_SETUP,
+            Err((e, None)) => {
+                sh.tool_errno.store(e.max(1), Ordering::SeqCst);
+                STAGE_SETUP
+            }
         };
-        TOOL_ERRNO.store(errno().max(1), Ordering::SeqCst);
-        TOOL_STAGE.store(stage, Ordering::SeqCst);
-        libc::_exit(127)
+        sh.tool_stage.store(stage, Ordering::SeqCst);
+        sys::exit(127)
     }
 }

@@ -623,3 +623,99 @@ async fn kill_requests_are_not_lost_under_an_orphan_stream() {
         assert_eq!(survivors("sleep 972"), Vec::<i32>::new());
     }
 }
+
+/// The `SigCgt` mask (signals with a handler) of a process, from /proc.
+#[cfg(target_os = "linux")]
+fn caught_signals(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("SigCgt:"))?;
+    u64::from_str_radix(line.trim_start_matches("SigCgt:").trim(), 16).ok()
+}
+
+/// The children of a process (every thread of it), from /proc.
+#[cfg(target_os = "linux")]
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(s.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+    }
+    out
+}
+
+/// Review finding: the supervisor shares toolhost's memory, so it must not
+/// run toolhost's signal handlers (a signal between the tool's unblocking
+/// and its exec ran tokio's handler there). While a call runs, toolhost has
+/// a handler (installed here: the positive control), and its supervisor and
+/// the PID namespace's init have none.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_supervisor_runs_none_of_toolhosts_signal_handlers() {
+    use tokio::signal::unix::{SignalKind, signal};
+    const SIG: i32 = 39; // a real-time signal nothing else here uses
+    let _handler = signal(SignalKind::from_raw(SIG)).unwrap();
+    let me = std::process::id();
+    let bit = 1u64 << (SIG - 1);
+    assert_ne!(
+        caught_signals(me).unwrap() & bit,
+        0,
+        "toolhost has the handler"
+    );
+
+    let t = Tmp::new();
+    let sb = t.sandbox(config());
+    let call = sh(&sb, "sleep 2; echo done");
+    tokio::pin!(call);
+    let seen = tokio::select! {
+        r = &mut call => panic!("the call ended first: {r:?}"),
+        seen = async {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                // The supervisor is our child; under it, the init (or the tool).
+                let sups = children_of(me);
+                let below: Vec<u32> = sups.iter().flat_map(|&s| children_of(s)).collect();
+                if (!sups.is_empty() && !below.is_empty()) || Instant::now() > deadline {
+                    break (sups, below);
+                }
+            }
+        } => seen,
+    };
+    let (sups, below) = seen;
+    assert!(
+        !sups.is_empty() && !below.is_empty(),
+        "found the call's processes"
+    );
+    for pid in sups.iter().chain(&below) {
+        if let Some(caught) = caught_signals(*pid) {
+            assert_eq!(caught, 0, "pid {pid} has handlers: {caught:#x}");
+        }
+    }
+    let r = call.await;
+    assert_eq!(r.stdout, "done\n", "{r:?}");
+}
+
+/// Review finding: the supervisor and the init share toolhost's memory, and
+/// the OOM killer kills every process sharing the memory of the one it
+/// picks. The tool's tree is the first choice (oom_score_adj 1000, inherited
+/// by its children); toolhost's own score is left as it was.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_oom_killer_picks_the_tool_not_toolhost() {
+    let own = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap();
+    assert_ne!(own.trim(), "1000", "positive control: toolhost's own score");
+    let t = Tmp::new();
+    let sb = t.sandbox(config());
+    let r = sh(
+        &sb,
+        "cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'",
+    )
+    .await;
+    assert_eq!(r.stdout, "1000\n1000\n", "{r:?}");
+    let after = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap();
+    assert_eq!(after, own);
+}

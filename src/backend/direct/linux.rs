@@ -274,27 +274,48 @@ fn reap(pidfd: RawFd, block: bool) -> bool {
 }
 
 /// A supervisor still running when its call let go (a dropped future, or a
-/// wait that failed): a thread waits for it, then settles what it reads.
-/// The kill request has been sent; it exits within its cleanup budget.
+/// wait that failed): one thread, for the whole process, waits for such
+/// supervisors in turn and settles what each reads. Each has been sent a
+/// kill request, so it exits within its cleanup budget; one that takes long
+/// only delays the settling of those queued after it.
 fn hand_to_reaper(pidfd: &AsyncFd<OwnedFd>, status: Option<File>, kept: Kept) {
+    type Job = (OwnedFd, Option<File>, Kept);
+    static REAPER: std::sync::OnceLock<Option<std::sync::Mutex<std::sync::mpsc::Sender<Job>>>> =
+        std::sync::OnceLock::new();
     let fd = match pidfd.get_ref().try_clone() {
         Ok(fd) => fd,
         Err(e) => {
             tracing::error!("direct backend: cannot wait for a supervisor: {e}");
-            kept.settle(false);
-            return;
+            return; // `kept` leaks (its Drop)
         }
     };
-    let spawned = std::thread::Builder::new()
-        .name("toolhost-reap".into())
-        .spawn(move || {
-            let reaped = reap(fd.as_raw_fd(), true);
-            let report = status.and_then(read_report);
-            kept.settle(reaped && report.is_some_and(|r| r.survivors == 0 || not_started(&r)));
-        });
-    if let Err(e) = spawned {
-        // The closure was dropped unrun, and the Kept in it leaked (its Drop).
-        tracing::error!("direct backend: no thread to reap a supervisor: {e}");
+    let reaper = REAPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("toolhost-reap".into())
+            .spawn(move || {
+                for (fd, status, kept) in rx {
+                    let reaped = reap(fd.as_raw_fd(), true);
+                    let report = status.and_then(read_report);
+                    kept.settle(
+                        reaped && report.is_some_and(|r| r.survivors == 0 || not_started(&r)),
+                    );
+                }
+            })
+            .inspect_err(|e| tracing::error!("direct backend: no thread to reap supervisors: {e}"))
+            .ok()
+            .map(|_| std::sync::Mutex::new(tx))
+    });
+    match reaper {
+        Some(tx) => {
+            // A send fails only if the thread is gone; the job (and the
+            // Kept in it) is then dropped, and leaks (its Drop).
+            let _ = tx
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .send((fd, status, kept));
+        }
+        None => drop(kept), // leaks (its Drop)
     }
 }
 

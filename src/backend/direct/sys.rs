@@ -15,6 +15,15 @@
 //! built and the supervisor is a forked copy of toolhost) the calls go
 //! through `libc::syscall`, whose `errno` is then the copy's own.
 
+// Code here runs in the supervisor, its init and the tool before exec,
+// on a toolhost thread's state: nothing may panic (std's handler would run).
+#![deny(
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+
 use libc::{c_int, c_long, c_void, pid_t};
 
 /// A system call's result: the value, or the errno.
@@ -85,8 +94,9 @@ macro_rules! sys {
     ($nr:expr) => { call($nr as c_long, [0; 6]) };
     ($nr:expr, $($a:expr),+) => {{
         let mut args = [0usize; 6];
-        let vals = [$($a as usize),+];
-        args[..vals.len()].copy_from_slice(&vals);
+        for (slot, v) in args.iter_mut().zip([$($a as usize),+]) {
+            *slot = v;
+        }
         call($nr as c_long, args)
     }};
 }
@@ -215,22 +225,39 @@ pub(super) unsafe fn sigprocmask(how: c_int, set: &SigSet) -> SysResult {
 
 /// Sets `sig` to `SIG_DFL` or `SIG_IGN` (no handler: no restorer needed).
 pub(super) unsafe fn set_disposition(sig: c_int, disposition: libc::sighandler_t) -> SysResult {
+    // SAFETY: as swap_disposition's.
+    unsafe { swap_disposition(sig, disposition).map(|_| 0) }
+}
+
+/// Sets `sig` to `disposition` (`SIG_DFL` or `SIG_IGN`) and returns the
+/// handler it had.
+pub(super) unsafe fn swap_disposition(
+    sig: c_int,
+    disposition: libc::sighandler_t,
+) -> Result<libc::sighandler_t, c_int> {
     let act = KernelSigaction {
         handler: disposition,
         flags: 0,
         restorer: 0,
         mask: 0,
     };
-    // SAFETY: `act` is a kernel sigaction of the size the kernel expects.
+    let mut old = KernelSigaction {
+        handler: 0,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    // SAFETY: two kernel sigactions of the size the kernel expects.
     unsafe {
         sys!(
             libc::SYS_rt_sigaction,
             sig,
             &act as *const KernelSigaction,
-            0usize,
+            &mut old as *mut KernelSigaction,
             8usize
-        )
+        )?;
     }
+    Ok(old.handler)
 }
 
 /// Waits for a signal of `set` (blocked); returns its number.

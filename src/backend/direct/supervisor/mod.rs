@@ -50,6 +50,15 @@
 //! runs there, and it takes the signals it waits for with `sigtimedwait`.
 //! Nothing here allocates or takes a lock.
 
+// Code here runs in the supervisor, its init and the tool before exec,
+// on a toolhost thread's state: nothing may panic (std's handler would run).
+#![deny(
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+
 use std::ffi::{CString, c_char, c_void};
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -219,12 +228,17 @@ const MAGIC: u32 = 0x7448_5331;
 impl Report {
     fn encode(&self) -> [u8; REPORT_LEN] {
         let mut b = [0u8; REPORT_LEN];
-        b[0..4].copy_from_slice(&MAGIC.to_ne_bytes());
-        b[4..8].copy_from_slice(&self.reason.to_ne_bytes());
-        b[8..12].copy_from_slice(&self.wait_status.to_ne_bytes());
-        b[12..20].copy_from_slice(&self.cpu_micros.to_ne_bytes());
-        b[20..24].copy_from_slice(&self.survivors.to_ne_bytes());
-        b[24..28].copy_from_slice(&self.layers.to_ne_bytes());
+        let fields = MAGIC
+            .to_ne_bytes()
+            .into_iter()
+            .chain(self.reason.to_ne_bytes())
+            .chain(self.wait_status.to_ne_bytes())
+            .chain(self.cpu_micros.to_ne_bytes())
+            .chain(self.survivors.to_ne_bytes())
+            .chain(self.layers.to_ne_bytes());
+        for (slot, byte) in b.iter_mut().zip(fields) {
+            *slot = byte;
+        }
         b
     }
 
@@ -232,18 +246,18 @@ impl Report {
         if b.len() != REPORT_LEN {
             return None;
         }
-        let u32_at = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        if u32_at(0) != MAGIC {
+        let u32_at = |i: usize| -> Option<u32> {
+            Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
+        };
+        if u32_at(0)? != MAGIC {
             return None;
         }
-        let mut cpu = [0u8; 8];
-        cpu.copy_from_slice(&b[12..20]);
         Some(Report {
-            reason: u32_at(4),
-            wait_status: u32_at(8) as i32,
-            cpu_micros: u64::from_ne_bytes(cpu),
-            survivors: u32_at(20),
-            layers: u32_at(24),
+            reason: u32_at(4)?,
+            wait_status: u32_at(8)? as i32,
+            cpu_micros: u64::from_ne_bytes(b.get(12..20)?.try_into().ok()?),
+            survivors: u32_at(20)?,
+            layers: u32_at(24)?,
         })
     }
 }
@@ -504,6 +518,7 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
         let sh = &*(arg as *const Shared);
         let p = &*sh.params;
         let _ = sys::sigprocmask(libc::SIG_SETMASK, &ALL_SIGNALS);
+        default_handlers();
         if sys::setsid().is_err() {
             sys::exit(1);
         }
@@ -614,6 +629,34 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
                 arg,
             );
             supervise(p, sh, tool.map(|pid| pid as pid_t), false, ns_layers)
+        }
+    }
+}
+
+/// Every handler inherited from toolhost back to the default, as
+/// `posix_spawn` does for its child: our dispositions are our own (no
+/// CLONE_SIGHAND), and the init and the tool inherit them. Without this, a
+/// signal that reached the tool between unblocking and exec would run one of
+/// toolhost's handlers there, in toolhost's memory, with a toolhost thread's
+/// thread area. Ignored signals stay ignored (the tool resets SIGPIPE, as
+/// std's spawn does), except SIGCHLD: ignored, children would reap
+/// themselves and the waits here would fail.
+///
+/// # Safety
+/// In the supervisor, every signal blocked: raw system calls only.
+unsafe fn default_handlers() {
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: rt_sigaction on this process's own dispositions.
+        unsafe {
+            if let Ok(old) = sys::swap_disposition(sig, libc::SIG_DFL)
+                && old == libc::SIG_IGN
+                && sig != libc::SIGCHLD
+            {
+                let _ = sys::set_disposition(sig, libc::SIG_IGN);
+            }
         }
     }
 }

@@ -2,6 +2,15 @@
 //! init), ends the call by killing every child it has, round after round,
 //! and writes the report. Raw system calls only (`sys`).
 
+// Code here runs in the supervisor, its init and the tool before exec,
+// on a toolhost thread's state: nothing may panic (std's handler would run).
+#![deny(
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+
 use std::sync::atomic::Ordering;
 
 use libc::{c_int, pid_t};
@@ -117,6 +126,9 @@ pub(super) unsafe fn supervise(
             break;
         }
 
+        // One budget for the whole cleanup, below toolhost's grace for a kill
+        // request (KILL_GRACE in `direct`).
+        let deadline = now_ns() + CLEANUP_BUDGET_NS;
         if in_pidns {
             // Killing the init kills every process of the namespace; by the
             // time it can be reaped, they are gone. (The tool's pid is a pid
@@ -133,7 +145,6 @@ pub(super) unsafe fn supervise(
         // mount) would hold us: wait within the cleanup budget, then report
         // it as a survivor.
         let reaped = if in_pidns {
-            let deadline = now_ns() + CLEANUP_BUDGET_NS;
             loop {
                 let r = sys::wait4(tool, &mut status, libc::WNOHANG, Some(&mut ru));
                 if !matches!(r, Ok(0)) || now_ns() > deadline {
@@ -160,7 +171,7 @@ pub(super) unsafe fn supervise(
                 libc::SIGKILL
             };
         }
-        report.survivors = kill_all_children() + u32::from(stuck);
+        report.survivors = kill_all_children(deadline) + u32::from(stuck);
 
         let bytes = report.encode();
         let _ = sys::write(p.status_fd, &bytes);
@@ -190,15 +201,14 @@ pub(super) unsafe fn report_not_started(p: &Params, errno: c_int, stage: u32, la
 }
 
 /// Kills every child of this (subreaper) process, round after round, until it has
-/// none; returns how many were still there when the budget ran out.
+/// none; returns how many were still there at `deadline`.
 ///
 /// # Safety
 /// Only in the supervisor: raw system calls only.
-pub(super) unsafe fn kill_all_children() -> u32 {
+pub(super) unsafe fn kill_all_children(deadline: i64) -> u32 {
     // SAFETY: signals and reaps only this process's own children (pids it is
     // subreaper of), and sleeps.
     unsafe {
-        let deadline = now_ns() + CLEANUP_BUDGET_NS;
         let mut buf = [0u8; 4096];
         loop {
             let r = loop {
@@ -247,7 +257,7 @@ pub(super) unsafe fn kill_listed_children(buf: &mut [u8; 4096]) -> u32 {
                 Ok(n) if n > 0 => n,
                 _ => break,
             };
-            for &c in &buf[..n] {
+            for &c in buf.iter().take(n) {
                 if c.is_ascii_digit() {
                     pid = pid.saturating_mul(10).saturating_add((c - b'0') as pid_t);
                     in_number = true;

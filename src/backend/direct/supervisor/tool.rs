@@ -2,6 +2,15 @@
 //! capabilities, its fds, its isolation, then the exec (PATH searched as
 //! execvp does). Raw system calls only (`sys`).
 
+// Code here runs in the supervisor, its init and the tool before exec,
+// on a toolhost thread's state: nothing may panic (std's handler would run).
+#![deny(
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
+
 use std::ffi::CStr;
 use std::sync::atomic::Ordering;
 
@@ -30,6 +39,19 @@ pub(super) unsafe fn prepare_tool(p: &Params, sh: &Shared) -> Result<(), (c_int,
             sys::exit(127);
         }
         let _ = sys::setpgid(0, 0);
+        // The supervisor and the init share toolhost's memory, and the
+        // kernel's OOM killer kills every process sharing the memory of the
+        // one it picks: the tool's tree is always picked first (raising the
+        // score needs no privilege; lowering it again needs
+        // CAP_SYS_RESOURCE, dropped from root tools).
+        if let Ok(fd) = sys::openat(
+            libc::AT_FDCWD,
+            c"/proc/self/oom_score_adj".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        ) {
+            let _ = sys::write(fd as c_int, b"1000");
+            let _ = sys::close(fd as c_int);
+        }
         sys::fchdir(p.cwd_fd).map_err(|e| (e, None))?;
         for l in p.limits.iter().flatten() {
             set_limit(l.resource, l.value).map_err(|e| (e, None))?;
@@ -151,14 +173,12 @@ pub(super) unsafe fn exec_tool(e: &ExecArgs) -> c_int {
             if !dir.starts_with(b"/") {
                 continue;
             }
-            if dir.len() + 1 + name.len() + 1 > buf.len() {
+            // dir, '/', name, NUL; too long for the buffer: skipped. No
+            // indexing that could panic (a panic here would run std's
+            // handler on a toolhost thread's state).
+            let Some(full) = join_path(&mut buf, dir, name) else {
                 continue;
-            }
-            buf[..dir.len()].copy_from_slice(dir);
-            buf[dir.len()] = b'/';
-            buf[dir.len() + 1..dir.len() + 1 + name.len()].copy_from_slice(name);
-            buf[dir.len() + 1 + name.len()] = 0;
-            let full = CStr::from_bytes_until_nul(&buf).unwrap_or(c"");
+            };
             match sys::execve(full.as_ptr(), argv, envp) {
                 Err(libc::EACCES) => saw_eacces = true,
                 Err(libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG) => {}
@@ -172,6 +192,18 @@ pub(super) unsafe fn exec_tool(e: &ExecArgs) -> c_int {
             libc::ENOENT
         }
     }
+}
+
+/// `dir/name` with its NUL in `buf`, or `None` if it does not fit or holds a
+/// NUL already.
+fn join_path<'b>(buf: &'b mut [u8; 4096], dir: &[u8], name: &[u8]) -> Option<&'b CStr> {
+    let mut at = 0usize;
+    for part in [dir, b"/", name, b"\0"] {
+        let end = at.checked_add(part.len())?;
+        buf.get_mut(at..end)?.copy_from_slice(part);
+        at = end;
+    }
+    CStr::from_bytes_with_nul(buf.get(..at)?).ok()
 }
 
 /// # Safety

@@ -119,12 +119,42 @@ pub(super) unsafe fn clone(
     f: extern "C" fn(*mut c_void) -> c_int,
     arg: *mut c_void,
 ) -> SysResult {
-    let ret: isize;
     // SAFETY: clone(2) with the x86_64 argument order (flags, stack, ptid,
-    // ctid, tls). The parent returns with the child's pid in rax. The child
-    // returns with rax = 0 on the new stack and never leaves this block: it
+    // ctid, tls); the rest is the caller's contract.
+    unsafe {
+        start_child(
+            libc::SYS_clone,
+            [
+                flags as usize,
+                stack_top as usize,
+                ptid as usize,
+                ctid as usize,
+                0,
+            ],
+            f,
+            arg,
+        )
+    }
+}
+
+/// The system call `nr` (clone or clone3) whose child, on the stack the
+/// call gives it, runs `f(arg)` and exits with its value.
+///
+/// # Safety
+/// That of [`clone`] and [`clone3`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn start_child(
+    nr: c_long,
+    a: [usize; 5],
+    f: extern "C" fn(*mut c_void) -> c_int,
+    arg: *mut c_void,
+) -> SysResult {
+    let ret: isize;
+    // SAFETY: the parent returns with the child's pid in rax. The child
+    // returns with rax = 0 on its new stack and never leaves this block: it
     // calls f(arg) there (rsp is 16-byte aligned at the call, as the ABI
-    // wants; r12 and r13 survive the system call) and exits with its value.
+    // wants: the stack tops are page-aligned; r12 and r13 survive the system
+    // call) and exits with its value.
     unsafe {
         std::arch::asm!(
             "syscall",
@@ -139,12 +169,12 @@ pub(super) unsafe fn clone(
             "ud2",
             "2:",
             exit = const libc::SYS_exit_group,
-            inlateout("rax") libc::SYS_clone as isize => ret,
-            in("rdi") flags as usize,
-            in("rsi") stack_top,
-            in("rdx") ptid,
-            in("r10") ctid,
-            in("r8") 0usize,
+            inlateout("rax") nr as isize => ret,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
             in("r12") f,
             in("r13") arg,
             lateout("rcx") _,
@@ -156,6 +186,68 @@ pub(super) unsafe fn clone(
     } else {
         Ok(ret as usize)
     }
+}
+
+/// `clone3`'s arguments (the first version of the struct, 64 bytes).
+#[repr(C)]
+pub(super) struct CloneArgs {
+    pub flags: u64,
+    pub pidfd: u64,
+    pub child_tid: u64,
+    pub parent_tid: u64,
+    pub exit_signal: u64,
+    pub stack: u64,
+    pub stack_size: u64,
+    pub tls: u64,
+}
+
+/// Every signal with a handler set back to `SIG_DFL` in the child (Linux
+/// 5.5; `clone3` only).
+pub(super) const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
+
+/// `clone3`, starting the child in `f(arg)` on the stack `args` gives (its
+/// lowest address and size), as [`clone`] does.
+///
+/// # Safety
+/// As [`clone`]: the stack is the caller's alone while the child runs, `f`
+/// makes only the calls of this module, and the pointers in `args` are
+/// valid or zero.
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn clone3(
+    args: &CloneArgs,
+    f: extern "C" fn(*mut c_void) -> c_int,
+    arg: *mut c_void,
+) -> SysResult {
+    // SAFETY: clone3(2), its args and their size; the kernel sets the
+    // child's rsp to stack + stack_size. The rest is the caller's contract.
+    unsafe {
+        start_child(
+            libc::SYS_clone3,
+            [
+                args as *const CloneArgs as usize,
+                std::mem::size_of::<CloneArgs>(),
+                0,
+                0,
+                0,
+            ],
+            f,
+            arg,
+        )
+    }
+}
+
+/// Not used here (a forked supervisor): always ENOSYS, so the caller takes
+/// [`clone`].
+///
+/// # Safety
+/// None needed; kept `unsafe` to match the x86_64 one.
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) unsafe fn clone3(
+    _args: &CloneArgs,
+    _f: extern "C" fn(*mut c_void) -> c_int,
+    _arg: *mut c_void,
+) -> SysResult {
+    Err(libc::ENOSYS)
 }
 
 /// As above, through the C library's wrapper (a forked supervisor: its

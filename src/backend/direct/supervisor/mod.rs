@@ -309,6 +309,8 @@ struct Shared {
     tool_reaped: AtomicU32,
     /// A pidfd of the supervisor, for the init to check it is still there.
     supervisor_pidfd: AtomicI32,
+    /// 1 when the supervisor was created with CLONE_CLEAR_SIGHAND.
+    handlers_cleared: AtomicU32,
     /// The stack tops, in this region.
     init_stack_top: *mut c_void,
     tool_stack_top: *mut c_void,
@@ -456,6 +458,7 @@ pub(super) fn start(params: &Params) -> io::Result<Started> {
             tool_status: AtomicI32::new(0),
             tool_reaped: AtomicU32::new(0),
             supervisor_pidfd: AtomicI32::new(-1),
+            handlers_cleared: AtomicU32::new(1),
             init_stack_top: region.at(init),
             tool_stack_top: region.at(tool),
         });
@@ -484,14 +487,35 @@ pub(super) fn start(params: &Params) -> io::Result<Started> {
                 0,
             ],
         );
-        let r = sys::clone(
-            flags,
-            region.at(sup),
-            &mut pidfd,
-            std::ptr::null_mut(),
-            supervisor_main,
-            shared.cast(),
-        );
+        // clone3 with CLONE_CLEAR_SIGHAND: the kernel sets every handler
+        // of toolhost's back to the default in the supervisor. Where clone3
+        // or the flag is missing (before Linux 5.5), clone, and the
+        // supervisor resets them itself (`default_handlers`).
+        let stack_size = SUPERVISOR_STACK.div_ceil(page_size()) * page_size();
+        let args = sys::CloneArgs {
+            flags: flags as u64 & !(libc::SIGCHLD as u64) | sys::CLONE_CLEAR_SIGHAND,
+            pidfd: &mut pidfd as *mut c_int as u64,
+            child_tid: 0,
+            parent_tid: 0,
+            exit_signal: libc::SIGCHLD as u64,
+            stack: region.at(sup - stack_size) as u64,
+            stack_size: stack_size as u64,
+            tls: 0,
+        };
+        let r = match sys::clone3(&args, supervisor_main, shared.cast()) {
+            Err(libc::ENOSYS | libc::EINVAL | libc::E2BIG | libc::EPERM) => {
+                (*shared).handlers_cleared.store(0, Ordering::SeqCst);
+                sys::clone(
+                    flags,
+                    region.at(sup),
+                    &mut pidfd,
+                    std::ptr::null_mut(),
+                    supervisor_main,
+                    shared.cast(),
+                )
+            }
+            r => r,
+        };
         let _ = sys::sigprocmask(libc::SIG_SETMASK, &old);
         r
     };
@@ -518,7 +542,13 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
         let sh = &*(arg as *const Shared);
         let p = &*sh.params;
         let _ = sys::sigprocmask(libc::SIG_SETMASK, &ALL_SIGNALS);
-        default_handlers();
+        if sh.handlers_cleared.load(Ordering::SeqCst) == 1 {
+            // The kernel reset the handlers; an ignored SIGCHLD stays
+            // ignored by CLONE_CLEAR_SIGHAND (see `default_handlers`).
+            let _ = sys::set_disposition(libc::SIGCHLD, libc::SIG_DFL);
+        } else {
+            default_handlers();
+        }
         if sys::setsid().is_err() {
             sys::exit(1);
         }

@@ -13,7 +13,7 @@
 //! then reports the tool's wait status and CPU time on a pipe and exits.
 //!
 //! The supervisor is not a fork of toolhost. On x86_64 it is created with
-//! `clone(CLONE_VM)`, as a thread would be but as a process of its own (own
+//! `clone3(CLONE_VM)`, as a thread would be but as a process of its own (own
 //! fds, own signal dispositions, own namespaces): it shares toolhost's
 //! memory, so creating it copies no page table, and toolhost takes no
 //! copy-on-write faults while it runs, however large toolhost is (the MCP
@@ -46,8 +46,11 @@
 //! carries on.
 //!
 //! Every signal is blocked in the supervisor from its first instruction
-//! (toolhost blocks them around the clone): no handler of toolhost's ever
-//! runs there, and it takes the signals it waits for with `sigtimedwait`.
+//! (toolhost blocks them around the clone), and every handler it inherits is
+//! back to the default (`clone3` with `CLONE_CLEAR_SIGHAND`, or
+//! `default_handlers`): no handler of toolhost's ever runs there, in the
+//! init or in the tool before exec. It takes the signals it waits for with
+//! `sigtimedwait`.
 //! Nothing here allocates or takes a lock.
 
 // Code here runs in the supervisor, its init and the tool before exec,

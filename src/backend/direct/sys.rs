@@ -82,7 +82,11 @@ unsafe fn raw6(nr: c_long, a: [usize; 6]) -> isize {
 #[inline(always)]
 pub(super) unsafe fn call(nr: c_long, a: [usize; 6]) -> SysResult {
     // SAFETY: the caller's contract.
-    let r = unsafe { raw6(nr, a) };
+    result(unsafe { raw6(nr, a) })
+}
+
+/// A raw return value: -4095..-1 is an errno.
+fn result(r: isize) -> SysResult {
     if (-4095..0).contains(&r) {
         Err((-r) as c_int)
     } else {
@@ -110,7 +114,6 @@ macro_rules! sys {
 /// `stack_top` is the 16-byte aligned top of memory that no one else uses
 /// while the child runs; `f` only makes the calls of this module (it shares
 /// the caller's thread area); `ptid` and `ctid` are valid or null.
-#[cfg(target_arch = "x86_64")]
 pub(super) unsafe fn clone(
     flags: c_int,
     stack_top: *mut c_void,
@@ -121,6 +124,7 @@ pub(super) unsafe fn clone(
 ) -> SysResult {
     // SAFETY: clone(2) with the x86_64 argument order (flags, stack, ptid,
     // ctid, tls); the rest is the caller's contract.
+    #[cfg(target_arch = "x86_64")]
     unsafe {
         start_child(
             libc::SYS_clone,
@@ -134,6 +138,25 @@ pub(super) unsafe fn clone(
             f,
             arg,
         )
+    }
+    // SAFETY: the C library's wrapper (a forked supervisor: its errno is
+    // its own); the rest is the caller's contract.
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe {
+        let r = libc::clone(
+            f,
+            stack_top,
+            flags,
+            arg,
+            ptid,
+            std::ptr::null_mut::<c_void>(),
+            ctid.cast::<pid_t>(),
+        );
+        if r < 0 {
+            Err(*libc::__errno_location())
+        } else {
+            Ok(r as usize)
+        }
     }
 }
 
@@ -181,11 +204,7 @@ unsafe fn start_child(
             lateout("r11") _,
         );
     }
-    if (-4095..0).contains(&ret) {
-        Err((-ret) as c_int)
-    } else {
-        Ok(ret as usize)
-    }
+    result(ret)
 }
 
 /// `clone3`'s arguments (the first version of the struct, 64 bytes).
@@ -248,39 +267,6 @@ pub(super) unsafe fn clone3(
     _arg: *mut c_void,
 ) -> SysResult {
     Err(libc::ENOSYS)
-}
-
-/// As above, through the C library's wrapper (a forked supervisor: its
-/// errno is its own).
-///
-/// # Safety
-/// As above.
-#[cfg(not(target_arch = "x86_64"))]
-pub(super) unsafe fn clone(
-    flags: c_int,
-    stack_top: *mut c_void,
-    ptid: *mut c_int,
-    ctid: *mut u32,
-    f: extern "C" fn(*mut c_void) -> c_int,
-    arg: *mut c_void,
-) -> SysResult {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let r = libc::clone(
-            f,
-            stack_top,
-            flags,
-            arg,
-            ptid,
-            std::ptr::null_mut::<c_void>(),
-            ctid.cast::<pid_t>(),
-        );
-        if r < 0 {
-            Err(*libc::__errno_location())
-        } else {
-            Ok(r as usize)
-        }
-    }
 }
 
 /// The signal set of the kernel (not the C library's 128-byte `sigset_t`).

@@ -36,6 +36,7 @@ mod engine;
 mod guard_p1;
 mod guard_p2;
 mod guard_path;
+mod inline_io;
 mod limits;
 mod p1;
 mod p3;

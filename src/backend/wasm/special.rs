@@ -89,47 +89,23 @@ pub(crate) struct Watched<T> {
 }
 
 /// Runs `call` (a real open, or a set-times that opens) and, while it has not
-/// returned, interrupts the threads of this process blocked in a FIFO open;
-/// if it is dropped unfinished, a thread goes on doing so for a while.
+/// returned, has the watchdog's thread interrupt the threads of this process
+/// blocked in a FIFO open; if it is dropped unfinished, the watchdog goes on
+/// doing so for a while. The watchdog runs on a thread of its own, so it
+/// also ends an open that blocks the very thread polling `call` (file I/O on
+/// the calling thread, `inline_io`).
 pub(crate) async fn watched<F: Future>(call: F) -> Watched<F::Output> {
     let before = INTERRUPTED.load(Ordering::SeqCst);
-    let done = |result| Watched {
+    #[cfg(target_os = "linux")]
+    let watch = watchdog::watch();
+    #[cfg(not(target_os = "linux"))]
+    let _ = (FIRST_LOOK, MAX_WAIT, AFTER_DROP);
+    let result = call.await;
+    #[cfg(target_os = "linux")]
+    watch.finish();
+    Watched {
         result,
         interrupted: INTERRUPTED.load(Ordering::SeqCst) != before,
-    };
-    let call = std::pin::pin!(call);
-    #[cfg(target_os = "linux")]
-    {
-        watchdog::start_self_test();
-        /// Sweeps after the call if it is dropped before it returned.
-        struct Unfinished(bool);
-        impl Drop for Unfinished {
-            fn drop(&mut self) {
-                if self.0 {
-                    watchdog::sweep_for(AFTER_DROP);
-                }
-            }
-        }
-        let mut guard = Unfinished(true);
-        let mut call = call;
-        let mut wait = FIRST_LOOK;
-        loop {
-            tokio::select! {
-                r = &mut call => {
-                    guard.0 = false;
-                    return done(r);
-                }
-                _ = tokio::time::sleep(wait) => {
-                    watchdog::interrupt();
-                    wait = (wait * 2).min(MAX_WAIT);
-                }
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (FIRST_LOOK, MAX_WAIT, AFTER_DROP);
-        done(call.await)
     }
 }
 
@@ -145,7 +121,7 @@ mod watchdog {
 #[cfg(target_os = "linux")]
 mod watchdog {
     use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-    use std::sync::{Mutex, Once};
+    use std::sync::{Mutex, Once, OnceLock};
     use std::time::{Duration, Instant};
 
     use crate::sys::fifo_signal::{handler_installed as handler, signal_thread};
@@ -255,44 +231,139 @@ mod watchdog {
         signal_thread(tid)
     }
 
-    /// Until when the sweeper looks, in ms since `EPOCH`, and whether it runs.
+    /// Until when the watchdog looks after calls dropped unfinished, in ms
+    /// since `EPOCH`; when it was last asked to watch; the opens being
+    /// watched (an id and when each started).
     static SWEEP_UNTIL: AtomicU64 = AtomicU64::new(0);
-    static SWEEPING: AtomicBool = AtomicBool::new(false);
-    static EPOCH: Mutex<Option<Instant>> = Mutex::new(None);
+    static LAST_USE: AtomicU64 = AtomicU64::new(0);
+    static IN_FLIGHT: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+    static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    /// The watchdog's thread, and whether it is parked (idle).
+    static THREAD: OnceLock<Option<std::thread::Thread>> = OnceLock::new();
+    static PARKED: AtomicBool = AtomicBool::new(false);
+    /// How long the thread stays awake after its last request.
+    const IDLE_MS: u64 = 1000;
 
     fn now_ms() -> u64 {
-        let mut e = EPOCH.lock().unwrap_or_else(|p| p.into_inner());
-        let epoch = *e.get_or_insert_with(Instant::now);
-        epoch.elapsed().as_millis() as u64
+        EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
     }
 
-    /// Looks for blocked FIFO opens every 20 ms for `d` from now, on a thread
-    /// of its own (one for the process; a new request extends its time).
-    pub(super) fn sweep_for(d: Duration) {
-        SWEEP_UNTIL.fetch_max(now_ms() + d.as_millis() as u64, Ordering::AcqRel);
-        if SWEEPING.swap(true, Ordering::AcqRel) {
-            return;
+    /// One open being watched: deregistered when dropped, and if it had not
+    /// returned, the watchdog goes on looking for `AFTER_DROP`.
+    pub(super) struct Watch {
+        id: u64,
+        finished: bool,
+    }
+
+    impl Watch {
+        pub(super) fn finish(mut self) {
+            self.finished = true;
         }
-        let spawned = std::thread::Builder::new()
-            .name("toolhost-fifo-sweep".into())
-            .spawn(|| {
-                loop {
-                    while now_ms() < SWEEP_UNTIL.load(Ordering::Acquire) {
-                        interrupt();
-                        std::thread::sleep(super::FIRST_LOOK);
-                    }
-                    SWEEPING.store(false, Ordering::Release);
-                    // A request that came while we stopped: go on if no one
-                    // else has taken over.
-                    if now_ms() >= SWEEP_UNTIL.load(Ordering::Acquire)
-                        || SWEEPING.swap(true, Ordering::AcqRel)
-                    {
-                        return;
-                    }
+    }
+
+    impl Drop for Watch {
+        fn drop(&mut self) {
+            {
+                let mut f = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(i) = f.iter().position(|(id, _)| *id == self.id) {
+                    f.swap_remove(i);
                 }
-            });
-        if spawned.is_err() {
-            SWEEPING.store(false, Ordering::Release);
+            }
+            if !self.finished {
+                sweep_for(super::AFTER_DROP);
+            }
+        }
+    }
+
+    /// Starts watching one open (and the self-test, once).
+    pub(super) fn watch() -> Watch {
+        start_self_test();
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let now = now_ms();
+        IN_FLIGHT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((id, now));
+        LAST_USE.fetch_max(now, Ordering::AcqRel);
+        wake();
+        Watch {
+            id,
+            finished: false,
+        }
+    }
+
+    /// Looks for blocked FIFO opens every 20 ms for `d` from now.
+    pub(super) fn sweep_for(d: Duration) {
+        let until = now_ms() + d.as_millis() as u64;
+        SWEEP_UNTIL.fetch_max(until, Ordering::AcqRel);
+        LAST_USE.fetch_max(until, Ordering::AcqRel);
+        wake();
+    }
+
+    /// Starts the watchdog's thread, or wakes it if it is parked.
+    fn wake() {
+        let thread = THREAD.get_or_init(|| {
+            std::thread::Builder::new()
+                .name("toolhost-fifo-watch".into())
+                .spawn(run)
+                .ok()
+                .map(|h| h.thread().clone())
+        });
+        if PARKED.load(Ordering::SeqCst)
+            && let Some(t) = thread
+        {
+            t.unpark();
+        }
+    }
+
+    /// Whether the watchdog has something to look at now: a call dropped
+    /// unfinished a short while ago, or an open running for `FIRST_LOOK`.
+    fn due(now: u64) -> bool {
+        if now < SWEEP_UNTIL.load(Ordering::Acquire) {
+            return true;
+        }
+        let first = super::FIRST_LOOK.as_millis() as u64;
+        IN_FLIGHT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|(_, start)| now.saturating_sub(*start) >= first)
+    }
+
+    /// Whether it may park: nothing watched, and nothing asked for a while.
+    fn idle(now: u64) -> bool {
+        IN_FLIGHT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+            && now >= SWEEP_UNTIL.load(Ordering::Acquire)
+            && now >= LAST_USE.load(Ordering::Acquire) + IDLE_MS
+    }
+
+    /// The watchdog's thread: every `FIRST_LOOK` while anything is due
+    /// (backing off to `MAX_WAIT` while the same wait goes on), parked when
+    /// idle.
+    fn run() {
+        let mut wait = super::FIRST_LOOK;
+        loop {
+            std::thread::sleep(wait);
+            let now = now_ms();
+            if due(now) {
+                interrupt();
+                wait = (wait * 2).min(super::MAX_WAIT);
+                continue;
+            }
+            wait = super::FIRST_LOOK;
+            if idle(now) {
+                PARKED.store(true, Ordering::SeqCst);
+                // A request made before `PARKED` was seen set is seen here;
+                // one made after unparks us.
+                if idle(now_ms()) {
+                    std::thread::park();
+                }
+                PARKED.store(false, Ordering::SeqCst);
+            }
         }
     }
 

@@ -378,10 +378,92 @@ async fn attack_22_blocked_in_a_host_call_still_times_out() {
     assert!(r.timed_out, "{r:?}");
     assert_eq!(r.outcome.kind, OutcomeKind::TimedOut);
     assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
-    // Allowed twin: a short sleep completes.
+    // Allowed twin: a short sleep completes, and a sleep of a second wakes
+    // after a second with the event the guest's libc checks.
     let (_t, sb) = setup(wasm_config());
     let r = probe(&sb, &["sleep", "0"]).await;
     assert_eq!(r.stdout, "woke\n");
+    let r = probe(&sb, &["sleep", "1"]).await;
+    assert_eq!(r.stdout, "woke\n", "{r:?}");
+    assert!(r.duration >= Duration::from_secs(1), "{:?}", r.duration);
+}
+
+/// File I/O runs on the calling thread only where no operation waits for
+/// long (`inline_io`). A read that waits for the kernel, of `/proc/kmsg`
+/// (which answers `pread` and, once drained, waits for the next kernel
+/// message), is still ended by the timeout: both with the dir on procfs and
+/// with a local dir that has procfs mounted below it.
+///
+/// The runtime is this test's own, shut down without waiting: the read the
+/// timeout gave up on holds a blocking-pool thread until the next kernel
+/// message, and a runtime's drop waits for its pool.
+#[cfg(target_os = "linux")]
+#[test]
+fn attack_22_blocked_reading_a_kernel_file_still_times_out() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let proc = Path::new("/proc");
+    builtin_tools_built();
+    let t = Tmp::new();
+    let sb = Sandbox::new(
+        [
+            toolhost::AllowedDirSpec::read_write(t.ws()),
+            toolhost::AllowedDirSpec::read_only(proc),
+        ],
+        SandboxConfig {
+            timeout: Duration::from_secs(1),
+            ..wasm_config()
+        },
+    )
+    .unwrap();
+    let cat = |f: &str| sb.run(RunRequest::new(["cat".to_string(), format!("/proc/{f}")]));
+    // Allowed twin first: a file there that ends is read (and the tool is
+    // compiled, so the timeout below is the read's).
+    let r = rt.block_on(cat("sys/kernel/ostype"));
+    assert_eq!(r.stdout, "Linux\n", "{r:?}");
+    let r = rt.block_on(cat("kmsg"));
+    assert!(r.timed_out, "{r:?}");
+    assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
+    drop(sb);
+    rt.shutdown_background();
+
+    // A local dir with procfs mounted below it, in a mount namespace of the
+    // CLI's own (`unshare`): the mount decides, not the dir's own filesystem.
+    let sub = t.ws().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let run = |file: &str| {
+        let script = r#"mount -t proc proc "$1/sub" && cd "$1" && exec "$2" run --backend wasm --allow-dir "$1" --timeout 1 -- cat "sub/$3""#;
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(t.ws())
+            .arg(toolhost_bin())
+            .arg(file)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        (out, started.elapsed())
+    };
+    // Allowed twin, and the proof that the mount is there.
+    let (out, _) = run("sys/kernel/ostype");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Linux\n", "{out:?}");
+    let (out, took) = run("kmsg");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("timed out"), "{out:?}");
+    assert!(!stderr.contains("compil"), "{out:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    assert!(!sub.join("kmsg").exists(), "the mount stayed private");
 }
 
 #[tokio::test]

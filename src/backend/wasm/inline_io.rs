@@ -1,0 +1,297 @@
+//! Which calls do their file I/O on the calling thread.
+//!
+//! wasmtime-wasi runs each filesystem operation of a guest either on the
+//! thread that polls the call (`allow_blocking_current_thread`) or on tokio's
+//! blocking pool, one round trip per operation. On this 2-core machine a
+//! round trip costs 20 to 80 µs, so a guest that opens one file and reads it
+//! spent seven times as long as the same guest reading stdin.
+//!
+//! On the calling thread the call's timeout cannot end an operation that
+//! waits: the timeout is a future polled on that same thread. So a call does
+//! its I/O inline only where no operation waits for long: every dir it gets
+//! (the allowed dirs and the cwd) lies on a local disk or memory filesystem
+//! (`LOCAL`), and so does every filesystem mounted anywhere below them. A
+//! dir on procfs, sysfs, tracefs, FUSE, NFS, SMB, 9p or any type not listed
+//! (where a read can wait for a kernel event, a daemon or a server), or with
+//! such a mount below it, sends every operation of the call to the pool as
+//! before, where the timeout ends the call whatever the operation does.
+//! FIFOs and devices are refused on every filesystem (`special`), and the
+//! watchdog that ends an open of a FIFO swapped in after the check also
+//! watches inline opens.
+//!
+//! The mount table is read from `/proc/self/mountinfo` and read again when
+//! the kernel says it changed (`poll` reports `POLLPRI`), checked at the start
+//! of each call: a filesystem mounted below an allowed dir during a call is
+//! seen by the next call. Elsewhere than Linux every call uses the pool.
+
+use std::path::Path;
+
+/// Whether a call whose dirs are `dirs` (absolute host paths) may do its file
+/// I/O on the calling thread.
+pub(super) fn allowed<'a>(dirs: impl IntoIterator<Item = &'a Path>) -> bool {
+    imp::allowed(dirs)
+}
+
+#[cfg(not(target_os = "linux"))]
+mod imp {
+    use std::path::Path;
+
+    pub(super) fn allowed<'a>(_dirs: impl IntoIterator<Item = &'a Path>) -> bool {
+        false
+    }
+}
+
+/// Filesystem types whose operations do not wait on anything but the local
+/// disk: block-device and memory filesystems (`overlay` is taken as its
+/// layers usually are). Everything else is not, including `fuse*`,
+/// `nfs*`, `cifs`/`smb3`, `9p`, `virtiofs`, `ceph`, `autofs`, `proc`, `sysfs`,
+/// `tracefs`, `debugfs`, `devtmpfs` and `cgroup*`.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+const LOCAL: &[&str] = &[
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "overlay", "f2fs", "vfat", "msdos",
+    "exfat", "ntfs3", "zfs", "squashfs", "iso9660", "udf", "erofs", "bcachefs", "jfs", "reiserfs",
+    "hfsplus", "nilfs2",
+];
+
+/// One line of `/proc/self/mountinfo`: the mount point, unescaped, and
+/// whether its filesystem type is `LOCAL`. `None` for a line that does not
+/// parse.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn parse_line(line: &str) -> Option<(std::path::PathBuf, bool)> {
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
+    let mut fields = line.split(' ');
+    let point = fields.nth(4)?;
+    let fstype = fields.skip_while(|f| *f != "-").nth(1)?;
+    Some((unescape(point)?, LOCAL.contains(&fstype)))
+}
+
+/// A mount point as the kernel writes it: space, tab, newline and backslash
+/// as three-digit octal escapes.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn unescape(s: &str) -> Option<std::path::PathBuf> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' {
+            let digits = b.get(i + 1..i + 4)?;
+            let mut v: u32 = 0;
+            for d in digits {
+                if !(b'0'..=b'7').contains(d) {
+                    return None;
+                }
+                v = v * 8 + u32::from(d - b'0');
+            }
+            out.push(u8::try_from(v).ok()?);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStringExt;
+        Some(std::path::PathBuf::from(std::ffi::OsString::from_vec(out)))
+    }
+    #[cfg(not(unix))]
+    {
+        String::from_utf8(out).ok().map(std::path::PathBuf::from)
+    }
+}
+
+/// Whether `dir` and everything mounted below it is local, by the mount
+/// table `mounts` (in the table's order, later mounts over earlier ones).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn dir_is_local(mounts: &[(std::path::PathBuf, bool)], dir: &Path) -> bool {
+    if !dir.is_absolute() {
+        return false;
+    }
+    // The filesystem holding `dir`: the last mount at the deepest point that
+    // contains it (a mount over another at the same point hides it).
+    let mut holder: Option<(usize, bool)> = None;
+    for (point, local) in mounts {
+        if dir.starts_with(point) {
+            let depth = point.components().count();
+            if holder.is_none_or(|(d, _)| depth >= d) {
+                holder = Some((depth, *local));
+            }
+        } else if point.starts_with(dir) && !local {
+            // Below it, and not local.
+            return false;
+        }
+    }
+    holder.is_some_and(|(_, local)| local)
+}
+
+#[cfg(target_os = "linux")]
+mod imp {
+    use std::fs::File;
+    use std::io::{Read, Seek};
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    use rustix::event::{PollFd, PollFlags, poll};
+
+    /// The mount table, its file (polled for changes) and the verdicts
+    /// given since it was read.
+    struct Table {
+        file: File,
+        mounts: Vec<(PathBuf, bool)>,
+        verdicts: Vec<(PathBuf, bool)>,
+    }
+
+    /// Verdicts kept per table (one per allowed dir and cwd in use).
+    const MAX_VERDICTS: usize = 64;
+
+    static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+    fn read(file: &mut File) -> Option<Vec<(PathBuf, bool)>> {
+        file.rewind().ok()?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).ok()?;
+        text.lines().map(super::parse_line).collect()
+    }
+
+    /// The table, read again if the kernel reports a change (or on first
+    /// use); `None` when it cannot be read.
+    fn current(slot: &mut Option<Table>) -> Option<&mut Table> {
+        let changed = match slot.as_ref() {
+            None => true,
+            Some(t) => {
+                let mut fds = [PollFd::new(&t.file, PollFlags::PRI)];
+                // A zero timeout: only asks whether the table changed since
+                // the last poll of this file (the kernel resets the event
+                // as it reports it). An error is taken as a change.
+                match poll(&mut fds, Some(&rustix::event::Timespec::default())) {
+                    Ok(0) => false,
+                    Ok(_) => !fds[0].revents().is_empty(),
+                    Err(_) => true,
+                }
+            }
+        };
+        if changed {
+            let mut file = match slot.take() {
+                Some(t) => t.file,
+                None => File::open("/proc/self/mountinfo").ok()?,
+            };
+            // Consume a pending event before reading, so that a change
+            // during the read is reported next time.
+            let mut fds = [PollFd::new(&file, PollFlags::PRI)];
+            let _ = poll(&mut fds, Some(&rustix::event::Timespec::default()));
+            let mounts = read(&mut file)?;
+            *slot = Some(Table {
+                file,
+                mounts,
+                verdicts: Vec::new(),
+            });
+        }
+        slot.as_mut()
+    }
+
+    pub(super) fn allowed<'a>(dirs: impl IntoIterator<Item = &'a Path>) -> bool {
+        let mut slot = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(table) = current(&mut slot) else {
+            return false;
+        };
+        for dir in dirs {
+            let local = match table.verdicts.iter().find(|(d, _)| d == dir) {
+                Some((_, v)) => *v,
+                None => {
+                    let v = super::dir_is_local(&table.mounts, dir);
+                    if table.verdicts.len() >= MAX_VERDICTS {
+                        table.verdicts.remove(0);
+                    }
+                    table.verdicts.push((dir.to_path_buf(), v));
+                    v
+                }
+            };
+            if !local {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn table(lines: &[&str]) -> Vec<(PathBuf, bool)> {
+        lines.iter().map(|l| parse_line(l).expect(l)).collect()
+    }
+
+    const MOUNTS: &[&str] = &[
+        "22 1 0:21 / /proc rw,nosuid - proc proc rw",
+        "25 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw",
+        "26 25 0:23 / /sys rw - sysfs sysfs rw",
+        "40 25 0:40 / /work/ws/fuse rw master:3 - fuse.sshfs host:/x rw",
+        "41 25 0:41 / /work/my\\040dir rw - tmpfs tmpfs rw",
+        "42 25 0:42 / /work/wsx rw - nfs4 server:/ rw",
+    ];
+
+    #[test]
+    fn a_dir_on_a_local_filesystem_with_nothing_remote_below_is_local() {
+        let t = table(MOUNTS);
+        assert!(
+            !dir_is_local(&t, Path::new("/work")),
+            "/work has FUSE below"
+        );
+        assert!(dir_is_local(&t, Path::new("/work/other")));
+        // `/work/ws` has a FUSE mount below it; its sibling `/work/wsx` is
+        // NFS itself, but is not below `/work/ws` (components, not bytes).
+        assert!(!dir_is_local(&t, Path::new("/work/ws")));
+        assert!(!dir_is_local(&t, Path::new("/work/ws/fuse/a")));
+        assert!(!dir_is_local(&t, Path::new("/work/wsx")));
+        assert!(dir_is_local(&t, Path::new("/work/wsy")));
+        assert!(dir_is_local(&t, Path::new("/work/my dir/a")));
+        assert!(!dir_is_local(&t, Path::new("/proc/self")));
+        assert!(!dir_is_local(&t, Path::new("/sys")));
+        // The root holds /proc and /sys.
+        assert!(!dir_is_local(&t, Path::new("/")));
+        assert!(!dir_is_local(&t, Path::new("relative")));
+    }
+
+    #[test]
+    fn a_later_mount_at_the_same_point_hides_the_earlier_one() {
+        let over = table(&[
+            "25 1 254:0 / / rw - ext4 /dev/vda rw",
+            "30 25 0:30 / /mnt rw - tmpfs tmpfs rw",
+            "31 30 0:31 / /mnt rw - fuse.x x rw",
+        ]);
+        assert!(!dir_is_local(&over, Path::new("/mnt/a")));
+        let under = table(&[
+            "25 1 254:0 / / rw - ext4 /dev/vda rw",
+            "31 25 0:31 / /mnt rw - 9p x rw",
+            "30 31 0:30 / /mnt rw - tmpfs tmpfs rw",
+        ]);
+        // The 9p mount is hidden below the tmpfs one, but it is still a mount
+        // below `/`: only a dir under the tmpfs mount is local.
+        assert!(dir_is_local(&under, Path::new("/mnt/a")));
+        assert!(!dir_is_local(&under, Path::new("/")));
+    }
+
+    #[test]
+    fn mount_points_are_unescaped_and_bad_lines_refused() {
+        assert_eq!(
+            parse_line("1 0 0:1 / /a\\134b\\011c rw - ext4 x rw"),
+            Some((PathBuf::from("/a\\b\tc"), true))
+        );
+        assert_eq!(parse_line("1 0 0:1 / /a\\9 rw - ext4 x rw"), None);
+        assert_eq!(parse_line("1 0 0:1 / /a rw"), None);
+        assert_eq!(parse_line("garbage"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn this_machines_proc_is_not_local_and_a_temp_dir_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tmp = tmp.path().canonicalize().unwrap();
+        assert!(!allowed([Path::new("/proc")]));
+        assert!(!allowed([tmp.as_path(), Path::new("/proc/self")]));
+        // The test machines keep their temp dir on ext4.
+        assert!(allowed([tmp.as_path()]), "{}", tmp.display());
+    }
+}

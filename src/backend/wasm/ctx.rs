@@ -87,11 +87,10 @@ pub(super) fn build_wasi(
     // File I/O on the calling thread where no operation can wait for long
     // (`inline_io`); a guest's sleep stays async either way (`p1`'s
     // `poll_oneoff`), so the timeout still ends a sleeping guest.
-    let inline = inline_io::allowed(list.iter().map(|p| p.path));
-    b.allow_blocking_current_thread(inline);
-    if let Some(fs) = cache.get(&list, inline)? {
+    if let Some(fs) = cache.get(&list)? {
         return Ok((b, guard, Some(fs)));
     }
+    b.allow_blocking_current_thread(inline_io::allowed(list.iter().map(|p| p.path)));
     for p in &list {
         let host = match p.dir {
             Some(d) => preopen_path(d, p.path),
@@ -214,7 +213,7 @@ fn same_dir_as_mount<'a>(plan: &'a ExecPlan, cwd: &crate::plan::WorkDir) -> Opti
 /// an allowed dir, or whose plan has a dir without a handle, opens its own.
 #[derive(Default)]
 pub(super) struct Preopens {
-    made: Mutex<Vec<(PreopenKey, WasiFilesystemCtx)>>,
+    made: Mutex<Vec<Made>>,
 }
 
 impl std::fmt::Debug for Preopens {
@@ -229,15 +228,22 @@ impl std::fmt::Debug for Preopens {
 const MAX_PREOPEN_SETS: usize = 16;
 
 /// What a set of preopens is made of: each allowed dir's handle (held, so
-/// that no other dir can take its address), guest path and mode, in order;
-/// and whether its file I/O runs on the calling thread (a preopen carries
-/// that, and so does each file opened through it).
-struct PreopenKey(Vec<(Arc<Dir>, String, bool)>, bool);
+/// that no other dir can take its address), guest path and mode, in order.
+struct PreopenKey(Vec<(Arc<Dir>, String, bool)>);
+
+/// A set of preopens made: whether its file I/O runs on the calling thread
+/// (each preopen carries that, and so does each file opened through it), as
+/// decided at that generation of the mount table (`inline_io`).
+struct Made {
+    key: PreopenKey,
+    generation: u64,
+    inline: bool,
+    fs: WasiFilesystemCtx,
+}
 
 impl PreopenKey {
-    fn matches(&self, list: &[Preopen<'_>], inline: bool) -> bool {
-        self.1 == inline
-            && self.0.len() == list.len()
+    fn matches(&self, list: &[Preopen<'_>]) -> bool {
+        self.0.len() == list.len()
             && self.0.iter().zip(list).all(|((d, g, ro), p)| {
                 p.shared.is_some_and(|s| Arc::ptr_eq(d, s)) && g == p.guest && *ro == p.read_only
             })
@@ -250,17 +256,25 @@ impl Preopens {
     /// allowed dir's own handle (a cwd below one), or not on Linux, where a
     /// preopen is opened by its path (`preopen_path`) and a path swapped at
     /// the first call would stay for every later one.
-    fn get(
-        &self,
-        list: &[Preopen<'_>],
-        inline: bool,
-    ) -> Result<Option<WasiFilesystemCtx>, Outcome> {
+    fn get(&self, list: &[Preopen<'_>]) -> Result<Option<WasiFilesystemCtx>, Outcome> {
         if cfg!(not(target_os = "linux")) || list.iter().any(|p| p.shared.is_none()) {
             return Ok(None);
         }
+        let generation = inline_io::generation();
         let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, fs)) = made.iter().find(|(k, _)| k.matches(list, inline)) {
-            return Ok(Some(fs.clone()));
+        let at = made.iter().position(|m| m.key.matches(list));
+        if let Some(m) = at.and_then(|i| made.get(i))
+            && m.generation == generation
+        {
+            return Ok(Some(m.fs.clone()));
+        }
+        // New, or the mount table changed since its verdict.
+        let inline = inline_io::allowed(list.iter().map(|p| p.path));
+        if let Some(m) = at.and_then(|i| made.get_mut(i))
+            && m.inline == inline
+        {
+            m.generation = generation;
+            return Ok(Some(m.fs.clone()));
         }
         let mut b = WasiCtxBuilder::new();
         b.allow_blocking_current_thread(inline);
@@ -273,10 +287,18 @@ impl Preopens {
             key.push((dir.clone(), p.guest.to_string(), p.read_only));
         }
         let fs = b.build().filesystem().clone();
+        if let Some(i) = at {
+            made.remove(i);
+        }
         if made.len() >= MAX_PREOPEN_SETS {
             made.remove(0);
         }
-        made.push((PreopenKey(key, inline), fs.clone()));
+        made.push(Made {
+            key: PreopenKey(key),
+            generation,
+            inline,
+            fs: fs.clone(),
+        });
         Ok(Some(fs))
     }
 }

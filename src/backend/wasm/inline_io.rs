@@ -19,10 +19,12 @@
 //! watchdog that ends an open of a FIFO swapped in after the check also
 //! watches inline opens.
 //!
-//! The mount table is read from `/proc/self/mountinfo` and read again when
-//! the kernel says it changed (`poll` reports `POLLPRI`), checked at the start
-//! of each call: a filesystem mounted below an allowed dir during a call is
-//! seen by the next call. Elsewhere than Linux every call uses the pool.
+//! The mount table is read from `/proc/self/mountinfo`, and read again by a
+//! thread of its own that waits in `poll` for the kernel to report a change:
+//! a filesystem mounted below an allowed dir during a call is seen by the
+//! calls that start after the thread has read it (microseconds later).
+//! Where the table cannot be read or watched, and elsewhere than Linux,
+//! every call uses the pool.
 
 use std::path::Path;
 
@@ -32,12 +34,22 @@ pub(super) fn allowed<'a>(dirs: impl IntoIterator<Item = &'a Path>) -> bool {
     imp::allowed(dirs)
 }
 
+/// A number that changes when the mount table has changed: a verdict of
+/// [`allowed`] stays good while it does not (no system call).
+pub(super) fn generation() -> u64 {
+    imp::generation()
+}
+
 #[cfg(not(target_os = "linux"))]
 mod imp {
     use std::path::Path;
 
     pub(super) fn allowed<'a>(_dirs: impl IntoIterator<Item = &'a Path>) -> bool {
         false
+    }
+
+    pub(super) fn generation() -> u64 {
+        0
     }
 }
 
@@ -127,16 +139,14 @@ fn dir_is_local(mounts: &[(std::path::PathBuf, bool)], dir: &Path) -> bool {
 #[cfg(target_os = "linux")]
 mod imp {
     use std::fs::File;
-    use std::io::{Read, Seek};
     use std::path::{Path, PathBuf};
-    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Mutex, OnceLock};
 
     use rustix::event::{PollFd, PollFlags, poll};
 
-    /// The mount table, its file (polled for changes) and the verdicts
-    /// given since it was read.
+    /// The mount table and the verdicts given since it was read.
     struct Table {
-        file: File,
         mounts: Vec<(PathBuf, bool)>,
         verdicts: Vec<(PathBuf, bool)>,
     }
@@ -145,53 +155,75 @@ mod imp {
     const MAX_VERDICTS: usize = 64;
 
     static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+    /// Bumped by the watcher each time it has read a changed table.
+    static GENERATION: AtomicU64 = AtomicU64::new(0);
+    /// Whether the watcher runs (`false`: it could not start, and every call
+    /// uses the pool).
+    static WATCHER: OnceLock<bool> = OnceLock::new();
 
-    fn read(file: &mut File) -> Option<Vec<(PathBuf, bool)>> {
-        file.rewind().ok()?;
-        let mut text = String::new();
-        file.read_to_string(&mut text).ok()?;
+    fn read() -> Option<Vec<(PathBuf, bool)>> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
         text.lines().map(super::parse_line).collect()
     }
 
-    /// The table, read again if the kernel reports a change (or on first
-    /// use); `None` when it cannot be read.
-    fn current(slot: &mut Option<Table>) -> Option<&mut Table> {
-        let changed = match slot.as_ref() {
-            None => true,
-            Some(t) => {
-                let mut fds = [PollFd::new(&t.file, PollFlags::PRI)];
-                // A zero timeout: only asks whether the table changed since
-                // the last poll of this file (the kernel resets the event
-                // as it reports it). An error is taken as a change.
-                match poll(&mut fds, Some(&rustix::event::Timespec::default())) {
-                    Ok(0) => false,
-                    Ok(_) => !fds[0].revents().is_empty(),
-                    Err(_) => true,
-                }
-            }
-        };
-        if changed {
-            let mut file = match slot.take() {
-                Some(t) => t.file,
-                None => File::open("/proc/self/mountinfo").ok()?,
+    /// Reads the table into `TABLE` (`None` there when it cannot be read).
+    fn reload() {
+        let table = read().map(|mounts| Table {
+            mounts,
+            verdicts: Vec::new(),
+        });
+        *TABLE.lock().unwrap_or_else(|e| e.into_inner()) = table;
+        GENERATION.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Starts the watcher once: a thread that waits in `poll` on the mount
+    /// table for a change (`POLLPRI`; the kernel resets the event as it
+    /// reports it, so a change during the read is reported next) and reads
+    /// it again.
+    fn watcher() -> bool {
+        *WATCHER.get_or_init(|| {
+            let Ok(file) = File::open("/proc/self/mountinfo") else {
+                return false;
             };
-            // Consume a pending event before reading, so that a change
-            // during the read is reported next time.
+            // Consume the event a fresh file may report, then read.
             let mut fds = [PollFd::new(&file, PollFlags::PRI)];
             let _ = poll(&mut fds, Some(&rustix::event::Timespec::default()));
-            let mounts = read(&mut file)?;
-            *slot = Some(Table {
-                file,
-                mounts,
-                verdicts: Vec::new(),
-            });
+            reload();
+            std::thread::Builder::new()
+                .name("toolhost-mounts".into())
+                .spawn(move || {
+                    loop {
+                        let mut fds = [PollFd::new(&file, PollFlags::PRI)];
+                        match poll(&mut fds, None) {
+                            Ok(_) => reload(),
+                            Err(rustix::io::Errno::INTR) => {}
+                            Err(_) => {
+                                // Cannot watch: no table, so every call
+                                // uses the pool from now on.
+                                *TABLE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                                GENERATION.fetch_add(1, Ordering::AcqRel);
+                                return;
+                            }
+                        }
+                    }
+                })
+                .is_ok()
+        })
+    }
+
+    pub(super) fn generation() -> u64 {
+        if !watcher() {
+            return 0;
         }
-        slot.as_mut()
+        GENERATION.load(Ordering::Acquire)
     }
 
     pub(super) fn allowed<'a>(dirs: impl IntoIterator<Item = &'a Path>) -> bool {
+        if !watcher() {
+            return false;
+        }
         let mut slot = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(table) = current(&mut slot) else {
+        let Some(table) = slot.as_mut() else {
             return false;
         };
         for dir in dirs {

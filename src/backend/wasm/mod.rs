@@ -9,7 +9,9 @@
 //! There are no sockets and no name lookup. Memory is held by a resource
 //! limiter that ends the call on a failed grow; CPU by epoch deadlines or fuel;
 //! bytes written to files by the host, per call; the whole call by a wall-clock
-//! timeout that also ends a guest blocked inside a host call.
+//! timeout that also ends a guest blocked inside a host call: a guest's sleep
+//! is async, and file I/O runs on the calling thread only where no operation
+//! can wait for long (`inline_io`), on the blocking pool elsewhere.
 //!
 //! One `Engine` per process and CPU meter; compiled modules are cached on disk
 //! (`cache`) and as `InstancePre`s in memory; each call gets a fresh `Store`.

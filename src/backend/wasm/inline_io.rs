@@ -326,4 +326,47 @@ mod tests {
         // The test machines keep their temp dir on ext4.
         assert!(allowed([tmp.as_path()]), "{}", tmp.display());
     }
+
+    /// A filesystem mounted below a dir after its first verdict is seen
+    /// (the watcher re-reads the table), and so is its unmount. Mounts procfs
+    /// in this process's mount namespace, below a fresh temp dir (root).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_mount_below_a_dir_is_seen_by_the_next_verdict() {
+        use std::process::Command;
+        use std::time::{Duration, Instant};
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+            }
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().canonicalize().unwrap();
+        let below = dir.join("a").join("p");
+        std::fs::create_dir_all(&below).unwrap();
+        let until = |want: bool| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while allowed([dir.as_path()]) != want && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            allowed([dir.as_path()]) == want
+        };
+        assert!(allowed([dir.as_path()]));
+        let before = generation();
+        let ok = Command::new("mount")
+            .args(["-t", "proc", "proc"])
+            .arg(&below)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount needs root");
+        let mounted = Unmount(below.clone());
+        assert!(until(false), "the procfs mount below was not seen");
+        assert_ne!(generation(), before);
+        // A sibling dir, not above the mount, stays local.
+        let sibling = tmp.path().canonicalize().unwrap().join("b");
+        assert!(allowed([sibling.as_path()]));
+        drop(mounted);
+        assert!(until(true), "the unmount was not seen");
+    }
 }

@@ -58,7 +58,7 @@ mod imp {
 /// layers usually are). Everything else is not, including `fuse*`,
 /// `nfs*`, `cifs`/`smb3`, `9p`, `virtiofs`, `ceph`, `autofs`, `proc`, `sysfs`,
 /// `tracefs`, `debugfs`, `devtmpfs` and `cgroup*`.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+#[cfg(target_os = "linux")]
 const LOCAL: &[&str] = &[
     "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "overlay", "f2fs", "vfat", "msdos",
     "exfat", "ntfs3", "zfs", "squashfs", "iso9660", "udf", "erofs", "bcachefs", "jfs", "reiserfs",
@@ -68,7 +68,7 @@ const LOCAL: &[&str] = &[
 /// One line of `/proc/self/mountinfo`: the mount point, unescaped, and
 /// whether its filesystem type is `LOCAL`. `None` for a line that does not
 /// parse.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+#[cfg(target_os = "linux")]
 fn parse_line(line: &str) -> Option<(std::path::PathBuf, bool)> {
     // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
     let mut fields = line.split(' ');
@@ -79,7 +79,7 @@ fn parse_line(line: &str) -> Option<(std::path::PathBuf, bool)> {
 
 /// A mount point as the kernel writes it: space, tab, newline and backslash
 /// as three-digit octal escapes.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+#[cfg(target_os = "linux")]
 fn unescape(s: &str) -> Option<std::path::PathBuf> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -101,20 +101,13 @@ fn unescape(s: &str) -> Option<std::path::PathBuf> {
             i += 1;
         }
     }
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStringExt;
-        Some(std::path::PathBuf::from(std::ffi::OsString::from_vec(out)))
-    }
-    #[cfg(not(unix))]
-    {
-        String::from_utf8(out).ok().map(std::path::PathBuf::from)
-    }
+    use std::os::unix::ffi::OsStringExt;
+    Some(std::path::PathBuf::from(std::ffi::OsString::from_vec(out)))
 }
 
 /// Whether `dir` and everything mounted below it is local, by the mount
 /// table `mounts` (in the table's order, later mounts over earlier ones).
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+#[cfg(target_os = "linux")]
 fn dir_is_local(mounts: &[(std::path::PathBuf, bool)], dir: &Path) -> bool {
     if !dir.is_absolute() {
         return false;
@@ -246,7 +239,8 @@ mod imp {
     }
 }
 
-#[cfg(test)]
+/// The mount table's format is Linux's.
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
     use std::path::PathBuf;
@@ -316,7 +310,6 @@ mod tests {
         assert_eq!(parse_line("garbage"), None);
     }
 
-    #[cfg(target_os = "linux")]
     #[test]
     fn this_machines_proc_is_not_local_and_a_temp_dir_is() {
         let tmp = tempfile::tempdir().unwrap();
@@ -330,7 +323,6 @@ mod tests {
     /// A filesystem mounted below a dir after its first verdict is seen
     /// (the watcher re-reads the table), and so is its unmount. Mounts procfs
     /// in this process's mount namespace, below a fresh temp dir (root).
-    #[cfg(target_os = "linux")]
     #[test]
     fn a_mount_below_a_dir_is_seen_by_the_next_verdict() {
         use std::process::Command;

@@ -17,7 +17,7 @@ use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use super::classify::first_line;
-use super::{CappedPipe, inline_io, protect};
+use super::{CappedPipe, protect};
 use crate::outcome::{Outcome, OutcomeKind};
 use crate::plan::ExecPlan;
 
@@ -80,17 +80,15 @@ pub(super) fn build_wasi(
     b.allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false);
+    // Not `allow_blocking_current_thread`: with it, a guest's sleep blocks the
+    // thread in std::thread::sleep and the timeout could not end the call.
     // A preopen at or under a protected dir (a cwd inside `.git`) is made
     // read-only before the guest's first change (`protect`).
     let guard = protect::Guard::new(plan);
     let list = preopen_list(plan, &guard)?;
-    // File I/O on the calling thread where no operation can wait for long
-    // (`inline_io`); a guest's sleep stays async either way (`p1`'s
-    // `poll_oneoff`), so the timeout still ends a sleeping guest.
     if let Some(fs) = cache.get(&list)? {
         return Ok((b, guard, Some(fs)));
     }
-    b.allow_blocking_current_thread(inline_io::allowed(list.iter().map(|p| p.path)));
     for p in &list {
         let host = match p.dir {
             Some(d) => preopen_path(d, p.path),
@@ -213,7 +211,7 @@ fn same_dir_as_mount<'a>(plan: &'a ExecPlan, cwd: &crate::plan::WorkDir) -> Opti
 /// an allowed dir, or whose plan has a dir without a handle, opens its own.
 #[derive(Default)]
 pub(super) struct Preopens {
-    made: Mutex<Vec<Made>>,
+    made: Mutex<Vec<(PreopenKey, WasiFilesystemCtx)>>,
 }
 
 impl std::fmt::Debug for Preopens {
@@ -230,16 +228,6 @@ const MAX_PREOPEN_SETS: usize = 16;
 /// What a set of preopens is made of: each allowed dir's handle (held, so
 /// that no other dir can take its address), guest path and mode, in order.
 struct PreopenKey(Vec<(Arc<Dir>, String, bool)>);
-
-/// A set of preopens made: whether its file I/O runs on the calling thread
-/// (each preopen carries that, and so does each file opened through it), as
-/// decided at that generation of the mount table (`inline_io`).
-struct Made {
-    key: PreopenKey,
-    generation: u64,
-    inline: bool,
-    fs: WasiFilesystemCtx,
-}
 
 impl PreopenKey {
     fn matches(&self, list: &[Preopen<'_>]) -> bool {
@@ -260,24 +248,11 @@ impl Preopens {
         if cfg!(not(target_os = "linux")) || list.iter().any(|p| p.shared.is_none()) {
             return Ok(None);
         }
-        let generation = inline_io::generation();
         let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
-        let at = made.iter().position(|m| m.key.matches(list));
-        if let Some(m) = at.and_then(|i| made.get(i))
-            && m.generation == generation
-        {
-            return Ok(Some(m.fs.clone()));
-        }
-        // New, or the mount table changed since its verdict.
-        let inline = inline_io::allowed(list.iter().map(|p| p.path));
-        if let Some(m) = at.and_then(|i| made.get_mut(i))
-            && m.inline == inline
-        {
-            m.generation = generation;
-            return Ok(Some(m.fs.clone()));
+        if let Some((_, fs)) = made.iter().find(|(k, _)| k.matches(list)) {
+            return Ok(Some(fs.clone()));
         }
         let mut b = WasiCtxBuilder::new();
-        b.allow_blocking_current_thread(inline);
         let mut key = Vec::with_capacity(list.len());
         for p in list {
             let Some(dir) = p.shared else {
@@ -287,18 +262,10 @@ impl Preopens {
             key.push((dir.clone(), p.guest.to_string(), p.read_only));
         }
         let fs = b.build().filesystem().clone();
-        if let Some(i) = at {
-            made.remove(i);
-        }
         if made.len() >= MAX_PREOPEN_SETS {
             made.remove(0);
         }
-        made.push(Made {
-            key: PreopenKey(key),
-            generation,
-            inline,
-            fs: fs.clone(),
-        });
+        made.push((PreopenKey(key), fs.clone()));
         Ok(Some(fs))
     }
 }

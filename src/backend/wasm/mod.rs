@@ -9,9 +9,7 @@
 //! There are no sockets and no name lookup. Memory is held by a resource
 //! limiter that ends the call on a failed grow; CPU by epoch deadlines or fuel;
 //! bytes written to files by the host, per call; the whole call by a wall-clock
-//! timeout that also ends a guest blocked inside a host call: a guest's sleep
-//! is async, and file I/O runs on the calling thread only where no operation
-//! can wait for long (`inline_io`), on the blocking pool elsewhere.
+//! timeout that also ends a guest blocked inside a host call.
 //!
 //! One `Engine` per process and CPU meter; compiled modules are cached on disk
 //! (`cache`) and as `InstancePre`s in memory; each call gets a fresh `Store`.
@@ -38,7 +36,6 @@ mod engine;
 mod guard_p1;
 mod guard_p2;
 mod guard_path;
-mod inline_io;
 mod limits;
 mod p1;
 mod p3;

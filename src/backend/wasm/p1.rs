@@ -130,53 +130,6 @@ pub(super) async fn file_size(caller: &mut Caller<'_, State>, fd: i32) -> Option
     (f.filetype == types::Filetype::RegularFile).then_some(f.size)
 }
 
-/// The user data and timeout of the subscription at `subs` when it is a
-/// relative clock (what wasmtime-wasi answers with a thread sleep); `None`
-/// for anything else, or a pointer out of bounds (wasmtime-wasi answers it).
-fn one_relative_clock(caller: &mut Caller<'_, State>, subs: i32) -> Option<(u64, u64)> {
-    use wasmtime_wasi::p1::types;
-    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
-        return None;
-    };
-    let mem = wiggle::GuestMemory::Unshared(m.data_mut(&mut *caller));
-    let sub = mem
-        .read(wiggle::GuestPtr::<types::Subscription>::new(subs as u32))
-        .ok()?;
-    match sub.u {
-        types::SubscriptionU::Clock(c)
-            if !c
-                .flags
-                .contains(types::Subclockflags::SUBSCRIPTION_CLOCK_ABSTIME) =>
-        {
-            Some((sub.userdata, c.timeout))
-        }
-        _ => None,
-    }
-}
-
-/// Writes the one event of an elapsed relative clock at `events`, and 1 at
-/// `nevents`, as wasmtime-wasi does; the errno to return.
-fn clock_event(caller: &mut Caller<'_, State>, events: i32, nevents: i32, userdata: u64) -> i32 {
-    use wasmtime_wasi::p1::types;
-    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
-        return ERRNO_FAULT;
-    };
-    let mut mem = wiggle::GuestMemory::Unshared(m.data_mut(&mut *caller));
-    let event = types::Event {
-        userdata,
-        error: types::Errno::Success,
-        type_: types::Eventtype::Clock,
-        fd_readwrite: types::EventFdReadwrite {
-            flags: types::Eventrwflags::empty(),
-            nbytes: 1,
-        },
-    };
-    let wrote = mem
-        .write(wiggle::GuestPtr::<types::Event>::new(events as u32), event)
-        .and_then(|()| mem.write(wiggle::GuestPtr::<u32>::new(nevents as u32), 1));
-    if wrote.is_ok() { 0 } else { ERRNO_FAULT }
-}
-
 /// The preview-1 linker, with the file-writing calls wrapped by the file
 /// budget. Whether a write goes to a file is decided by the descriptor's type,
 /// not its number (a guest can renumber a file onto fd 1).
@@ -218,28 +171,6 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         "sock_send",
         |mut caller: Caller<'_, State>, (fd, ..): (i32, i32, i32, i32, i32)| {
             Box::new(async move { Ok(not_a_socket(&mut caller, fd).await) })
-        },
-    )?;
-    // A guest's sleep. wasmtime-wasi answers a `poll_oneoff` on one relative
-    // clock with `std::thread::sleep` when file I/O runs on the calling thread
-    // (`inline_io`): that would hold the thread, and the call's timeout (a
-    // future on the same thread) could not end the call. The same answer,
-    // after an async sleep; every other poll goes to wasmtime-wasi.
-    linker.func_wrap_async(
-        M,
-        "poll_oneoff",
-        |mut caller: Caller<'_, State>, (subs, events, nsubs, nevents): (i32, i32, i32, i32)| {
-            Box::new(async move {
-                if nsubs == 1
-                    && let Some((userdata, nanos)) = one_relative_clock(&mut caller, subs)
-                {
-                    tokio::time::sleep(std::time::Duration::from_nanos(nanos)).await;
-                    return Ok(clock_event(&mut caller, events, nevents, userdata));
-                }
-                let r: wasmtime::Result<i32> =
-                    call_p1!(caller, poll_oneoff(subs, events, nsubs, nevents));
-                r
-            })
         },
     )?;
     linker.func_wrap_async(

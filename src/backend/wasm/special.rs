@@ -92,8 +92,7 @@ pub(crate) struct Watched<T> {
 /// returned, has the watchdog's thread interrupt the threads of this process
 /// blocked in a FIFO open; if it is dropped unfinished, the watchdog goes on
 /// doing so for a while. The watchdog runs on a thread of its own, so it
-/// also ends an open that blocks the very thread polling `call` (file I/O on
-/// the calling thread, `inline_io`).
+/// would also end an open that blocks the thread polling `call`.
 pub(crate) async fn watched<F: Future>(call: F) -> Watched<F::Output> {
     let before = INTERRUPTED.load(Ordering::SeqCst);
     #[cfg(target_os = "linux")]
@@ -239,8 +238,9 @@ mod watchdog {
     static IN_FLIGHT: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
     static NEXT_ID: AtomicU64 = AtomicU64::new(0);
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    /// The watchdog's thread, and whether it is parked (idle).
-    static THREAD: OnceLock<Option<std::thread::Thread>> = OnceLock::new();
+    /// The watchdog's thread (`None` until one could be spawned: a failed
+    /// spawn is tried again at the next request), and whether it is parked.
+    static THREAD: Mutex<Option<std::thread::Thread>> = Mutex::new(None);
     static PARKED: AtomicBool = AtomicBool::new(false);
     /// How long the thread stays awake after its last request.
     const IDLE_MS: u64 = 1000;
@@ -303,17 +303,25 @@ mod watchdog {
 
     /// Starts the watchdog's thread, or wakes it if it is parked.
     fn wake() {
-        let thread = THREAD.get_or_init(|| {
-            std::thread::Builder::new()
-                .name("toolhost-fifo-watch".into())
-                .spawn(run)
-                .ok()
-                .map(|h| h.thread().clone())
-        });
-        if PARKED.load(Ordering::SeqCst)
-            && let Some(t) = thread
-        {
-            t.unpark();
+        let mut thread = THREAD.lock().unwrap_or_else(|p| p.into_inner());
+        match thread.as_ref() {
+            Some(t) => {
+                if PARKED.load(Ordering::SeqCst) {
+                    t.unpark();
+                }
+            }
+            None => {
+                *thread = std::thread::Builder::new()
+                    .name("toolhost-fifo-watch".into())
+                    .spawn(run)
+                    .ok()
+                    .map(|h| h.thread().clone());
+                if thread.is_none() {
+                    tracing::warn!(
+                        "wasm: the FIFO-open watchdog's thread could not start; tried again at the next open"
+                    );
+                }
+            }
         }
     }
 

@@ -388,11 +388,11 @@ async fn attack_22_blocked_in_a_host_call_still_times_out() {
     assert!(r.duration >= Duration::from_secs(1), "{:?}", r.duration);
 }
 
-/// File I/O runs on the calling thread only where no operation waits for
-/// long (`inline_io`). A read that waits for the kernel, of `/proc/kmsg`
-/// (which answers `pread` and, once drained, waits for the next kernel
-/// message), is still ended by the timeout: both with the dir on procfs and
-/// with a local dir that has procfs mounted below it.
+/// A read that waits for the kernel, of `/proc/kmsg` (which answers `pread`
+/// and, once drained, waits for the next kernel message), is ended by the
+/// timeout: both with the dir on procfs and with a local dir that has procfs
+/// mounted below it. (A guest's file I/O runs on the blocking pool; a design
+/// that runs it on the calling thread must keep this.)
 ///
 /// The runtime is this test's own, shut down without waiting: the read the
 /// timeout gave up on holds a blocking-pool thread until the next kernel

@@ -96,12 +96,33 @@ pub(crate) struct Watched<T> {
 pub(crate) async fn watched<F: Future>(call: F) -> Watched<F::Output> {
     let before = INTERRUPTED.load(Ordering::SeqCst);
     #[cfg(target_os = "linux")]
-    let watch = watchdog::watch();
+    let result = {
+        let watch = watchdog::watch();
+        let result = if watch.has_thread() {
+            call.await
+        } else {
+            // No watchdog thread (it could not be spawned): look from this
+            // future, as long as it is polled.
+            let mut call = std::pin::pin!(call);
+            let mut wait = FIRST_LOOK;
+            loop {
+                tokio::select! {
+                    r = &mut call => break r,
+                    _ = tokio::time::sleep(wait) => {
+                        watchdog::interrupt();
+                        wait = (wait * 2).min(MAX_WAIT);
+                    }
+                }
+            }
+        };
+        watch.finish();
+        result
+    };
     #[cfg(not(target_os = "linux"))]
-    let _ = (FIRST_LOOK, MAX_WAIT, AFTER_DROP);
-    let result = call.await;
-    #[cfg(target_os = "linux")]
-    watch.finish();
+    let result = {
+        let _ = (FIRST_LOOK, MAX_WAIT, AFTER_DROP);
+        call.await
+    };
     Watched {
         result,
         interrupted: INTERRUPTED.load(Ordering::SeqCst) != before,
@@ -239,9 +260,9 @@ mod watchdog {
     static NEXT_ID: AtomicU64 = AtomicU64::new(0);
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     /// The watchdog's thread (`None` until one could be spawned: a failed
-    /// spawn is tried again at the next request), and whether it is parked.
+    /// spawn is tried again at the next request, and logged once).
     static THREAD: Mutex<Option<std::thread::Thread>> = Mutex::new(None);
-    static PARKED: AtomicBool = AtomicBool::new(false);
+    static SPAWN_FAILED: AtomicBool = AtomicBool::new(false);
     /// How long the thread stays awake after its last request.
     const IDLE_MS: u64 = 1000;
 
@@ -259,6 +280,11 @@ mod watchdog {
     impl Watch {
         pub(super) fn finish(mut self) {
             self.finished = true;
+        }
+
+        /// Whether the watchdog's thread runs (else the caller looks).
+        pub(super) fn has_thread(&self) -> bool {
+            THREAD.lock().unwrap_or_else(|p| p.into_inner()).is_some()
         }
     }
 
@@ -301,24 +327,23 @@ mod watchdog {
         wake();
     }
 
-    /// Starts the watchdog's thread, or wakes it if it is parked.
+    /// Starts the watchdog's thread, or wakes it. `unpark` is an atomic swap
+    /// that makes a system call only when the thread is parked; unparked
+    /// every time, the thread cannot miss a request made as it parks.
     fn wake() {
         let mut thread = THREAD.lock().unwrap_or_else(|p| p.into_inner());
         match thread.as_ref() {
-            Some(t) => {
-                if PARKED.load(Ordering::SeqCst) {
-                    t.unpark();
-                }
-            }
+            Some(t) => t.unpark(),
             None => {
                 *thread = std::thread::Builder::new()
                     .name("toolhost-fifo-watch".into())
                     .spawn(run)
                     .ok()
                     .map(|h| h.thread().clone());
-                if thread.is_none() {
+                if thread.is_none() && !SPAWN_FAILED.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
-                        "wasm: the FIFO-open watchdog's thread could not start; tried again at the next open"
+                        "wasm: the FIFO-open watchdog's thread could not start; each open is \
+                         watched from its own call until it can (tried again at each open)"
                     );
                 }
             }
@@ -350,27 +375,30 @@ mod watchdog {
     }
 
     /// The watchdog's thread: every `FIRST_LOOK` while anything is due
-    /// (backing off to `MAX_WAIT` while the same wait goes on), parked when
-    /// idle.
+    /// (backing off to `MAX_WAIT` until a new open is registered), parked
+    /// when idle.
     fn run() {
         let mut wait = super::FIRST_LOOK;
+        let mut seen = NEXT_ID.load(Ordering::Acquire);
         loop {
             std::thread::sleep(wait);
             let now = now_ms();
+            // A new open since the last look starts the backoff again.
+            let newest = NEXT_ID.load(Ordering::Acquire);
+            if newest != seen {
+                seen = newest;
+                wait = super::FIRST_LOOK;
+            }
             if due(now) {
                 interrupt();
                 wait = (wait * 2).min(super::MAX_WAIT);
                 continue;
             }
             wait = super::FIRST_LOOK;
+            // Every request unparks the thread (a token when it is not
+            // parked yet), so one made after this check is not missed.
             if idle(now) {
-                PARKED.store(true, Ordering::SeqCst);
-                // A request made before `PARKED` was seen set is seen here;
-                // one made after unparks us.
-                if idle(now_ms()) {
-                    std::thread::park();
-                }
-                PARKED.store(false, Ordering::SeqCst);
+                std::thread::park();
             }
         }
     }

@@ -647,6 +647,22 @@ fn children_of(pid: u32) -> Vec<u32> {
     out
 }
 
+/// The pids from below `root` down to its descendant whose command line is
+/// `cmdline` (NUL-separated, as in /proc), depth first.
+#[cfg(target_os = "linux")]
+fn path_to(root: u32, cmdline: &[u8]) -> Option<Vec<u32>> {
+    for child in children_of(root) {
+        if std::fs::read(format!("/proc/{child}/cmdline")).is_ok_and(|c| c == cmdline) {
+            return Some(vec![child]);
+        }
+        if let Some(mut rest) = path_to(child, cmdline) {
+            rest.insert(0, child);
+            return Some(rest);
+        }
+    }
+    None
+}
+
 /// Review finding: the supervisor shares toolhost's memory, so it must not
 /// run toolhost's signal handlers (a signal between the tool's unblocking
 /// and its exec ran tokio's handler there). While a call runs, toolhost has
@@ -668,7 +684,9 @@ async fn the_supervisor_runs_none_of_toolhosts_signal_handlers() {
 
     let t = Tmp::new();
     let sb = t.sandbox(config());
-    let call = sh(&sb, "sleep 2; echo done");
+    // A sleep of a length no other test uses marks this call's tree (other
+    // tests running meanwhile have children of this process too).
+    let call = sh(&sb, "sleep 2.0371; echo done");
     tokio::pin!(call);
     let seen = tokio::select! {
         r = &mut call => panic!("the call ended first: {r:?}"),
@@ -676,21 +694,22 @@ async fn the_supervisor_runs_none_of_toolhosts_signal_handlers() {
             let deadline = Instant::now() + Duration::from_secs(5);
             loop {
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                // The supervisor is our child; under it, the init (or the tool).
-                let sups = children_of(me);
-                let below: Vec<u32> = sups.iter().flat_map(|&s| children_of(s)).collect();
-                if (!sups.is_empty() && !below.is_empty()) || Instant::now() > deadline {
-                    break (sups, below);
+                // The path from us to the marked sleep: the supervisor (our
+                // child), under it the init, then the tool's processes.
+                if let Some(path) = path_to(me, b"sleep\x002.0371\x00")
+                    && path.len() >= 3
+                {
+                    break Some(path);
+                }
+                if Instant::now() > deadline {
+                    break None;
                 }
             }
         } => seen,
     };
-    let (sups, below) = seen;
-    assert!(
-        !sups.is_empty() && !below.is_empty(),
-        "found the call's processes"
-    );
-    for pid in sups.iter().chain(&below) {
+    let path = seen.expect("found the call's processes");
+    let (sups, below) = (&path[..1], &path[1..2]);
+    for pid in sups.iter().chain(below) {
         if let Some(caught) = caught_signals(*pid) {
             assert_eq!(caught, 0, "pid {pid} has handlers: {caught:#x}");
         }

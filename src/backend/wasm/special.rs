@@ -275,6 +275,7 @@ mod watchdog {
     pub(super) struct Watch {
         id: u64,
         finished: bool,
+        thread: bool,
     }
 
     impl Watch {
@@ -284,7 +285,7 @@ mod watchdog {
 
         /// Whether the watchdog's thread runs (else the caller looks).
         pub(super) fn has_thread(&self) -> bool {
-            THREAD.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+            self.thread
         }
     }
 
@@ -312,10 +313,11 @@ mod watchdog {
             .unwrap_or_else(|p| p.into_inner())
             .push((id, now));
         LAST_USE.fetch_max(now, Ordering::AcqRel);
-        wake();
+        let thread = wake();
         Watch {
             id,
             finished: false,
+            thread,
         }
     }
 
@@ -327,10 +329,10 @@ mod watchdog {
         wake();
     }
 
-    /// Starts the watchdog's thread, or wakes it. `unpark` is an atomic swap
+    /// Starts the watchdog's thread, or wakes it; whether it runs. `unpark` is an atomic swap
     /// that makes a system call only when the thread is parked; unparked
     /// every time, the thread cannot miss a request made as it parks.
-    fn wake() {
+    fn wake() -> bool {
         let mut thread = THREAD.lock().unwrap_or_else(|p| p.into_inner());
         match thread.as_ref() {
             Some(t) => t.unpark(),
@@ -348,6 +350,7 @@ mod watchdog {
                 }
             }
         }
+        thread.is_some()
     }
 
     /// Whether the watchdog has something to look at now: a call dropped

@@ -15,6 +15,8 @@ use std::sync::Arc;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
+use crate::plan::FileStamp;
+
 /// How an allowed dir is given: a host path, whether tools may write in it,
 /// and the path tools see it at.
 ///
@@ -232,6 +234,9 @@ impl ResolvedPath {
 #[derive(Debug, Clone)]
 pub struct AllowedDirs {
     dirs: Vec<AllowedDir>,
+    /// Whether some dir lies within another (a path below the outer one
+    /// may then belong to the inner).
+    nested: bool,
 }
 
 /// Why the allowed dirs themselves could not be set up.
@@ -467,7 +472,12 @@ impl AllowedDirs {
             }
             dirs.push(d);
         }
-        Ok(AllowedDirs { dirs })
+        let nested = dirs.iter().enumerate().any(|(i, outer)| {
+            dirs.iter()
+                .enumerate()
+                .any(|(j, inner)| i != j && within(&inner.path, &outer.path))
+        });
+        Ok(AllowedDirs { dirs, nested })
     }
 
     /// The dirs, in the order given; the first is the default workspace.
@@ -536,58 +546,84 @@ impl AllowedDirs {
         base_dir: Option<&Path>,
     ) -> Result<ResolvedPath, PathError> {
         self.resolve_from(user_path, base_dir.map_or(Base::First, Base::Path))
+            .map(|(r, _)| r)
     }
 
-    /// [`resolve`](Self::resolve), with a base already resolved (its allowed
-    /// dir and its path below it, as [`ResolvedPath`] gives them).
-    pub(crate) fn resolve_below(
+    /// [`resolve`](Self::resolve) from the first allowed dir, or from a
+    /// base already resolved (its allowed dir and its path below it, as
+    /// [`ResolvedPath`] gives them); with the stamp of the file when the
+    /// resolution saw one (see [`FileStamp`]).
+    pub(crate) fn resolve_file(
         &self,
         user_path: &Path,
-        root: usize,
-        rel: &Path,
-    ) -> Result<ResolvedPath, PathError> {
-        if root >= self.dirs.len() {
-            return Err(PathError::Outside(display(user_path)));
+        base: Option<(usize, &Path)>,
+    ) -> Result<(ResolvedPath, Option<FileStamp>), PathError> {
+        match base {
+            Some((root, _)) if root >= self.dirs.len() => {
+                Err(PathError::Outside(display(user_path)))
+            }
+            Some((root, rel)) => self.resolve_from(user_path, Base::Resolved(root, rel)),
+            None => self.resolve_from(user_path, Base::First),
         }
-        self.resolve_from(user_path, Base::Resolved(root, rel))
     }
 
-    fn resolve_from(&self, user_path: &Path, base: Base<'_>) -> Result<ResolvedPath, PathError> {
-        let shown = display(user_path);
+    /// The resolution, and the stamp of the file it names if a `stat` of
+    /// it was made on the way (a name directly in its allowed dir, on Linux).
+    fn resolve_from(
+        &self,
+        user_path: &Path,
+        base: Base<'_>,
+    ) -> Result<(ResolvedPath, Option<FileStamp>), PathError> {
+        // The path as errors show it, made only for an error.
+        let shown = || display(user_path);
         if user_path.as_os_str().is_empty() {
             return Err(PathError::Empty);
         }
         if has_nul(user_path) {
             return Err(PathError::Nul);
         }
-        if shown.starts_with("file:") {
-            return Err(PathError::Url(shown));
+        if user_path
+            .as_os_str()
+            .as_encoded_bytes()
+            .starts_with(b"file:")
+        {
+            return Err(PathError::Url(shown()));
         }
         // A guest path (`/data/x`) is absolute to the tools that see it,
         // also on Windows, where a path with a root but no drive is not.
         let (root, rel) = if user_path.is_absolute() || user_path.has_root() {
             self.split_root(user_path, true)
-                .ok_or_else(|| PathError::Outside(shown.clone()))?
+                .ok_or_else(|| PathError::Outside(shown()))?
         } else {
             let (root, base_rel) = match base {
                 Base::Path(b) => {
-                    let b = self.resolve(b, None)?;
+                    let (b, _) = self.resolve_from(b, Base::First)?;
                     (b.root, b.rel)
                 }
                 Base::Resolved(root, rel) => (root, rel.to_path_buf()),
-                Base::First if self.dirs.is_empty() => return Err(PathError::Outside(shown)),
+                Base::First if self.dirs.is_empty() => return Err(PathError::Outside(shown())),
                 Base::First => (0, PathBuf::new()),
             };
             (root, base_rel.join(user_path))
         };
         if escapes_lexically(&rel) {
             // Refused before any lookup, whether or not the components exist.
-            return Err(PathError::Outside(shown));
+            return Err(PathError::Outside(shown()));
         }
-        let canon = self.canonicalize_in(root, &rel, &shown)?;
-        let host_path = self.dirs[root].path.join(&canon);
+        let (canon, stamp) = self.canonicalize_in(root, &rel, user_path)?;
         // A nested allowed dir is more specific (it may be read-only).
-        let (root, rel) = self.split_root(&host_path, false).unwrap_or((root, canon));
+        let (root, rel) = if self.nested {
+            let host_path = self.dirs[root].path.join(&canon);
+            self.split_root(&host_path, false).unwrap_or((root, canon))
+        } else {
+            // Spelled as that join and split would spell it (cap-std may
+            // answer `.` for the dir itself).
+            let rel = canon
+                .components()
+                .filter(|c| *c != Component::CurDir)
+                .collect();
+            (root, rel)
+        };
         let d = &self.dirs[root];
         let below = |base: &Path| {
             if rel.as_os_str().is_empty() {
@@ -596,18 +632,25 @@ impl AllowedDirs {
                 base.join(&rel)
             }
         };
-        Ok(ResolvedPath {
+        let resolved = ResolvedPath {
             root,
             read_only: d.read_only,
             host_path: below(&d.path),
             guest_path: below(d.guest_path()),
             rel,
-        })
+        };
+        Ok((resolved, stamp))
     }
 
     /// Canonicalizes `rel` below allowed dir `root` with cap-std; missing trailing
     /// components are kept as they are if they are plain names.
-    fn canonicalize_in(&self, root: usize, rel: &Path, shown: &str) -> Result<PathBuf, PathError> {
+    fn canonicalize_in(
+        &self,
+        root: usize,
+        rel: &Path,
+        user_path: &Path,
+    ) -> Result<(PathBuf, Option<FileStamp>), PathError> {
+        let shown = || display(user_path);
         let dir = &self.dirs[root].dir;
         let mut existing = rel.to_path_buf();
         let mut missing: Vec<OsString> = Vec::new();
@@ -618,18 +661,18 @@ impl AllowedDirs {
                 existing.as_path()
             };
             #[cfg(target_os = "linux")]
-            if let Some(mut canon) = canonical_without_symlinks(dir, &existing) {
+            if let Some((mut canon, stamp)) = canonical_without_symlinks(dir, &existing) {
                 for name in missing.iter().rev() {
                     canon.push(name);
                 }
-                return Ok(canon);
+                return Ok((canon, stamp.filter(|_| missing.is_empty())));
             }
             match dir.canonicalize(target) {
                 Ok(canon) => {
                     #[cfg(windows)]
                     let canon =
                         long_names(&self.dirs[root].path, &canon).map_err(|e| PathError::Io {
-                            path: shown.to_string(),
+                            path: shown(),
                             reason: format!(
                                 "cannot tell the long name of a short one: {}",
                                 io_reason(&e)
@@ -639,7 +682,7 @@ impl AllowedDirs {
                     for name in missing.iter().rev() {
                         canon.push(name);
                     }
-                    return Ok(canon);
+                    return Ok((canon, None));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     let last = existing.components().next_back();
@@ -651,13 +694,13 @@ impl AllowedDirs {
                         Some(Component::CurDir) => {
                             existing.pop();
                         }
-                        _ => return Err(PathError::NotFound(shown.to_string())),
+                        _ => return Err(PathError::NotFound(shown())),
                     }
                 }
-                Err(e) if is_escape(&e) => return Err(PathError::Outside(shown.to_string())),
+                Err(e) if is_escape(&e) => return Err(PathError::Outside(shown())),
                 Err(e) => {
                     return Err(PathError::Io {
-                        path: shown.to_string(),
+                        path: shown(),
                         reason: io_reason(&e),
                     });
                 }
@@ -698,7 +741,7 @@ enum Base<'a> {
 /// `~`, an error, no `openat2`): cap-std's canonicalize then decides, with
 /// its errors.
 #[cfg(target_os = "linux")]
-fn canonical_without_symlinks(dir: &Dir, rel: &Path) -> Option<PathBuf> {
+fn canonical_without_symlinks(dir: &Dir, rel: &Path) -> Option<(PathBuf, Option<FileStamp>)> {
     use rustix::fs::{Mode, OFlags, ResolveFlags, openat2};
     use std::os::unix::ffi::OsStrExt;
     // `f/` and `f/.` name a directory: the kernel refuses them for a file,
@@ -719,7 +762,18 @@ fn canonical_without_symlinks(dir: &Dir, rel: &Path) -> Option<PathBuf> {
         }
     }
     if canon.as_os_str().is_empty() {
-        return Some(canon);
+        return Some((canon, None));
+    }
+    // One name: a `stat` that does not follow it proves the same, in one
+    // system call where `openat2` takes two (the open and the close).
+    // Its stamp goes with it, for the wasm engine's cache of tools.
+    let mut names = canon.components();
+    if let (Some(_), None) = (names.next(), names.next()) {
+        use rustix::fs::{AtFlags, FileType, statat};
+        return statat(dir, &canon, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .filter(|st| FileType::from_raw_mode(st.st_mode) != FileType::Symlink)
+            .map(|st| (canon, FileStamp::of_stat(&st)));
     }
     openat2(
         dir,
@@ -729,7 +783,7 @@ fn canonical_without_symlinks(dir: &Dir, rel: &Path) -> Option<PathBuf> {
         ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
     )
     .ok()
-    .map(|_| canon)
+    .map(|_| (canon, None))
 }
 
 /// `rel` (existing, below `root`) with each name that may be an 8.3 short
@@ -798,11 +852,16 @@ mod tests {
         std::fs::write(t.path().join("a/b/f.txt"), "x").expect("write");
         std::os::unix::fs::symlink("b", t.path().join("a/link")).expect("symlink");
         std::os::unix::fs::symlink("/etc", t.path().join("out")).expect("symlink");
+        std::fs::write(t.path().join("top.txt"), "xyz").expect("write");
+        std::os::unix::fs::symlink("top.txt", t.path().join("in")).expect("symlink");
         let dir = Dir::open_ambient_dir(t.path(), ambient_authority()).expect("open");
         for (rel, fast) in [
             ("", Some("")),
             (".", Some("")),
             ("a", Some("a")),
+            ("top.txt", Some("top.txt")),
+            ("./top.txt", Some("top.txt")),
+            ("in", None),
             ("./a/./b/f.txt", Some("a/b/f.txt")),
             ("a/b/", None),
             ("a/b/f.txt/", None),
@@ -815,6 +874,18 @@ mod tests {
             ("missing", None),
         ] {
             let got = canonical_without_symlinks(&dir, Path::new(rel));
+            // A stamp only for a regular file named directly in the dir,
+            // and it is that file's.
+            let stamp = got.as_ref().and_then(|(_, s)| *s);
+            if rel.ends_with("top.txt") {
+                use std::os::unix::fs::MetadataExt;
+                let m = std::fs::symlink_metadata(t.path().join("top.txt")).expect("stat");
+                let s = stamp.expect("a stamp for a file in the dir");
+                assert_eq!((s.dev, s.ino, s.size), (m.dev(), m.ino(), 3), "{rel:?}");
+            } else {
+                assert_eq!(stamp, None, "{rel:?}");
+            }
+            let got = got.map(|(p, _)| p);
             assert_eq!(got.as_deref(), fast.map(Path::new), "{rel:?}");
             if let Some(got) = got {
                 let target = if rel.is_empty() { "." } else { rel };

@@ -470,11 +470,10 @@ impl Sandbox {
         if !is_path {
             return Ok(self.registry.find(&shown));
         }
-        let resolved = match cwd {
-            Some((root, rel)) => self.dirs.resolve_below(Path::new(program), root, rel),
-            None => self.dirs.resolve(Path::new(program), None),
-        }
-        .map_err(|e| Outcome::new(OutcomeKind::NotFound, e.to_string()))?;
+        let (resolved, stamp) = self
+            .dirs
+            .resolve_file(Path::new(program), cwd)
+            .map_err(|e| Outcome::new(OutcomeKind::NotFound, e.to_string()))?;
         let name = resolved
             .host_path()
             .file_stem()
@@ -485,6 +484,7 @@ impl Sandbox {
             source: ToolSource::File {
                 dir: self.dirs.as_slice()[resolved.root_index()].shared_dir(),
                 rel: resolved.relative().to_path_buf(),
+                stamp,
             },
             host_path: resolved.host_path().to_path_buf(),
         }))

@@ -15,7 +15,7 @@ use super::p1::{State, build_linker};
 use super::{CState, EPOCH_TICK, MAX_CORE_INSTANCES_PER_COMPONENT, MAX_TOOL_BYTES, component};
 use crate::config::{CpuMeter, WasmConfig};
 use crate::outcome::{Outcome, OutcomeKind};
-use crate::plan::{ToolFile, ToolSource};
+use crate::plan::{FileStamp, ToolFile, ToolSource};
 
 /// A loaded tool: compiled, linked, ready to instantiate.
 pub(super) enum Loaded {
@@ -296,7 +296,7 @@ impl WasmEngine {
     /// The loaded tool if this file was loaded before, else the open file.
     pub(super) fn lookup(&self, tool: &ToolFile) -> Result<Lookup, Outcome> {
         let fail = |kind, msg: String| Outcome::new(kind, msg);
-        let (dir, rel) = match &tool.source {
+        let (dir, rel, stamp) = match &tool.source {
             ToolSource::Builtin(bytes) => {
                 let key = FileKey {
                     builtin: true,
@@ -312,10 +312,16 @@ impl WasmEngine {
                 }
                 return Ok(Lookup::Open(Box::new((Opened::Builtin(bytes), key))));
             }
-            ToolSource::File { dir, rel } => (dir, rel),
+            ToolSource::File { dir, rel, stamp } => (dir, rel, stamp),
         };
+        // The stamp of the sandbox's resolution, else a `stat` of our own.
         #[cfg(unix)]
-        if let Some(key) = stat_key(dir, rel, &tool.host_path)
+        let seen = stamp
+            .map(|s| key_of_stamp(s, &tool.host_path))
+            .or_else(|| stat_key(dir, rel, &tool.host_path));
+        #[cfg(not(unix))]
+        let seen = stamp.map(|s| key_of_stamp(s, &tool.host_path));
+        if let Some(key) = seen
             && let Some(l) = self.lock_loaded().get(&key)
         {
             return Ok(Lookup::Loaded(l.clone()));
@@ -346,13 +352,21 @@ impl WasmEngine {
         }
         #[cfg(unix)]
         let key = rustix::fs::fstat(&file)
-            .map(|st| key_of_stat(&st, &tool.host_path))
             .map_err(|e| {
                 fail(
                     OutcomeKind::LaunchFailed,
                     format!("{}: {}", tool.name, os_reason(&e.into())),
                 )
-            })?;
+            })
+            .and_then(|st| {
+                FileStamp::of_stat(&st).ok_or_else(|| {
+                    fail(
+                        OutcomeKind::PermissionDenied,
+                        format!("{}: not a regular file", tool.name),
+                    )
+                })
+            })
+            .map(|s| key_of_stamp(s, &tool.host_path))?;
         #[cfg(not(unix))]
         let key = file_key(&meta, &tool.host_path);
         if let Some(l) = self.lock_loaded().get(&key) {
@@ -556,28 +570,25 @@ pub(super) fn read_tool(
 /// regular file, or an error: the caller then opens the file as on a miss.
 #[cfg(unix)]
 fn stat_key(dir: &cap_std::fs::Dir, rel: &Path, path: &Path) -> Option<FileKey> {
-    use rustix::fs::{AtFlags, FileType, statat};
+    use rustix::fs::{AtFlags, statat};
     let mut names = rel.components();
     let (Some(std::path::Component::Normal(name)), None) = (names.next(), names.next()) else {
         return None;
     };
     let st = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
-    (FileType::from_raw_mode(st.st_mode) == FileType::RegularFile).then(|| key_of_stat(&st, path))
+    FileStamp::of_stat(&st).map(|s| key_of_stamp(s, path))
 }
 
-/// The key of a tool file from its `stat` (the open path and [`stat_key`]
-/// read the same fields the same way).
-#[cfg(unix)]
-// `st_dev` and `st_ino` are `u64` on Linux, not on every Unix.
-#[allow(clippy::unnecessary_cast)]
-fn key_of_stat(st: &rustix::fs::Stat, path: &Path) -> FileKey {
+/// The key of a tool file from its stamp (the open path, [`stat_key`] and
+/// the sandbox's resolution read the same fields the same way).
+fn key_of_stamp(s: FileStamp, path: &Path) -> FileKey {
     FileKey {
         builtin: false,
-        dev: st.st_dev as u64,
-        ino: st.st_ino as u64,
-        size: st.st_size as u64,
-        mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
-        ctime_ns: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
+        dev: s.dev,
+        ino: s.ino,
+        size: s.size,
+        mtime_ns: s.mtime_ns,
+        ctime_ns: s.ctime_ns,
         path: path.to_path_buf(),
     }
 }

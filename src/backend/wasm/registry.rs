@@ -163,6 +163,7 @@ impl Registry {
                 source: ToolSource::File {
                     dir: dir.clone(),
                     rel: PathBuf::from(&file),
+                    stamp: None,
                 },
                 host_path: path.join(&file),
             })

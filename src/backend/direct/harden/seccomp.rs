@@ -376,6 +376,78 @@ fn finish(p: Vec<libc::sock_filter>) -> Result<Vec<libc::sock_filter>, FilterErr
 }
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// `p` without the jumps to jumps seccompiler writes (a syscall's test is
+/// `jeq nr; ja rules; ja next`): every jump goes straight to where the
+/// chain of unconditional jumps it lands on ends, and what nothing reaches
+/// any more is left out. The kernel converts and JIT-compiles the program
+/// at every attach (once per tool), at a cost that grows with its length;
+/// this about halves it. The same decisions in the same order: only jumps
+/// change. `None` if a conditional jump would then span more than 255
+/// instructions (the caller keeps `p`).
+fn compact(p: &[libc::sock_filter]) -> Option<Vec<libc::sock_filter>> {
+    const CLASS_JMP: u16 = 0x05;
+    const CLASS_RET: u16 = 0x06;
+    let n = p.len();
+    let class = |i: usize| p[i].code & 0x07;
+    let is_ja = |i: usize| p[i].code == BPF_JMP_JA;
+    // Where a jump to `t` ends up: past every unconditional jump. Jumps in
+    // classic BPF only go forward, so this ends.
+    let settle = |mut t: usize| {
+        while t < n && is_ja(t) {
+            t = t.checked_add(1)?.checked_add(p[t].k as usize)?;
+        }
+        (t < n).then_some(t)
+    };
+    // What runs after instruction `i`, threaded.
+    let next = |i: usize| -> Option<Vec<usize>> {
+        Some(match class(i) {
+            CLASS_RET => Vec::new(),
+            CLASS_JMP if is_ja(i) => vec![settle(i + 1 + p[i].k as usize)?],
+            CLASS_JMP => vec![
+                settle(i + 1 + usize::from(p[i].jt))?,
+                settle(i + 1 + usize::from(p[i].jf))?,
+            ],
+            // Falls through to the very next instruction, kept as it is.
+            _ => vec![(i + 1 < n).then_some(i + 1)?],
+        })
+    };
+    if n == 0 || is_ja(0) {
+        return None;
+    }
+    let mut live = vec![false; n];
+    let mut todo = vec![0];
+    while let Some(i) = todo.pop() {
+        if !std::mem::replace(&mut live[i], true) {
+            todo.extend(next(i)?);
+        }
+    }
+    // New positions, in the old order.
+    let mut at = vec![usize::MAX; n];
+    let mut out = Vec::new();
+    for i in (0..n).filter(|&i| live[i]) {
+        at[i] = out.len();
+        out.push(p[i]);
+    }
+    for i in (0..n).filter(|&i| live[i]) {
+        let here = at[i];
+        let span = |t: usize| at[t].checked_sub(here + 1);
+        let ins = &mut out[here];
+        if class(i) != CLASS_JMP {
+            continue;
+        }
+        let targets = next(i)?;
+        if is_ja(i) {
+            ins.k = u32::try_from(span(targets[0])?).ok()?;
+        } else {
+            ins.jt = u8::try_from(span(targets[0])?).ok()?;
+            ins.jf = u8::try_from(span(targets[1])?).ok()?;
+        }
+    }
+    // The kernel wants a return last.
+    (out.last()?.code & 0x07 == CLASS_RET).then_some(out)
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 /// The tool's seccomp filter; with `network_off`, sockets of any family but
 /// `AF_UNIX` are refused too.
 pub(super) fn build_filter(network_off: bool) -> Result<Vec<libc::sock_filter>, FilterError> {
@@ -388,7 +460,8 @@ pub(super) fn build_filter(network_off: bool) -> Result<Vec<libc::sock_filter>, 
 fn program(eperm: Rules, enosys: Rules) -> Result<Vec<libc::sock_filter>, FilterError> {
     let eperm = compile(eperm, libc::EPERM)?;
     let enosys = compile(enosys, libc::ENOSYS)?;
-    finish(chain(eperm, &enosys)?)
+    let p = finish(chain(eperm, &enosys)?)?;
+    Ok(compact(&p).unwrap_or(p))
 }
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -592,6 +665,69 @@ mod tests {
             assert_eq!(eval(&f, 0x4000_0003, 1, 0).0, RET_KILL);
             if cfg!(target_arch = "x86_64") {
                 assert_eq!(eval(&f, AUDIT_ARCH, 0x4000_0000 | 59, 0).0, eperm);
+            }
+        }
+    }
+
+    /// The compacted program decides as seccompiler's did, on every
+    /// syscall number and the argument values the rules look at, and it is
+    /// much shorter.
+    #[test]
+    fn the_compacted_filter_decides_as_the_original() {
+        let setid = libc::S_ISUID | libc::S_ISGID;
+        let creat = (libc::O_CREAT | libc::O_WRONLY) as u32;
+        let tmpfile = (libc::O_TMPFILE | libc::O_RDWR) as u32;
+        let mut args: Vec<[u32; 4]> = vec![[0; 4], [u32::MAX; 4]];
+        for v in [
+            libc::AF_UNIX as u32,
+            libc::AF_INET as u32,
+            libc::S_ISUID,
+            libc::S_ISGID,
+            0o755,
+            creat,
+            tmpfile,
+            libc::SIGCHLD as u32,
+        ]
+        .into_iter()
+        .chain((0..32).map(|b| 1u32 << b).filter(|b| b & CLONE_NS_FLAGS != 0))
+        {
+            for pos in 0..4 {
+                let mut a = [0; 4];
+                a[pos] = v;
+                args.push(a);
+            }
+        }
+        for (flags, mode) in [(creat, setid), (tmpfile, setid), (creat, 0o644), (0, setid)] {
+            args.push([3, 0, flags, mode]);
+            args.push([0, flags, mode, 0]);
+            args.push([3, 0, mode, 0]);
+            args.push([0, mode, 0, 0]);
+        }
+        let policies = [
+            (eperm_rules(false).unwrap(), enosys_rules()),
+            (eperm_rules(true).unwrap(), enosys_rules()),
+        ];
+        for (eperm, enosys) in policies {
+            let eperm = compile(eperm, libc::EPERM).unwrap();
+            let enosys = compile(enosys, libc::ENOSYS).unwrap();
+            let original = finish(chain(eperm, &enosys).unwrap()).unwrap();
+            let compact = compact(&original).expect("compacts");
+            assert!(
+                compact.len() * 10 < original.len() * 6,
+                "{} of {} instructions",
+                compact.len(),
+                original.len()
+            );
+            for arch in [AUDIT_ARCH, 0x4000_0003] {
+                for nr in (0..1024u32).chain([0x4000_0000 | 59]) {
+                    for a in &args {
+                        assert_eq!(
+                            eval_args(&compact, arch, nr, *a).0,
+                            eval_args(&original, arch, nr, *a).0,
+                            "nr {nr} args {a:?}"
+                        );
+                    }
+                }
             }
         }
     }

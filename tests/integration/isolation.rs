@@ -110,6 +110,55 @@ async fn system_dirs_are_readable_and_not_writable() {
     assert_eq!(r.stdout, "listed", "{r:?}");
 }
 
+/// Read paths that are files are opened once and kept while the dir
+/// holding them reads the same by its path; a file replaced by rename, one
+/// created where none was and one removed are each seen at the next call,
+/// and a file of that dir that is not on the list stays closed.
+#[tokio::test]
+async fn read_path_files_follow_renames_creations_and_removals() {
+    let t = Tmp::new();
+    let etc = t.root.join("etc");
+    std::fs::create_dir(&etc).unwrap();
+    let (conf, later, other) = (etc.join("conf"), etc.join("later"), etc.join("other"));
+    std::fs::write(&conf, "one").unwrap();
+    std::fs::write(&other, "not listed").unwrap();
+    let mut cfg = level(IsolationLevel::BestEffort);
+    cfg.isolation_read_paths.push(conf.clone());
+    cfg.isolation_read_paths.push(later.clone());
+    let sb = t.sandbox(cfg);
+    // Past the window in which a change to the dir could share its
+    // timestamps (then the look at the files is kept).
+    std::thread::sleep(Duration::from_millis(2200));
+    let cat = |p: &std::path::Path| {
+        let p = p.to_str().unwrap().to_string();
+        let sb = &sb;
+        async move { run(sb, &["cat", &p]).await }
+    };
+    for _ in 0..2 {
+        assert_eq!(cat(&conf).await.stdout, "one");
+        let r = cat(&other).await;
+        assert!(r.stderr.contains("Permission denied"), "{r:?}");
+        assert!(cat(&later).await.stderr.contains("No such file"));
+    }
+    std::fs::write(etc.join("conf.new"), "two").unwrap();
+    std::fs::rename(etc.join("conf.new"), &conf).unwrap();
+    let r = cat(&conf).await;
+    assert_eq!(r.stdout, "two", "a renamed-over file read as before: {r:?}");
+    std::fs::write(&later, "three").unwrap();
+    assert_eq!(cat(&later).await.stdout, "three");
+    std::fs::remove_file(&conf).unwrap();
+    assert!(cat(&conf).await.stderr.contains("No such file"));
+    let r = cat(&other).await;
+    assert!(r.stderr.contains("Permission denied"), "{r:?}");
+    // The same with the dir aged again, so the new look was kept.
+    std::fs::write(&conf, "four").unwrap();
+    std::thread::sleep(Duration::from_millis(2200));
+    assert_eq!(cat(&conf).await.stdout, "four");
+    std::fs::write(etc.join("conf.new"), "five").unwrap();
+    std::fs::rename(etc.join("conf.new"), &conf).unwrap();
+    assert_eq!(cat(&conf).await.stdout, "five");
+}
+
 #[tokio::test]
 async fn each_call_gets_a_private_tmp_removed_after_it() {
     let t = Tmp::new();

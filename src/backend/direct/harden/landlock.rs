@@ -126,18 +126,148 @@ pub(super) fn is_dir(fd: &OwnedFd) -> bool {
     })
 }
 
-/// One entry of `isolation_read_paths`, as the ruleset needs it.
-pub(super) enum ReadPath {
-    /// A directory, opened once per process (system dirs are not replaced).
-    Dir(OwnedFd),
-    /// Anything else, opened per call; paths that do not exist grant nothing.
-    File(PathBuf),
+/// `isolation_read_paths` as the ruleset needs them: the directories
+/// opened once per process (system dirs are not replaced), the other paths
+/// opened again only when a directory holding them changed.
+pub(super) struct ReadPaths {
+    dirs: Vec<OwnedFd>,
+    /// Everything else, as configured: files, and paths that do not exist
+    /// (they grant nothing).
+    files: Vec<PathBuf>,
+    seen: Mutex<Option<Arc<SeenFiles>>>,
+}
+
+/// The `files` of [`ReadPaths`] as one look at them found them.
+///
+/// Files such as `/etc/resolv.conf` are replaced by rename, and a rule
+/// follows the inode, so a file opened once may not be the one its path
+/// names later. But every rename, link, unlink or create in a directory
+/// changes that directory's mtime and ctime, and whatever replaces the
+/// directory itself (a rename of it or of a parent, a mount over it, a
+/// retargeted symlink) gives its path another inode: while the directory
+/// holding each file reads the same by its path, every name in it still
+/// leads to what was opened. A look is kept only if no such directory
+/// changed while the files were opened, and none had changed in the second
+/// before (its timestamps have the kernel's coarse granularity, so a change
+/// within the same tick would not show). Files that are symlinks (whose
+/// targets live elsewhere) are opened at every call. A mount over a single
+/// file is not seen until the directory changes: the rule then names the
+/// file below it, which only denies.
+struct SeenFiles {
+    /// The directories holding `files`, each with its stamp by path.
+    parents: Vec<(PathBuf, DirStamp)>,
+    /// The files opened, and whether each is a directory.
+    opened: Vec<(OwnedFd, bool)>,
+    /// Files to open at each call.
+    per_call: Vec<PathBuf>,
+}
+
+/// What a `stat` of a directory by its path shows: its identity and the
+/// times any change to its entries sets.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct DirStamp {
+    dev: u64,
+    ino: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl DirStamp {
+    // `st_dev` and `st_ino` are `u64` on Linux, not on every Unix.
+    #[allow(clippy::unnecessary_cast)]
+    fn of(path: &Path) -> Option<Self> {
+        let st = rustix::fs::stat(path).ok()?;
+        Some(DirStamp {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+            ctime: (st.st_ctime as i64, st.st_ctime_nsec as i64),
+        })
+    }
+
+    /// Whether it changed within the last two seconds of `now` (a change
+    /// within the same timestamp tick would not show).
+    fn recent(&self, now: i64) -> bool {
+        now.saturating_sub(self.mtime.0.max(self.ctime.0)) < 2
+    }
+}
+
+impl SeenFiles {
+    /// Opens `files` (one look); `cacheable` says whether the look may be
+    /// kept (see [`SeenFiles`]).
+    fn look(files: &[PathBuf]) -> (Self, bool) {
+        let mut parents: Vec<(PathBuf, DirStamp)> = Vec::new();
+        let mut cacheable = true;
+        for f in files {
+            let Some(parent) = f.parent() else {
+                cacheable = false;
+                continue;
+            };
+            if !parents.iter().any(|(p, _)| p == parent) {
+                match DirStamp::of(parent) {
+                    Some(st) => parents.push((parent.to_path_buf(), st)),
+                    None => cacheable = false,
+                }
+            }
+        }
+        let mut opened = Vec::new();
+        let mut per_call = Vec::new();
+        for f in files {
+            let symlink = rustix::fs::lstat(f).is_ok_and(|st| {
+                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink
+            });
+            if symlink {
+                per_call.push(f.clone());
+            } else if let Ok(fd) = open_path(f) {
+                let dir = is_dir(&fd);
+                opened.push((fd, dir));
+            }
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(i64::MAX, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        cacheable &= parents
+            .iter()
+            .all(|(p, st)| !st.recent(now) && DirStamp::of(p) == Some(*st));
+        (
+            SeenFiles {
+                parents,
+                opened,
+                per_call,
+            },
+            cacheable,
+        )
+    }
+
+    /// Whether every directory holding the files still reads the same.
+    fn current(&self) -> bool {
+        self.parents
+            .iter()
+            .all(|(p, st)| DirStamp::of(p) == Some(*st))
+    }
+}
+
+impl ReadPaths {
+    /// The files, opened: the kept look while it is current, else a new one
+    /// (kept if it may be).
+    fn files(&self) -> Arc<SeenFiles> {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = seen.as_ref()
+            && s.current()
+        {
+            return Arc::clone(s);
+        }
+        let (look, cacheable) = SeenFiles::look(&self.files);
+        let look = Arc::new(look);
+        *seen = cacheable.then(|| Arc::clone(&look));
+        look
+    }
 }
 
 /// The read paths of a sandbox, with their directories opened (once per
 /// distinct list and process).
-pub(super) fn read_paths(paths: &Arc<[PathBuf]>) -> Arc<Vec<ReadPath>> {
-    type Cache = Vec<(Arc<[PathBuf]>, Arc<Vec<ReadPath>>)>;
+pub(super) fn read_paths(paths: &Arc<[PathBuf]>) -> Arc<ReadPaths> {
+    type Cache = Vec<(Arc<[PathBuf]>, Arc<ReadPaths>)>;
     static CACHE: Mutex<Cache> = Mutex::new(Vec::new());
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, v)) = cache
@@ -146,15 +276,19 @@ pub(super) fn read_paths(paths: &Arc<[PathBuf]>) -> Arc<Vec<ReadPath>> {
     {
         return Arc::clone(v);
     }
-    let v: Arc<Vec<ReadPath>> = Arc::new(
-        paths
-            .iter()
-            .map(|p| match open_path(p) {
-                Ok(fd) if is_dir(&fd) => ReadPath::Dir(fd),
-                _ => ReadPath::File(p.clone()),
-            })
-            .collect(),
-    );
+    let mut dirs = Vec::new();
+    let mut files = Vec::new();
+    for p in paths.iter() {
+        match open_path(p) {
+            Ok(fd) if is_dir(&fd) => dirs.push(fd),
+            _ => files.push(p.clone()),
+        }
+    }
+    let v = Arc::new(ReadPaths {
+        dirs,
+        files,
+        seen: Mutex::new(None),
+    });
     // Bounded: a process builds few sandboxes, but never let it grow.
     if cache.len() >= 16 {
         cache.remove(0);
@@ -198,21 +332,18 @@ pub(super) fn build_ruleset(
         null.as_fd(),
         (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev) & fs,
     )?;
-    for p in read_paths(&plan.isolation_read_paths).iter() {
-        match p {
-            ReadPath::Dir(fd) => ruleset = add_rule(ruleset, fd.as_fd(), ro_dir)?,
-            ReadPath::File(path) => {
-                // Opened per call: files such as /etc/resolv.conf are
-                // replaced by rename, and a rule follows the inode.
-                if let Ok(fd) = open_path(path) {
-                    let access = if is_dir(&fd) {
-                        ro_dir
-                    } else {
-                        ro_dir & file_rights()
-                    };
-                    ruleset = add_rule(ruleset, fd.as_fd(), access)?;
-                }
-            }
+    let read = read_paths(&plan.isolation_read_paths);
+    for fd in &read.dirs {
+        ruleset = add_rule(ruleset, fd.as_fd(), ro_dir)?;
+    }
+    let files = read.files();
+    let file_access = |dir: bool| if dir { ro_dir } else { ro_dir & file_rights() };
+    for (fd, dir) in &files.opened {
+        ruleset = add_rule(ruleset, fd.as_fd(), file_access(*dir))?;
+    }
+    for path in &files.per_call {
+        if let Ok(fd) = open_path(path) {
+            ruleset = add_rule(ruleset, fd.as_fd(), file_access(is_dir(&fd)))?;
         }
     }
     let mut layers = Layer::LandlockFs.bit();

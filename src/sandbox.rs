@@ -313,7 +313,24 @@ impl Sandbox {
     }
 
     /// Turns a request into a plan, or the outcome that refuses it. Runs nothing.
+    ///
+    /// A plan may be run later and more than once, so it carries no stamp
+    /// of its tool file: each run looks at the file again.
     pub fn plan(&self, request: &RunRequest) -> Result<ExecPlan, Outcome> {
+        let mut plan = self.plan_now(request)?;
+        if let Some(ToolFile {
+            source: ToolSource::File { stamp, .. },
+            ..
+        }) = &mut plan.wasm
+        {
+            *stamp = None;
+        }
+        Ok(plan)
+    }
+
+    /// [`Sandbox::plan`] for a plan run at once: its tool file's stamp,
+    /// taken while resolving it, keys the wasm engine's cache.
+    fn plan_now(&self, request: &RunRequest) -> Result<ExecPlan, Outcome> {
         let Some(program) = request.argv.first() else {
             return Err(Outcome::new(
                 OutcomeKind::EmptyArgv,
@@ -647,7 +664,7 @@ impl Sandbox {
         // environment: the plan carries the tool.
         request.backend = Some(BackendChoice::Wasm);
         let is_path = name.contains('/') || name.ends_with(".wasm");
-        let plan = match self.plan(&request) {
+        let plan = match self.plan_now(&request) {
             Ok(p) => p,
             Err(o) if o.kind == OutcomeKind::NotFound && !is_path => {
                 return refused(Outcome::new(
@@ -710,7 +727,7 @@ impl Sandbox {
     /// returns an error: refusals and failures are outcomes.
     pub async fn run(&self, request: RunRequest) -> RunOutput {
         let start = Instant::now();
-        match self.plan(&request) {
+        match self.plan_now(&request) {
             Ok(plan) => self.run_plan(&plan).await,
             Err(outcome) => {
                 let backend = self.config.backend.fixed().unwrap_or(BackendKind::Direct);

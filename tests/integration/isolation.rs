@@ -157,6 +157,36 @@ async fn read_path_files_follow_renames_creations_and_removals() {
     std::fs::write(etc.join("conf.new"), "five").unwrap();
     std::fs::rename(etc.join("conf.new"), &conf).unwrap();
     assert_eq!(cat(&conf).await.stdout, "five");
+    if !is_root() {
+        return;
+    }
+    // A mount over the listed file (which leaves the dir's times alone) is
+    // seen at the next call, and once it is gone the file below is again
+    // the one read; the mount's source, not listed, is never readable.
+    std::thread::sleep(Duration::from_millis(2200));
+    assert_eq!(cat(&conf).await.stdout, "five");
+    let src = t.outside().join("src");
+    std::fs::write(&src, "mounted").unwrap();
+    let mount = |args: &[&std::path::Path]| {
+        std::process::Command::new(args[0])
+            .args(&args[1..])
+            .status()
+            .unwrap()
+            .success()
+    };
+    let (m, u) = (
+        std::path::Path::new("mount"),
+        std::path::Path::new("umount"),
+    );
+    assert!(mount(&[m, std::path::Path::new("--bind"), &src, &conf]));
+    let r = cat(&conf).await;
+    assert!(mount(&[u, &conf]), "the mount is not held by toolhost");
+    assert_eq!(r.stdout, "mounted", "{r:?}");
+    std::fs::write(&src, CANARY).unwrap();
+    assert_eq!(cat(&conf).await.stdout, "five");
+    let r = cat(&src).await;
+    assert!(r.stderr.contains("Permission denied"), "{r:?}");
+    assert!(!r.stdout.contains(CANARY));
 }
 
 #[tokio::test]

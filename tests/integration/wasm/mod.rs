@@ -132,6 +132,24 @@ async fn a_changed_tool_file_is_never_run_from_memory() {
     let r = run().await;
     assert!(!r.success(), "the old module ran: {r:?}");
     assert_eq!(r.stdout, "", "{r:?}");
+    // A plan kept and run again looks at the file again: replaced by
+    // rename, then removed.
+    std::fs::copy(probe_path(), &tool).unwrap();
+    let plan = sb
+        .plan(&RunRequest::new(["./t.wasm", "args", "x"]))
+        .unwrap();
+    assert_eq!(sb.run_plan(&plan).await.stdout, "t\nargs\nx\n");
+    std::fs::write(t.ws().join("t.new"), &junk).unwrap();
+    std::fs::rename(t.ws().join("t.new"), &tool).unwrap();
+    let r = sb.run_plan(&plan).await;
+    assert!(
+        !r.success() && r.stdout.is_empty(),
+        "a kept plan ran the old module: {r:?}"
+    );
+    std::fs::remove_file(&tool).unwrap();
+    let r = sb.run_plan(&plan).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::NotFound, "{r:?}");
+    std::fs::write(&tool, &junk).unwrap();
     // A symlink to a tool of the workspace: followed inside, and run (under
     // the name of the file it leads to).
     std::fs::remove_file(&tool).unwrap();

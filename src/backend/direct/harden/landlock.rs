@@ -4,7 +4,7 @@
 //! itself to it after clone with one raw `landlock_restrict_self`.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -149,10 +149,10 @@ pub(super) struct ReadPaths {
 /// leads to what was opened. A look is kept only if no such directory
 /// changed while the files were opened, and none had changed in the second
 /// before (its timestamps have the kernel's coarse granularity, so a change
-/// within the same tick would not show). Files that are symlinks (whose
-/// targets live elsewhere) are opened at every call. A mount over a single
-/// file is not seen until the directory changes: the rule then names the
-/// file below it, which only denies.
+/// within the same tick would not show), and it is dropped when the mount
+/// table changes (a mount over a file or a dir does not touch the dir's
+/// times). Files that are symlinks (whose targets live elsewhere) or mounts
+/// of their own are opened at every call.
 struct SeenFiles {
     /// The directories holding `files`, each with its stamp by path.
     parents: Vec<(PathBuf, DirStamp)>,
@@ -160,6 +160,19 @@ struct SeenFiles {
     opened: Vec<(OwnedFd, bool)>,
     /// Files to open at each call.
     per_call: Vec<PathBuf>,
+    /// `/proc/self/mountinfo`, read to its end when the look was made.
+    mounts: Option<std::fs::File>,
+}
+
+/// Whether `f` is a symlink (its target lives elsewhere) or a mount of its
+/// own (a bind-mounted `/etc/resolv.conf`: holding it open would keep it
+/// from being unmounted): such files are opened at every call.
+fn elsewhere(f: &Path) -> bool {
+    use rustix::fs::{AtFlags, CWD, FileType, StatxAttributes, StatxFlags, statx};
+    statx(CWD, f, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE).is_ok_and(|st| {
+        FileType::from_raw_mode(u32::from(st.stx_mode)) == FileType::Symlink
+            || (st.stx_attributes & st.stx_attributes_mask).contains(StatxAttributes::MOUNT_ROOT)
+    })
 }
 
 /// What a `stat` of a directory by its path shows: its identity and the
@@ -212,11 +225,14 @@ impl SeenFiles {
         }
         let mut opened = Vec::new();
         let mut per_call = Vec::new();
+        // The mount table as it is now, read to its end: `poll` then tells
+        // when it changes (see `current`).
+        let mounts = std::fs::File::open("/proc/self/mountinfo")
+            .ok()
+            .filter(|mut m| std::io::copy(&mut m, &mut std::io::sink()).is_ok());
+        cacheable &= mounts.is_some();
         for f in files {
-            let symlink = rustix::fs::lstat(f).is_ok_and(|st| {
-                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink
-            });
-            if symlink {
+            if elsewhere(f) {
                 per_call.push(f.clone());
             } else if let Ok(fd) = open_path(f) {
                 let dir = is_dir(&fd);
@@ -234,16 +250,31 @@ impl SeenFiles {
                 parents,
                 opened,
                 per_call,
+                mounts,
             },
             cacheable,
         )
     }
 
-    /// Whether every directory holding the files still reads the same.
+    /// Whether the mount table is as it was, and every directory holding
+    /// the files still reads the same.
     fn current(&self) -> bool {
-        self.parents
-            .iter()
-            .all(|(p, st)| DirStamp::of(p) == Some(*st))
+        let Some(mounts) = &self.mounts else {
+            return false;
+        };
+        let mut pfd = libc::pollfd {
+            fd: mounts.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, borrowed for the call; timeout 0.
+        let r = unsafe { libc::poll(&mut pfd, 1, 0) };
+        // A change since the table was read shows as POLLPRI | POLLERR.
+        r == 0
+            && self
+                .parents
+                .iter()
+                .all(|(p, st)| DirStamp::of(p) == Some(*st))
     }
 }
 

@@ -689,8 +689,11 @@ mod tests {
             libc::SIGCHLD as u32,
         ]
         .into_iter()
-        .chain((0..32).map(|b| 1u32 << b).filter(|b| b & CLONE_NS_FLAGS != 0))
-        {
+        .chain(
+            (0..32)
+                .map(|b| 1u32 << b)
+                .filter(|b| b & CLONE_NS_FLAGS != 0),
+        ) {
             for pos in 0..4 {
                 let mut a = [0; 4];
                 a[pos] = v;

@@ -169,7 +169,8 @@ struct SeenFiles {
 /// from being unmounted): such files are opened at every call.
 fn elsewhere(f: &Path) -> bool {
     use rustix::fs::{AtFlags, CWD, FileType, StatxAttributes, StatxFlags, statx};
-    statx(CWD, f, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE).is_ok_and(|st| {
+    // When this cannot tell, at every call (always correct).
+    statx(CWD, f, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE).map_or(true, |st| {
         FileType::from_raw_mode(u32::from(st.stx_mode)) == FileType::Symlink
             || (st.stx_attributes & st.stx_attributes_mask).contains(StatxAttributes::MOUNT_ROOT)
     })
@@ -242,18 +243,16 @@ impl SeenFiles {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(i64::MAX, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        cacheable &= parents
-            .iter()
-            .all(|(p, st)| !st.recent(now) && DirStamp::of(p) == Some(*st));
-        (
-            SeenFiles {
-                parents,
-                opened,
-                per_call,
-                mounts,
-            },
-            cacheable,
-        )
+        cacheable &= parents.iter().all(|(_, st)| !st.recent(now));
+        let look = SeenFiles {
+            parents,
+            opened,
+            per_call,
+            mounts,
+        };
+        // Nothing changed while the files were opened (mounts included).
+        let cacheable = cacheable && look.current();
+        (look, cacheable)
     }
 
     /// Whether the mount table is as it was, and every directory holding

@@ -15,7 +15,34 @@ use std::sync::Arc;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
-use crate::plan::FileStamp;
+/// A regular file as one `stat` that did not follow a symlink saw it:
+/// enough to tell whether it changed since (the fields of the wasm
+/// engine's key of a loaded tool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) size: u64,
+    pub(crate) mtime_ns: i128,
+    pub(crate) ctime_ns: i128,
+}
+
+impl FileStamp {
+    /// The stamp of what `st` describes, if it is a regular file.
+    #[cfg(unix)]
+    // `st_dev` and `st_ino` are `u64` on Linux, not on every Unix.
+    #[allow(clippy::unnecessary_cast)]
+    pub(crate) fn of_stat(st: &rustix::fs::Stat) -> Option<Self> {
+        let file = rustix::fs::FileType::from_raw_mode(st.st_mode).is_file();
+        file.then(|| FileStamp {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            size: st.st_size as u64,
+            mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
+            ctime_ns: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
+        })
+    }
+}
 
 /// How an allowed dir is given: a host path, whether tools may write in it,
 /// and the path tools see it at.

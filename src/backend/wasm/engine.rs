@@ -15,7 +15,8 @@ use super::p1::{State, build_linker};
 use super::{CState, EPOCH_TICK, MAX_CORE_INSTANCES_PER_COMPONENT, MAX_TOOL_BYTES, component};
 use crate::config::{CpuMeter, WasmConfig};
 use crate::outcome::{Outcome, OutcomeKind};
-use crate::plan::{FileStamp, ToolFile, ToolSource};
+use crate::paths::FileStamp;
+use crate::plan::{ToolFile, ToolSource};
 
 /// A loaded tool: compiled, linked, ready to instantiate.
 pub(super) enum Loaded {

@@ -147,8 +147,8 @@ pub(super) struct ReadPaths {
 /// retargeted symlink) gives its path another inode: while the directory
 /// holding each file reads the same by its path, every name in it still
 /// leads to what was opened. A look is kept only if no such directory
-/// changed while the files were opened, and none had changed in the second
-/// before (its timestamps have the kernel's coarse granularity, so a change
+/// changed while the files were opened, and none had changed in the two
+/// seconds before (its timestamps have the kernel's coarse granularity, so a change
 /// within the same tick would not show), and it is dropped when the mount
 /// table changes (a mount over a file or a dir does not touch the dir's
 /// times). Files that are symlinks (whose targets live elsewhere) or mounts

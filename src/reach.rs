@@ -138,27 +138,6 @@ pub(crate) fn mount_aliases(canonical: &Path) -> Vec<PathBuf> {
 /// `/proc/self/mountinfo` as (device, root in its filesystem, mount point).
 #[cfg(target_os = "linux")]
 pub(crate) fn mount_table() -> Vec<(String, PathBuf, PathBuf)> {
-    // Octal escapes (`\040` for a space) in the two path fields.
-    fn unescape(s: &str) -> PathBuf {
-        let b = s.as_bytes();
-        let mut out = Vec::with_capacity(b.len());
-        let mut i = 0;
-        while i < b.len() {
-            if b[i] == b'\\'
-                && i + 3 < b.len()
-                && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
-            {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-            out.push(b[i]);
-            i += 1;
-        }
-        PathBuf::from(std::ffi::OsString::from(
-            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&out),
-        ))
-    }
     let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return Vec::new();
     };
@@ -167,11 +146,35 @@ pub(crate) fn mount_table() -> Vec<(String, PathBuf, PathBuf)> {
             let f: Vec<&str> = l.split(' ').collect();
             Some((
                 f.get(2)?.to_string(),
-                unescape(f.get(3)?),
-                unescape(f.get(4)?),
+                unescape_mount_path(f.get(3)?),
+                unescape_mount_path(f.get(4)?),
             ))
         })
         .collect()
+}
+
+/// A path field of `/proc/self/mountinfo`, its octal escapes (`\040` for a
+/// space) undone.
+#[cfg(target_os = "linux")]
+pub(crate) fn unescape_mount_path(s: &str) -> PathBuf {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
+        {
+            out.push(v);
+            i += 4;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    PathBuf::from(std::ffi::OsString::from(
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&out),
+    ))
 }
 
 /// The writable allowed dirs of `dirs`: their paths and, on Linux, where

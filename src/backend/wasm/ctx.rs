@@ -17,6 +17,7 @@ use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use super::classify::first_line;
+use super::local_fs::LocalFs;
 use super::{CappedPipe, protect};
 use crate::outcome::{Outcome, OutcomeKind};
 use crate::plan::ExecPlan;
@@ -49,6 +50,7 @@ pub(super) fn build_wasi(
     stdout: &CappedPipe,
     stderr: &CappedPipe,
     cache: &Preopens,
+    inline: bool,
 ) -> Result<(WasiCtxBuilder, protect::Guard, Option<WasiFilesystemCtx>), Outcome> {
     let invalid = |m: String| Outcome::new(OutcomeKind::InvalidRequest, m);
     let mut b = WasiCtxBuilder::new();
@@ -80,13 +82,16 @@ pub(super) fn build_wasi(
     b.allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false);
-    // Not `allow_blocking_current_thread`: with it, a guest's sleep blocks the
-    // thread in std::thread::sleep and the timeout could not end the call.
+    // File operations run on the thread polling the call when it holds an
+    // `inline_io` slot, else each on the blocking pool. A preview-1 guest's
+    // sleep, which wasmtime-wasi then makes a blocking `std::thread::sleep`,
+    // stays a timer (`sleep_p1`).
+    b.allow_blocking_current_thread(inline);
     // A preopen at or under a protected dir (a cwd inside `.git`) is made
     // read-only before the guest's first change (`protect`).
     let guard = protect::Guard::new(plan);
     let list = preopen_list(plan, &guard)?;
-    if let Some(fs) = cache.get(&list)? {
+    if let Some(fs) = cache.get(&list, inline)? {
         return Ok((b, guard, Some(fs)));
     }
     for p in &list {
@@ -212,6 +217,9 @@ fn same_dir_as_mount<'a>(plan: &'a ExecPlan, cwd: &crate::plan::WorkDir) -> Opti
 #[derive(Default)]
 pub(super) struct Preopens {
     made: Mutex<Vec<(PreopenKey, WasiFilesystemCtx)>>,
+    /// Whether the dirs reach only filesystems that never wait on anyone
+    /// (a call whose cwd is below a dir reaches no more than the dir).
+    pub(super) local: LocalFs,
 }
 
 impl std::fmt::Debug for Preopens {
@@ -226,12 +234,15 @@ impl std::fmt::Debug for Preopens {
 const MAX_PREOPEN_SETS: usize = 16;
 
 /// What a set of preopens is made of: each allowed dir's handle (held, so
-/// that no other dir can take its address), guest path and mode, in order.
-struct PreopenKey(Vec<(Arc<Dir>, String, bool)>);
+/// that no other dir can take its address), guest path and mode, in order;
+/// and whether their file operations run inline (a preopen keeps the
+/// setting it was made with, and so does every file opened through it).
+struct PreopenKey(Vec<(Arc<Dir>, String, bool)>, bool);
 
 impl PreopenKey {
-    fn matches(&self, list: &[Preopen<'_>]) -> bool {
-        self.0.len() == list.len()
+    fn matches(&self, list: &[Preopen<'_>], inline: bool) -> bool {
+        self.1 == inline
+            && self.0.len() == list.len()
             && self.0.iter().zip(list).all(|((d, g, ro), p)| {
                 p.shared.is_some_and(|s| Arc::ptr_eq(d, s)) && g == p.guest && *ro == p.read_only
             })
@@ -244,15 +255,20 @@ impl Preopens {
     /// allowed dir's own handle (a cwd below one), or not on Linux, where a
     /// preopen is opened by its path (`preopen_path`) and a path swapped at
     /// the first call would stay for every later one.
-    fn get(&self, list: &[Preopen<'_>]) -> Result<Option<WasiFilesystemCtx>, Outcome> {
+    fn get(
+        &self,
+        list: &[Preopen<'_>],
+        inline: bool,
+    ) -> Result<Option<WasiFilesystemCtx>, Outcome> {
         if cfg!(not(target_os = "linux")) || list.iter().any(|p| p.shared.is_none()) {
             return Ok(None);
         }
         let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, fs)) = made.iter().find(|(k, _)| k.matches(list)) {
+        if let Some((_, fs)) = made.iter().find(|(k, _)| k.matches(list, inline)) {
             return Ok(Some(fs.clone()));
         }
         let mut b = WasiCtxBuilder::new();
+        b.allow_blocking_current_thread(inline);
         let mut key = Vec::with_capacity(list.len());
         for p in list {
             let Some(dir) = p.shared else {
@@ -265,7 +281,7 @@ impl Preopens {
         if made.len() >= MAX_PREOPEN_SETS {
             made.remove(0);
         }
-        made.push((PreopenKey(key), fs.clone()));
+        made.push((PreopenKey(key, inline), fs.clone()));
         Ok(Some(fs))
     }
 }

@@ -36,12 +36,15 @@ mod engine;
 mod guard_p1;
 mod guard_p2;
 mod guard_path;
+mod inline_io;
 mod limits;
+mod local_fs;
 mod p1;
 mod p3;
 mod probe;
 mod protect;
 pub mod registry;
+mod sleep_p1;
 mod special;
 mod streams;
 
@@ -90,6 +93,16 @@ pub fn fifo_opens_interrupted() -> u64 {
 /// blocking-pool thread until a partner appears.
 pub fn fifo_watchdog_available() -> bool {
     special::watchdog_available()
+}
+
+/// Whether the last wasm call prepared on this thread runs its file
+/// operations on the thread that polls it (`None`: no call yet). They do
+/// once the FIFO watchdog runs (Linux) and when every filesystem the call's
+/// dirs reach ends each operation by itself; otherwise each goes to tokio's
+/// blocking pool. A diagnostic, and what the tests look at.
+#[doc(hidden)]
+pub fn last_call_file_io_inline() -> Option<bool> {
+    inline_io::LAST.with(|l| l.get())
 }
 
 /// Waits for the FIFO watchdog's self-test if one has started (a few ms), so
@@ -187,11 +200,25 @@ impl WasmBackend {
         };
         let stdout = CappedPipe::new(plan.limits.stdout_cap);
         let stderr = CappedPipe::new(plan.limits.stderr_cap);
-        let (builder, guard, fs) =
-            match build_wasi(plan, &target.name, &stdout, &stderr, &self.preopens) {
-                Ok(b) => b,
-                Err(o) => return refuse(o),
-            };
+        // Preview-1 modules only: their sleep is kept a timer (`sleep_p1`).
+        let inline = match &*loaded {
+            Loaded::Module(_) => inline_io::claim(
+                &self.preopens.local,
+                plan.mounts.iter().map(|m| m.path.as_path()),
+            ),
+            _ => None,
+        };
+        let (builder, guard, fs) = match build_wasi(
+            plan,
+            &target.name,
+            &stdout,
+            &stderr,
+            &self.preopens,
+            inline.is_some(),
+        ) {
+            Ok(b) => b,
+            Err(o) => return refuse(o),
+        };
         let limits = &plan.limits;
         let ended = match &*loaded {
             Loaded::Module(pre) => {
@@ -204,7 +231,7 @@ impl WasmBackend {
                 common.guard = guard;
                 let state = State { wasi, common };
                 let pre = pre.clone();
-                self.execute(limits, deadline, state, move |store| {
+                self.execute(limits, deadline, state, inline, move |store| {
                     Box::pin(async move {
                         let instance = pre
                             .instantiate_async(&mut *store)
@@ -221,7 +248,7 @@ impl WasmBackend {
                 ctx::install(&mut state.ctx, fs);
                 state.common.guard = guard;
                 let pre = pre.clone();
-                self.execute(limits, deadline, state, move |store| {
+                self.execute(limits, deadline, state, None, move |store| {
                     Box::pin(async move {
                         let cmd = pre
                             .instantiate_async(&mut *store)
@@ -240,7 +267,7 @@ impl WasmBackend {
                 ctx::install(&mut state.ctx, fs);
                 state.common.guard = guard;
                 let pre = pre.clone();
-                self.execute(limits, deadline, state, move |store| {
+                self.execute(limits, deadline, state, None, move |store| {
                     Box::pin(async move {
                         let cmd = pre
                             .instantiate_async(&mut *store)
@@ -300,7 +327,7 @@ impl WasmBackend {
         let state = self.component_state(b, limits);
         let pre = pre.clone();
         let ended = self
-            .execute(limits, deadline, state, move |store| {
+            .execute(limits, deadline, state, None, move |store| {
                 Box::pin(async move {
                     let t = pre
                         .instantiate_async(&mut *store)
@@ -380,7 +407,7 @@ impl WasmBackend {
         let stdout = CappedPipe::new(plan.limits.stdout_cap);
         let stderr = CappedPipe::new(plan.limits.stderr_cap);
         let (builder, guard, fs) =
-            match build_wasi(plan, &target.name, &stdout, &stderr, &self.preopens) {
+            match build_wasi(plan, &target.name, &stdout, &stderr, &self.preopens, false) {
                 Ok(b) => b,
                 Err(o) => return refuse(o),
             };
@@ -390,7 +417,7 @@ impl WasmBackend {
         let pre = pre.clone();
         let input = input.to_string();
         let ended = self
-            .execute(&plan.limits, deadline, state, move |store| {
+            .execute(&plan.limits, deadline, state, None, move |store| {
                 Box::pin(async move {
                     let t = pre
                         .instantiate_async(&mut *store)
@@ -489,20 +516,25 @@ impl WasmBackend {
 
     /// Runs `body` on a fresh store holding `state`, within the limits: the
     /// store's limiter, epoch or fuel, a pool slot, and the wall-clock timeout.
+    /// With an `inline` slot (file operations on the polling thread), the
+    /// call is a task of its own and the timeout stays with the caller
+    /// (`inline_io`).
     async fn execute<T, R>(
         &self,
         limits: &Limits,
         deadline: tokio::time::Instant,
         state: T,
+        inline: Option<inline_io::InlineSlot>,
         body: impl for<'s> FnOnce(
             &'s mut Store<T>,
         ) -> std::pin::Pin<
             Box<dyn std::future::Future<Output = wasmtime::Result<R>> + Send + 's>,
-        > + Send,
+        > + Send
+        + 'static,
     ) -> Executed<R>
     where
-        T: HasCommon,
-        R: Send,
+        T: HasCommon + Send + 'static,
+        R: Send + 'static,
     {
         let mut store = Store::new(&self.engine.engine, state);
         store.limiter(|s| &mut s.common().limiter);
@@ -564,10 +596,36 @@ impl WasmBackend {
             };
             (result, hits)
         };
-        match tokio::time::timeout_at(deadline, call).await {
-            Ok((result, hits)) => Executed::Done(result, hits),
-            Err(_) => Executed::TimedOut,
+        let Some(slot) = inline else {
+            return match tokio::time::timeout_at(deadline, call).await {
+                Ok((result, hits)) => Executed::Done(result, hits),
+                Err(_) => Executed::TimedOut,
+            };
+        };
+        // The slot is released with the task, after its last operation.
+        let mut task = tokio::spawn(async move {
+            let _slot = slot;
+            call.await
+        });
+        // Aborted however this future ends: a call that timed out or was
+        // cancelled stops at its next yield, even while its worker is held
+        // by an operation that waits.
+        let abort = task.abort_handle();
+        let _abort = AbortOnDrop(abort);
+        match tokio::time::timeout_at(deadline, &mut task).await {
+            Ok(Ok((result, hits))) => Executed::Done(result, hits),
+            Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Ok(Err(_)) | Err(_) => Executed::TimedOut,
         }
+    }
+}
+
+/// Aborts a call's task when the caller is done with it.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

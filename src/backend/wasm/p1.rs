@@ -37,7 +37,7 @@ macro_rules! call_p1 {
 }
 use super::limits::{Common, HasCommon};
 use super::{ERRNO_FAULT, ERRNO_FBIG, ERRNO_INTR, ERRNO_NAMETOOLONG, ERRNO_PERM, MAX_GUEST_PATH};
-use super::{guard_p1, special};
+use super::{guard_p1, sleep_p1, special};
 pub(crate) use call_p1;
 
 /// Where a preview-1 write to `fd` would start, if `fd` is a regular file:
@@ -140,6 +140,8 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
     const M: &str = "wasi_snapshot_preview1";
     // Changes by path go through a fresh handle on the parent (`protect`).
     guard_p1::add_to_linker(&mut linker)?;
+    // A sleep stays a timer when file operations run inline (`sleep_p1`).
+    sleep_p1::add_to_linker(&mut linker)?;
 
     // The preview-1 socket calls: wasmtime-wasi answers them with a warning
     // logged per call, which a guest looping on them turns into unbounded

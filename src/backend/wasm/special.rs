@@ -65,6 +65,22 @@ pub(crate) fn watchdog_available() -> bool {
     watchdog::available()
 }
 
+/// Whether a guest's file operations may run on the thread that polls its
+/// call (wasmtime-wasi's `allow_blocking_current_thread`) instead of each
+/// making a round trip to tokio's blocking pool (tens of microseconds of
+/// thread hand-offs per operation).
+///
+/// A guest holds only files and directories (the checks above), so an
+/// operation waits only as long as the filesystem takes. The one open that
+/// could wait without bound, a FIFO swapped in after the check, is ended by
+/// the watchdog's own thread whichever thread it blocks; so this holds only
+/// once that thread runs and its self-test passed (Linux). Until then (the
+/// self-test starts at the first open of a process), and elsewhere, each
+/// operation goes to the pool as before.
+pub(crate) fn inline_ok() -> bool {
+    watchdog::ready()
+}
+
 /// Waits (a few ms) for a self-test that has started, so that a process
 /// about to exit does not leave its private FIFO dir behind.
 pub(crate) fn settle() {
@@ -136,6 +152,9 @@ mod watchdog {
     }
     pub(super) fn wait_for_self_test() {}
     pub(super) fn wait_if_started() {}
+    pub(super) fn ready() -> bool {
+        false
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -193,6 +212,19 @@ mod watchdog {
     /// The self-test passed and the handler is still ours.
     pub(super) fn available() -> bool {
         SELF_TEST.load(Ordering::Acquire) == PASSED && handler()
+    }
+
+    /// The self-test passed, the handler is ours, and the watchdog's thread
+    /// runs (started here if it is not yet; not woken).
+    pub(super) fn ready() -> bool {
+        if !available() {
+            return false;
+        }
+        let mut thread = THREAD.lock().unwrap_or_else(|p| p.into_inner());
+        if thread.is_none() {
+            spawn(&mut thread);
+        }
+        thread.is_some()
     }
 
     /// What the kernel shows for a thread waiting for a FIFO partner.
@@ -336,21 +368,24 @@ mod watchdog {
         let mut thread = THREAD.lock().unwrap_or_else(|p| p.into_inner());
         match thread.as_ref() {
             Some(t) => t.unpark(),
-            None => {
-                *thread = std::thread::Builder::new()
-                    .name("toolhost-fifo-watch".into())
-                    .spawn(run)
-                    .ok()
-                    .map(|h| h.thread().clone());
-                if thread.is_none() && !SPAWN_FAILED.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        "wasm: the FIFO-open watchdog's thread could not start; each open is \
-                         watched from its own call until it can (tried again at each open)"
-                    );
-                }
-            }
+            None => spawn(&mut thread),
         }
         thread.is_some()
+    }
+
+    /// Starts the watchdog's thread into `slot` (left `None` if it cannot).
+    fn spawn(slot: &mut Option<std::thread::Thread>) {
+        *slot = std::thread::Builder::new()
+            .name("toolhost-fifo-watch".into())
+            .spawn(run)
+            .ok()
+            .map(|h| h.thread().clone());
+        if slot.is_none() && !SPAWN_FAILED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "wasm: the FIFO-open watchdog's thread could not start; each open is \
+                 watched from its own call until it can (tried again at each open)"
+            );
+        }
     }
 
     /// Whether the watchdog has something to look at now: a call dropped

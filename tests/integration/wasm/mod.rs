@@ -386,13 +386,23 @@ async fn attack_20_file_writes_are_held_to_the_budget() {
     assert!(r.success());
 }
 
-#[tokio::test]
+/// A guest's sleep is ended by the timeout, also when its file operations
+/// run on the thread polling the call (Linux, once the FIFO watchdog runs):
+/// wasmtime-wasi would then sleep that thread (`sleep_p1` keeps a timer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_22_blocked_in_a_host_call_still_times_out() {
     let (_t, sb) = setup(SandboxConfig {
         timeout: Duration::from_secs(1),
         ..wasm_config()
     });
+    #[cfg(target_os = "linux")]
+    assert!(toolhost::backend::wasm::fifo_watchdog_available());
     let r = probe(&sb, &["sleep", "30"]).await;
+    #[cfg(target_os = "linux")]
+    assert_eq!(
+        toolhost::backend::wasm::last_call_file_io_inline(),
+        Some(true)
+    );
     assert!(r.timed_out, "{r:?}");
     assert_eq!(r.outcome.kind, OutcomeKind::TimedOut);
     assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
@@ -406,11 +416,97 @@ async fn attack_22_blocked_in_a_host_call_still_times_out() {
     assert!(r.duration >= Duration::from_secs(1), "{:?}", r.duration);
 }
 
+/// A call's file operations run on the thread polling it only where every
+/// filesystem its dirs reach ends each operation by itself: in a temp dir
+/// yes, with an allowed dir on procfs no (its reads can wait on the kernel,
+/// see the next test). Either way the files read the same.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_io_runs_inline_only_where_no_filesystem_can_wait() {
+    use toolhost::backend::wasm::last_call_file_io_inline as inline;
+    builtin_tools_built();
+    assert!(toolhost::backend::wasm::fifo_watchdog_available());
+    let t = Tmp::new();
+    std::fs::write(t.ws().join("note.txt"), "one\ntwo\nthree\n").unwrap();
+    let sb = t.sandbox(wasm_config());
+    let r = sb.run(RunRequest::new(["wc", "-l", "note.txt"])).await;
+    assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+    assert_eq!(inline(), Some(true));
+    let sb = Sandbox::new(
+        [
+            toolhost::AllowedDirSpec::read_write(t.ws()),
+            toolhost::AllowedDirSpec::read_only("/proc"),
+        ],
+        wasm_config(),
+    )
+    .unwrap();
+    let r = sb
+        .run(RunRequest::new(["cat", "/proc/sys/kernel/ostype"]))
+        .await;
+    assert_eq!(r.stdout, "Linux\n", "{r:?}");
+    assert_eq!(inline(), Some(false));
+    let r = sb.run(RunRequest::new(["wc", "-l", "note.txt"])).await;
+    assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+    assert_eq!(inline(), Some(false));
+    // A single-thread runtime has no other thread for the timeout: the pool.
+    let ws = t.ws().to_path_buf();
+    let (out, was) = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let sb = Sandbox::new([ws], wasm_config()).unwrap();
+        let r = rt.block_on(sb.run(RunRequest::new(["wc", "-l", "note.txt"])));
+        (r.stdout, inline())
+    })
+    .join()
+    .unwrap();
+    assert_eq!(out.trim(), "3 note.txt");
+    assert_eq!(was, Some(false));
+}
+
+/// An open that waits inline (another process holds a lease on the file:
+/// the open waits for it to be given up, up to `fs.lease-break-time`, 45 s
+/// by default) holds its task's worker, not the caller: the call times out
+/// on time. Once the lease is gone the same file reads.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_open_that_waits_still_times_out() {
+    use std::os::fd::AsRawFd;
+    use toolhost::backend::wasm::last_call_file_io_inline as inline;
+    builtin_tools_built();
+    assert!(toolhost::backend::wasm::fifo_watchdog_available());
+    // The lease's break notice is SIGIO, fatal by default.
+    // SAFETY: ignoring SIGIO, which nothing in this test process uses.
+    unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
+    let t = Tmp::new();
+    let file = t.ws().join("leased.txt");
+    std::fs::write(&file, "held\n").unwrap();
+    let held = std::fs::File::open(&file).unwrap();
+    // SAFETY: fcntl on a descriptor we own.
+    let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    let sb = t.sandbox(SandboxConfig {
+        timeout: Duration::from_secs(1),
+        ..wasm_config()
+    });
+    let r = sb.run(RunRequest::new(["cat", "leased.txt"])).await;
+    assert_eq!(inline(), Some(true));
+    assert!(r.timed_out, "{r:?}");
+    assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
+    // SAFETY: as above.
+    let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    assert_eq!(r, 0);
+    drop(held);
+    let r = sb.run(RunRequest::new(["cat", "leased.txt"])).await;
+    assert_eq!(r.stdout, "held\n", "{r:?}");
+}
+
 /// A read that waits for the kernel, of `/proc/kmsg` (which answers `pread`
 /// and, once drained, waits for the next kernel message), is ended by the
 /// timeout: both with a local dir that has procfs mounted below it and with
-/// the dir on procfs. (A guest's file I/O runs on the blocking pool; a design
-/// that runs it on the calling thread must keep this.)
+/// the dir on procfs. (A guest's file I/O runs on the calling thread only
+/// where no filesystem can wait: this must hold whatever runs where.)
 ///
 /// Root only (reading `/proc/kmsg` takes CAP_SYSLOG, a mount namespace
 /// CAP_SYS_ADMIN): CI runs as root. It consumes pending kernel messages from

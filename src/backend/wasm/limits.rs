@@ -18,6 +18,10 @@ pub(crate) struct Common {
     pub(super) cpu_hit: bool,
     /// The call's protected paths (`protect`).
     pub(crate) guard: protect::Guard,
+    /// Set (and taken) at the call's first file operation when it holds an
+    /// inline slot: the call then moves to a task of its own
+    /// (`inline_io::before_file_op`).
+    pub(super) move_to_task: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Store data that carries the [`Common`] state.

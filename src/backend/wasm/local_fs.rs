@@ -20,9 +20,9 @@
 //!   cannot). `/proc` on `/` cannot be moved; `/home/alice` on NFS, with the
 //!   dir on `/`, could be.
 //!
-//! Verdicts are kept until the mount table changes (seen by `poll`, one
-//! system call per call). A dir is judged by the path it had when the
-//! sandbox was made.
+//! Verdicts are kept until the mount table changes (seen by `poll`, at most
+//! every 10 ms). A dir is judged by the path it had when the sandbox was
+//! made.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -51,6 +51,8 @@ struct Look {
     table: crate::sys::mount_events::MountTable,
     mounts: Option<Vec<Mount>>,
     verdicts: Vec<(PathBuf, bool)>,
+    /// When the table was last polled.
+    checked: std::time::Instant,
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -65,6 +67,10 @@ struct Mount {
     local: bool,
 }
 
+/// How often the mount table is polled for changes, at most.
+#[cfg(target_os = "linux")]
+const RECHECK: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Most dirs judged per mount table (a sandbox has a handful).
 const MAX_VERDICTS: usize = 64;
 
@@ -75,7 +81,15 @@ impl LocalFs {
         #[cfg(target_os = "linux")]
         {
             let mut look = self.look.lock().unwrap_or_else(|e| e.into_inner());
-            if look.as_ref().is_none_or(|l| l.table.changed()) {
+            // The table is polled at most every `RECHECK`: a mount made
+            // meanwhile is seen that much later. (A call that reaches one
+            // still moves to a task of its own at its first file operation,
+            // and its timeout holds; what the verdict spares is a worker
+            // held by a filesystem that waits.)
+            let now = std::time::Instant::now();
+            let stale =
+                |l: &Look| now.saturating_duration_since(l.checked) >= RECHECK && l.table.changed();
+            if look.as_ref().is_none_or(stale) {
                 *look = None;
                 let Ok(table) = crate::sys::mount_events::MountTable::read() else {
                     return false;
@@ -85,13 +99,21 @@ impl LocalFs {
                     table,
                     mounts,
                     verdicts: Vec::new(),
+                    checked: now,
                 });
             }
             let Some(look) = look.as_mut() else {
                 return false;
             };
+            if now.saturating_duration_since(look.checked) >= RECHECK {
+                look.checked = now;
+            }
             for dir in dirs {
-                let ok = match look.verdicts.iter().find(|(p, _)| p == dir) {
+                let ok = match look
+                    .verdicts
+                    .iter()
+                    .find(|(p, _)| p.as_os_str() == dir.as_os_str())
+                {
                     Some((_, ok)) => *ok,
                     None => {
                         let ok = look.mounts.as_ref().is_some_and(|t| verdict(dir, t));

@@ -15,7 +15,9 @@
 //! (`cache`) and as `InstancePre`s in memory; each call gets a fresh `Store`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use wasmtime::{Engine, Store, UpdateDeadline};
@@ -501,6 +503,7 @@ impl WasmBackend {
             cpu_ticks_left: cpu_ticks,
             cpu_hit: false,
             guard: protect::Guard::default(),
+            move_to_task: None,
         }
     }
 
@@ -537,6 +540,8 @@ impl WasmBackend {
         R: Send + 'static,
     {
         let mut store = Store::new(&self.engine.engine, state);
+        let moved = inline.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
+        store.data_mut().common().move_to_task = moved.clone();
         store.limiter(|s| &mut s.common().limiter);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
@@ -596,12 +601,25 @@ impl WasmBackend {
             };
             (result, hits)
         };
-        let Some(slot) = inline else {
+        let (Some(slot), Some(moved)) = (inline, moved) else {
             return match tokio::time::timeout_at(deadline, call).await {
                 Ok((result, hits)) => Executed::Done(result, hits),
                 Err(_) => Executed::TimedOut,
             };
         };
+        // In the caller's task until its first file operation asks to move
+        // (`inline_io::before_file_op`); a call that touches no file ends here.
+        let mut call = Box::pin(call);
+        let first = std::future::poll_fn(|cx| match call.as_mut().poll(cx) {
+            Poll::Ready(done) => Poll::Ready(Some(done)),
+            Poll::Pending if moved.load(Acquire) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        });
+        match tokio::time::timeout_at(deadline, first).await {
+            Err(_) => return Executed::TimedOut,
+            Ok(Some((result, hits))) => return Executed::Done(result, hits),
+            Ok(None) => {}
+        }
         // The slot is released with the task, after its last operation.
         let mut task = tokio::spawn(async move {
             let _slot = slot;

@@ -37,7 +37,7 @@ macro_rules! call_p1 {
 }
 use super::limits::{Common, HasCommon};
 use super::{ERRNO_FAULT, ERRNO_FBIG, ERRNO_INTR, ERRNO_NAMETOOLONG, ERRNO_PERM, MAX_GUEST_PATH};
-use super::{guard_p1, sleep_p1, special};
+use super::{guard_p1, inline_io, sleep_p1, special};
 pub(crate) use call_p1;
 
 /// Where a preview-1 write to `fd` would start, if `fd` is a regular file:
@@ -142,6 +142,9 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
     guard_p1::add_to_linker(&mut linker)?;
     // A sleep stays a timer when file operations run inline (`sleep_p1`).
     sleep_p1::add_to_linker(&mut linker)?;
+    // The other calls that reach the filesystem move an inline call to a
+    // task of its own first (`inline_io`).
+    inline_io::add_to_linker(&mut linker)?;
 
     // The preview-1 socket calls: wasmtime-wasi answers them with a warning
     // logged per call, which a guest looping on them turns into unbounded
@@ -253,6 +256,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
             i32,
         )| {
             Box::new(async move {
+                super::inline_io::before_file_op(&mut caller).await;
                 if path_len as u32 as usize > MAX_GUEST_PATH {
                     return Ok(ERRNO_NAMETOOLONG);
                 }
@@ -318,6 +322,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
             i32,
         )| {
             Box::new(async move {
+                super::inline_io::before_file_op(&mut caller).await;
                 if path_len as u32 as usize > MAX_GUEST_PATH {
                     return Ok(ERRNO_NAMETOOLONG);
                 }

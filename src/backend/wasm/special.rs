@@ -214,10 +214,14 @@ mod watchdog {
         SELF_TEST.load(Ordering::Acquire) == PASSED && handler()
     }
 
-    /// The self-test passed, the handler is ours, and the watchdog's thread
-    /// runs (started here if it is not yet; not woken).
+    /// The self-test passed and the watchdog's thread runs (started here if
+    /// it is not yet; not woken). Whether the handler is still ours is
+    /// checked before each signal (`interrupt`), not here: one system call
+    /// less per call, and a call that moved to a task of its own
+    /// (`inline_io`) keeps its timeout even if an open there is never
+    /// interrupted.
     pub(super) fn ready() -> bool {
-        if !available() {
+        if SELF_TEST.load(Ordering::Acquire) != PASSED {
             return false;
         }
         let mut thread = THREAD.lock().unwrap_or_else(|p| p.into_inner());

@@ -60,6 +60,7 @@ struct Look;
 
 /// One line of the mount table.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 struct Mount {
     id: u32,
     parent: u32,
@@ -161,6 +162,7 @@ fn parse_line(l: &str) -> Option<Mount> {
 }
 
 /// The verdict for `dir` (see the module doc).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn verdict(dir: &Path, mounts: &[Mount]) -> bool {
     // The mount `dir` lies in: the deepest mount point on its path (the
     // last one listed there is on top; all there must be listed types).

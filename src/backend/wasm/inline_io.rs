@@ -83,14 +83,17 @@ pub(super) async fn before_file_op<T: HasCommon>(caller: &mut wasmtime::Caller<'
 /// A slot for a call whose allowed dirs are `dirs`, if it may have one.
 pub(super) fn claim<'a>(
     local: &LocalFs,
-    dirs: impl IntoIterator<Item = &'a Path>,
+    dirs: impl IntoIterator<Item = (&'a Path, Option<&'a cap_std::fs::Dir>)>,
 ) -> Option<InlineSlot> {
     let slot = try_claim(local, dirs);
     LAST.with(|l| l.set(Some(slot.is_some())));
     slot
 }
 
-fn try_claim<'a>(local: &LocalFs, dirs: impl IntoIterator<Item = &'a Path>) -> Option<InlineSlot> {
+fn try_claim<'a>(
+    local: &LocalFs,
+    dirs: impl IntoIterator<Item = (&'a Path, Option<&'a cap_std::fs::Dir>)>,
+) -> Option<InlineSlot> {
     let rt = tokio::runtime::Handle::try_current().ok()?;
     if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
         return None;

@@ -20,9 +20,10 @@
 //!   cannot). `/proc` on `/` cannot be moved; `/home/alice` on NFS, with the
 //!   dir on `/`, could be.
 //!
-//! Verdicts are kept until the mount table changes (seen by `poll`, at most
-//! every 10 ms). A dir is judged by the path it had when the sandbox was
-//! made.
+//! Verdicts are kept until the mount table changes (seen by `poll`, one
+//! system call per call). A dir is judged by the path it had when the
+//! sandbox was made, and only while that path still names the dir the
+//! sandbox holds (checked with each verdict).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -51,8 +52,6 @@ struct Look {
     table: crate::sys::mount_events::MountTable,
     mounts: Option<Vec<Mount>>,
     verdicts: Vec<(PathBuf, bool)>,
-    /// When the table was last polled.
-    checked: std::time::Instant,
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -68,29 +67,23 @@ struct Mount {
     local: bool,
 }
 
-/// How often the mount table is polled for changes, at most.
-#[cfg(target_os = "linux")]
-const RECHECK: std::time::Duration = std::time::Duration::from_millis(10);
-
 /// Most dirs judged per mount table (a sandbox has a handful).
 const MAX_VERDICTS: usize = 64;
 
 impl LocalFs {
-    /// Whether every dir of `dirs` reaches only listed filesystems (always
-    /// no where the mount table cannot be read, and off Linux).
-    pub(super) fn only_local<'a>(&self, dirs: impl IntoIterator<Item = &'a Path>) -> bool {
+    /// Whether every dir of `dirs` (its path, and the sandbox's handle on
+    /// it) reaches only listed filesystems (always no where the mount table
+    /// cannot be read, and off Linux). A dir whose path no longer names its
+    /// handle when it is judged (renamed, and something else put there) is
+    /// no.
+    pub(super) fn only_local<'a>(
+        &self,
+        dirs: impl IntoIterator<Item = (&'a Path, Option<&'a cap_std::fs::Dir>)>,
+    ) -> bool {
         #[cfg(target_os = "linux")]
         {
             let mut look = self.look.lock().unwrap_or_else(|e| e.into_inner());
-            // The table is polled at most every `RECHECK`: a mount made
-            // meanwhile is seen that much later. (A call that reaches one
-            // still moves to a task of its own at its first file operation,
-            // and its timeout holds; what the verdict spares is a worker
-            // held by a filesystem that waits.)
-            let now = std::time::Instant::now();
-            let stale =
-                |l: &Look| now.saturating_duration_since(l.checked) >= RECHECK && l.table.changed();
-            if look.as_ref().is_none_or(stale) {
+            if look.as_ref().is_none_or(|l| l.table.changed()) {
                 *look = None;
                 let Ok(table) = crate::sys::mount_events::MountTable::read() else {
                     return false;
@@ -100,16 +93,12 @@ impl LocalFs {
                     table,
                     mounts,
                     verdicts: Vec::new(),
-                    checked: now,
                 });
             }
             let Some(look) = look.as_mut() else {
                 return false;
             };
-            if now.saturating_duration_since(look.checked) >= RECHECK {
-                look.checked = now;
-            }
-            for dir in dirs {
+            for (dir, handle) in dirs {
                 let ok = match look
                     .verdicts
                     .iter()
@@ -117,7 +106,8 @@ impl LocalFs {
                 {
                     Some((_, ok)) => *ok,
                     None => {
-                        let ok = look.mounts.as_ref().is_some_and(|t| verdict(dir, t));
+                        let ok = look.mounts.as_ref().is_some_and(|t| verdict(dir, t))
+                            && same_dir(dir, handle);
                         if look.verdicts.len() >= MAX_VERDICTS {
                             look.verdicts.clear();
                         }
@@ -134,9 +124,24 @@ impl LocalFs {
         #[cfg(not(target_os = "linux"))]
         {
             let _ = (dirs.into_iter().count(), LOCAL, MAX_VERDICTS, &self.look);
+            let _ = movable_into;
             false
         }
     }
+}
+
+/// Whether `path` names the dir `handle` holds (no handle: yes, the path is
+/// all there is). Judged with the verdict, so at the first call and after
+/// each change of the mount table: a rename alone moves the dir with every
+/// mount under it and keeps it on its mount, which leaves the verdict true
+/// of the handle.
+#[cfg(target_os = "linux")]
+fn same_dir(path: &Path, handle: Option<&cap_std::fs::Dir>) -> bool {
+    use crate::sys::file_id;
+    handle.is_none_or(|d| match (file_id::of_path(path), file_id::of_dir(d)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    })
 }
 
 /// The mount table's lines; `None` if one does not parse (every verdict is
@@ -188,20 +193,35 @@ fn verdict(dir: &Path, mounts: &[Mount]) -> bool {
         if m.point.starts_with(dir) {
             return false;
         }
-        // Could a rename move it inside `dir`?
-        let Some(parent) = mounts.iter().find(|p| p.id == m.parent) else {
-            continue;
-        };
-        let on_ours = home.iter().any(|h| h.id == parent.id) || parent.point.starts_with(dir);
-        let levels = m
-            .point
-            .strip_prefix(&parent.point)
-            .map_or(usize::MAX, |r| r.components().count());
-        if on_ours && levels >= 2 {
+        if movable_into(m, dir, &home, mounts) {
             return false;
         }
     }
     true
+}
+
+/// Whether a rename could move mount `m` inside `dir`: the mount of its
+/// chain of parents that hangs on `dir`'s own mount (or on one below `dir`)
+/// hangs two or more levels below that mount's top. A rename moves a
+/// directory with every mount under it, so a mount on a movable mount moves
+/// too; renames inside any other mount keep what they move there.
+fn movable_into(m: &Mount, dir: &Path, home: &[&Mount], mounts: &[Mount]) -> bool {
+    let mut link = m;
+    // At most one step per mount: a table with a loop ends here.
+    for _ in 0..mounts.len() {
+        let Some(parent) = mounts.iter().find(|p| p.id == link.parent) else {
+            return false;
+        };
+        if home.iter().any(|h| h.id == parent.id) || parent.point.starts_with(dir) {
+            let levels = link
+                .point
+                .strip_prefix(&parent.point)
+                .map_or(usize::MAX, |r| r.components().count());
+            return levels >= 2;
+        }
+        link = parent;
+    }
+    false
 }
 
 #[cfg(test)]
@@ -277,6 +297,28 @@ mod tests {
         // A mount of its own type at the top of `/` cannot move.
         t.pop();
         t.push(m(71, 27, "/net", false));
+        assert!(verdict(Path::new("/root/ws"), &t));
+    }
+
+    #[test]
+    fn a_kernel_mount_on_a_movable_mount_moves_with_it() {
+        let mut t = host();
+        // procfs at the top of a tmpfs that hangs two levels below `/`'s
+        // top: renaming `/srv/a` brings both into `/root/ws`.
+        t.push(m(90, 27, "/srv/a/t", true));
+        t.push(m(91, 90, "/srv/a/t/p", false));
+        assert!(!verdict(Path::new("/root/ws"), &t));
+        // The same tmpfs at the top of `/` cannot move.
+        t.retain(|x| x.id < 90);
+        t.push(m(90, 27, "/t", true));
+        t.push(m(91, 90, "/t/p", false));
+        assert!(verdict(Path::new("/root/ws"), &t));
+        // A mount deep inside another filesystem moves only inside it.
+        t.push(m(92, 23, "/sys/a/b/c", false));
+        assert!(verdict(Path::new("/root/ws"), &t));
+        // A table whose parents loop ends the walk.
+        t.push(m(93, 94, "/x/y/z", false));
+        t.push(m(94, 93, "/x", true));
         assert!(verdict(Path::new("/root/ws"), &t));
     }
 

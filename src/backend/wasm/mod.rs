@@ -206,7 +206,10 @@ impl WasmBackend {
         let inline = match &*loaded {
             Loaded::Module(_) => inline_io::claim(
                 &self.preopens.local,
-                plan.mounts.iter().map(|m| m.path.as_path()),
+                plan.mounts.iter().map(|m| {
+                    let handle = plan.mount_dirs.iter().find(|(p, _)| *p == m.path);
+                    (m.path.as_path(), handle.map(|(_, d)| &**d))
+                }),
             ),
             _ => None,
         };

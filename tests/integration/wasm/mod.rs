@@ -465,6 +465,52 @@ async fn file_io_runs_inline_only_where_no_filesystem_can_wait() {
     assert_eq!(was, Some(false));
 }
 
+/// The mount verdict is of the dir the sandbox holds, not of its path: an
+/// allowed dir renamed away, with another dir put at its path, runs on the
+/// pool once the mount table changes (a rename alone keeps the dir on its
+/// mount with every mount under it). The allowed twin: the first call, and
+/// the files still read through the handle. Root only (it mounts a tmpfs
+/// to change the table); CI runs as root.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_allowed_dir_is_judged_by_its_handle() {
+    use toolhost::backend::wasm::last_call_file_io_inline as inline;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    builtin_tools_built();
+    assert!(toolhost::backend::wasm::fifo_watchdog_available());
+    let t = Tmp::new();
+    let ws = t.ws().to_path_buf();
+    std::fs::write(ws.join("note.txt"), "one\ntwo\nthree\n").unwrap();
+    let sb = t.sandbox(wasm_config());
+    let wc = || RunRequest::new(["wc", "-l", "note.txt"]);
+    let r = sb.run(wc()).await;
+    assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+    assert_eq!(inline(), Some(true));
+    let moved = ws.with_file_name("ws-moved");
+    std::fs::rename(&ws, &moved).unwrap();
+    std::fs::create_dir(&ws).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(mnt.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let r = sb.run(wc()).await;
+    let was = inline();
+    let _ = std::process::Command::new("umount")
+        .arg(mnt.path())
+        .status();
+    assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+    assert_eq!(was, Some(false));
+    std::fs::remove_dir(&ws).unwrap();
+    std::fs::rename(&moved, &ws).unwrap();
+}
+
 /// An open that waits inline (another process holds a lease on the file:
 /// the open waits for it to be given up, up to `fs.lease-break-time`, 45 s
 /// by default) holds its task's worker, not the caller: the call times out

@@ -537,7 +537,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
                 $name,
                 |mut caller: Caller<'_, State>, (fd, path, len): (i32, i32, i32)| {
                     Box::new(async move {
-                        super::inline_io::before_file_op(&mut caller).await;
+                        super::inline_io::before_file_op(&mut caller).await?;
                         let path_s = match guest_str(&mut caller, path, len) {
                             Ok(p) => p,
                             Err(e) => return Ok(e),
@@ -567,7 +567,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
         "fd_filestat_set_times",
         |mut caller: Caller<'_, State>, (fd, atim, mtim, fst_flags): (i32, i64, i64, i32)| {
             Box::new(async move {
-                super::inline_io::before_file_op(&mut caller).await;
+                super::inline_io::before_file_op(&mut caller).await?;
                 if times_refused(&mut caller, fd, fst_flags).await {
                     return Ok(ERRNO_PERM);
                 }
@@ -581,7 +581,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
         |mut caller: Caller<'_, State>,
          (old, old_len, fd, new, new_len): (i32, i32, i32, i32, i32)| {
             Box::new(async move {
-                super::inline_io::before_file_op(&mut caller).await;
+                super::inline_io::before_file_op(&mut caller).await?;
                 let (old_s, new_s) = match two_strs(&mut caller, (old, old_len), (new, new_len)) {
                     Ok(ab) => ab,
                     Err(e) => return Ok(e),
@@ -619,7 +619,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
         |mut caller: Caller<'_, State>,
          (fd, old, old_len, new_fd, new, new_len): (i32, i32, i32, i32, i32, i32)| {
             Box::new(async move {
-                super::inline_io::before_file_op(&mut caller).await;
+                super::inline_io::before_file_op(&mut caller).await?;
                 let (old_s, new_s) = match two_strs(&mut caller, (old, old_len), (new, new_len)) {
                     Ok(ab) => ab,
                     Err(e) => return Ok(e),
@@ -667,7 +667,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
             i32,
         )| {
             Box::new(async move {
-                super::inline_io::before_file_op(&mut caller).await;
+                super::inline_io::before_file_op(&mut caller).await?;
                 let (old_s, new_s) = match two_strs(&mut caller, (old, old_len), (new, new_len)) {
                     Ok(ab) => ab,
                     Err(e) => return Ok(e),

@@ -27,8 +27,9 @@
 //! Otherwise (the CLI's single-thread runtime, components, typed tools) each
 //! operation goes to the pool, as before.
 
-use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use cap_std::fs::Dir;
 
 use tokio::runtime::Id;
 
@@ -73,26 +74,51 @@ impl Drop for InlineSlot {
 /// file pays no task hand-off), doing nothing that can wait: the functions
 /// left unguarded act on stdio, on a file (which only an open, guarded,
 /// gives) or quickly on a dir (`fd_filestat_get`, `fd_read`).
-pub(super) async fn before_file_op<T: HasCommon>(caller: &mut wasmtime::Caller<'_, T>) {
+///
+/// Traps instead once the caller is done with the call ([`still_wanted`]).
+pub(super) async fn before_file_op<T: HasCommon>(
+    caller: &mut wasmtime::Caller<'_, T>,
+) -> wasmtime::Result<()> {
+    still_wanted(caller)?;
     if let Some(flag) = caller.data_mut().common().move_to_task.take() {
         flag.store(true, std::sync::atomic::Ordering::Release);
         tokio::task::yield_now().await;
     }
+    Ok(())
 }
 
-/// A slot for a call whose allowed dirs are `dirs`, if it may have one.
+/// A trap once the caller of a call moved to its own task has stopped
+/// waiting for it (its timeout fired, or it was dropped). The task is then
+/// aborted at its next yield; host functions that do not yield (an inline
+/// write, an open) would otherwise go on changing files until then. Checked
+/// by [`before_file_op`] and the shadows that write to files.
+pub(super) fn still_wanted<T: HasCommon>(
+    caller: &mut wasmtime::Caller<'_, T>,
+) -> wasmtime::Result<()> {
+    match &caller.data_mut().common().ended {
+        Some(e) if e.load(std::sync::atomic::Ordering::Acquire) => Err(wasmtime::format_err!(
+            "the call's caller stopped waiting for it (timed out or cancelled)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A slot for a call whose allowed dirs' handles are `dirs` (and whose
+/// working dir's is `cwd`, when not one of them), if it may have one.
 pub(super) fn claim<'a>(
     local: &LocalFs,
-    dirs: impl IntoIterator<Item = (&'a Path, Option<&'a cap_std::fs::Dir>)>,
+    dirs: impl IntoIterator<Item = Option<&'a Arc<Dir>>>,
+    cwd: Option<&Dir>,
 ) -> Option<InlineSlot> {
-    let slot = try_claim(local, dirs);
+    let slot = try_claim(local, dirs, cwd);
     LAST.with(|l| l.set(Some(slot.is_some())));
     slot
 }
 
 fn try_claim<'a>(
     local: &LocalFs,
-    dirs: impl IntoIterator<Item = (&'a Path, Option<&'a cap_std::fs::Dir>)>,
+    dirs: impl IntoIterator<Item = Option<&'a Arc<Dir>>>,
+    cwd: Option<&Dir>,
 ) -> Option<InlineSlot> {
     let rt = tokio::runtime::Handle::try_current().ok()?;
     if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
@@ -108,7 +134,7 @@ fn try_claim<'a>(
         .iter()
         .find(|(r, _)| *r == id)
         .map_or(0, |(_, n)| *n);
-    if held >= spare || !local.only_local(dirs) {
+    if held >= spare || !local.only_local(dirs, cwd) {
         return None;
     }
     match running.iter_mut().find(|(r, _)| *r == id) {
@@ -129,7 +155,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
                 stringify!($func),
                 |mut caller: Caller<'_, State>, ($($arg,)*): ($($ty,)*)| {
                     Box::new(async move {
-                        before_file_op(&mut caller).await;
+                        before_file_op(&mut caller).await?;
                         call_p1!(caller, $func($($arg),*))
                     })
                 },

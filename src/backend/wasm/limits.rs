@@ -22,6 +22,11 @@ pub(crate) struct Common {
     /// inline slot: the call then moves to a task of its own
     /// (`inline_io::before_file_op`).
     pub(super) move_to_task: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Set when the caller of a call that moved to its own task is done
+    /// with it (timed out or dropped): each file operation after it traps
+    /// (`inline_io::still_wanted`) rather than run until the task's next
+    /// yield.
+    pub(super) ended: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Store data that carries the [`Common`] state.

@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -208,8 +208,13 @@ impl WasmBackend {
                 &self.preopens.local,
                 plan.mounts.iter().map(|m| {
                     let handle = plan.mount_dirs.iter().find(|(p, _)| *p == m.path);
-                    (m.path.as_path(), handle.map(|(_, d)| &**d))
+                    handle.map(|(_, d)| d)
                 }),
+                plan.cwd
+                    .as_ref()
+                    .map(|c| &c.dir)
+                    .filter(|c| !plan.mount_dirs.iter().any(|(_, d)| Arc::ptr_eq(c, d)))
+                    .map(|c| &**c),
             ),
             _ => None,
         };
@@ -507,6 +512,7 @@ impl WasmBackend {
             cpu_hit: false,
             guard: protect::Guard::default(),
             move_to_task: None,
+            ended: None,
         }
     }
 
@@ -544,7 +550,9 @@ impl WasmBackend {
     {
         let mut store = Store::new(&self.engine.engine, state);
         let moved = inline.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
+        let ended = inline.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
         store.data_mut().common().move_to_task = moved.clone();
+        store.data_mut().common().ended = ended.clone();
         store.limiter(|s| &mut s.common().limiter);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
@@ -604,7 +612,7 @@ impl WasmBackend {
             };
             (result, hits)
         };
-        let (Some(slot), Some(moved)) = (inline, moved) else {
+        let (Some(slot), Some(moved), Some(ended)) = (inline, moved, ended) else {
             return match tokio::time::timeout_at(deadline, call).await {
                 Ok((result, hits)) => Executed::Done(result, hits),
                 Err(_) => Executed::TimedOut,
@@ -632,7 +640,7 @@ impl WasmBackend {
         // cancelled stops at its next yield, even while its worker is held
         // by an operation that waits.
         let abort = task.abort_handle();
-        let _abort = AbortOnDrop(abort);
+        let _abort = AbortOnDrop(abort, ended);
         match tokio::time::timeout_at(deadline, &mut task).await {
             Ok(Ok((result, hits))) => Executed::Done(result, hits),
             Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -641,11 +649,14 @@ impl WasmBackend {
     }
 }
 
-/// Aborts a call's task when the caller is done with it.
-struct AbortOnDrop(tokio::task::AbortHandle);
+/// Aborts a call's task when the caller is done with it, first telling its
+/// file operations to trap (`inline_io::still_wanted`): an abort only takes
+/// effect when the task yields.
+struct AbortOnDrop(tokio::task::AbortHandle, Arc<AtomicBool>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
+        self.1.store(true, Release);
         self.0.abort();
     }
 }

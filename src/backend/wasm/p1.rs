@@ -183,6 +183,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         "fd_write",
         |mut caller: Caller<'_, State>, (fd, iovs, n, nwritten): (i32, i32, i32, i32)| {
             Box::new(async move {
+                super::inline_io::still_wanted(&mut caller)?;
                 let start = match admit_file_write(&mut caller, fd, iovs, n, None).await {
                     Ok(start) => start,
                     Err(errno) => return Ok(errno),
@@ -203,6 +204,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
          (fd, iovs, n, offset, nwritten): (i32, i32, i32, i64, i32)| {
             Box::new(async move {
                 let at = Some(offset as u64);
+                super::inline_io::still_wanted(&mut caller)?;
                 let start = match admit_file_write(&mut caller, fd, iovs, n, at).await {
                     Ok(start) => start,
                     Err(errno) => return Ok(errno),
@@ -222,6 +224,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         "fd_filestat_set_size",
         |mut caller: Caller<'_, State>, (fd, size): (i32, i64)| {
             Box::new(async move {
+                super::inline_io::still_wanted(&mut caller)?;
                 let size = size as u64;
                 let growth = match file_size(&mut caller, fd).await {
                     Some(current) => size.saturating_sub(current),
@@ -256,7 +259,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
             i32,
         )| {
             Box::new(async move {
-                super::inline_io::before_file_op(&mut caller).await;
+                super::inline_io::before_file_op(&mut caller).await?;
                 if path_len as u32 as usize > MAX_GUEST_PATH {
                     return Ok(ERRNO_NAMETOOLONG);
                 }
@@ -322,7 +325,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
             i32,
         )| {
             Box::new(async move {
-                super::inline_io::before_file_op(&mut caller).await;
+                super::inline_io::before_file_op(&mut caller).await?;
                 if path_len as u32 as usize > MAX_GUEST_PATH {
                     return Ok(ERRNO_NAMETOOLONG);
                 }

@@ -70,13 +70,13 @@ pub(crate) fn watchdog_available() -> bool {
 /// making a round trip to tokio's blocking pool (tens of microseconds of
 /// thread hand-offs per operation).
 ///
-/// A guest holds only files and directories (the checks above), so an
-/// operation waits only as long as the filesystem takes. The one open that
-/// could wait without bound, a FIFO swapped in after the check, is ended by
-/// the watchdog's own thread whichever thread it blocks; so this holds only
-/// once that thread runs and its self-test passed (Linux). Until then (the
-/// self-test starts at the first open of a process), and elsewhere, each
-/// operation goes to the pool as before.
+/// This is the FIFO part of that decision (`inline_io` makes the rest:
+/// a spare worker, dirs on filesystems that never wait, `local_fs`). The
+/// one open of a file kind that could wait without bound, a FIFO swapped
+/// in after the check, is ended by the watchdog's own thread whichever
+/// thread it blocks; so this holds only once that thread runs and its
+/// self-test passed (Linux; the thread is started here if it is not
+/// running). Until then, and elsewhere, each operation goes to the pool.
 pub(crate) fn inline_ok() -> bool {
     watchdog::ready()
 }

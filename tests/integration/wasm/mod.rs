@@ -465,19 +465,51 @@ async fn file_io_runs_inline_only_where_no_filesystem_can_wait() {
     assert_eq!(was, Some(false));
 }
 
-/// The mount verdict is of the dir the sandbox holds, not of its path: an
-/// allowed dir renamed away, with another dir put at its path, runs on the
-/// pool once the mount table changes (a rename alone keeps the dir on its
-/// mount with every mount under it). The allowed twin: the first call, and
-/// the files still read through the handle. Root only (it mounts a tmpfs
-/// to change the table); CI runs as root.
+/// Unmounts what a test mounted, however it ends (innermost first).
+#[cfg(target_os = "linux")]
+struct Mounted(Vec<std::path::PathBuf>);
+
+#[cfg(target_os = "linux")]
+impl Mounted {
+    fn mount(&mut self, args: &[&str], at: &Path) {
+        let status = std::process::Command::new("mount")
+            .args(args)
+            .arg(at)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount {args:?} {}", at.display());
+        self.0.push(at.to_path_buf());
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        for at in self.0.iter().rev() {
+            // Lazily: a sandbox may still hold a handle inside.
+            let _ = std::process::Command::new("umount")
+                .arg("--lazy")
+                .arg(at)
+                .status();
+        }
+    }
+}
+
+/// The mount verdict is of the dir the sandbox holds, where it lies now,
+/// not of its path. The allowed dir renamed away, procfs mounted inside
+/// it, and the dir bind-mounted (not recursively) back at its old path:
+/// the path names the same dir, but the sandbox's handle reaches procfs,
+/// and its calls run on the pool. The allowed twins: the first call, a
+/// sandbox made on the bind mount (which has nothing under it), and the
+/// files still read through the handle. Root only (it mounts); CI runs as
+/// root.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_allowed_dir_is_judged_by_its_handle() {
     use toolhost::backend::wasm::last_call_file_io_inline as inline;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a tmpfs needs root");
+        eprintln!("skipped: mounting needs root");
         return;
     }
     builtin_tools_built();
@@ -492,23 +524,167 @@ async fn a_renamed_allowed_dir_is_judged_by_its_handle() {
     assert_eq!(inline(), Some(true));
     let moved = ws.with_file_name("ws-moved");
     std::fs::rename(&ws, &moved).unwrap();
+    std::fs::create_dir(moved.join("p")).unwrap();
     std::fs::create_dir(&ws).unwrap();
-    let mnt = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "tmpfs"])
-        .arg(mnt.path())
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let mut mounted = Mounted(Vec::new());
+    mounted.mount(&["-t", "proc", "proc"], &moved.join("p"));
+    mounted.mount(&["--bind", &moved.display().to_string()], &ws);
+    assert!(ws.join("p").is_dir() && !ws.join("p/self").exists());
     let r = sb.run(wc()).await;
-    let was = inline();
-    let _ = std::process::Command::new("umount")
-        .arg(mnt.path())
-        .status();
     assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
-    assert_eq!(was, Some(false));
+    assert_eq!(inline(), Some(false), "the handle reaches procfs");
+    let fresh = Sandbox::new([&ws], wasm_config()).unwrap();
+    let r = fresh.run(wc()).await;
+    assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+    assert_eq!(inline(), Some(true), "the bind mount has nothing under it");
+    drop((fresh, sb));
+    drop(mounted);
     std::fs::remove_dir(&ws).unwrap();
+    std::fs::remove_dir(moved.join("p")).unwrap();
     std::fs::rename(&moved, &ws).unwrap();
+}
+
+/// A dir is judged in the mount its handle lies in, not the deepest mount
+/// on its path: with a tmpfs at `t/sys` and then procfs mounted over `t`,
+/// `t/sys` names procfs's `sys`, though the deepest mount point on that
+/// path is the hidden tmpfs. A sandbox made on it then runs on the pool;
+/// the allowed twin, made on `t/sys` before the overmount, holds the
+/// tmpfs and still runs inline. Root only (it mounts); CI runs as root.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dir_under_an_overmount_is_judged_by_the_mount_on_top() {
+    use toolhost::backend::wasm::last_call_file_io_inline as inline;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting needs root");
+        return;
+    }
+    builtin_tools_built();
+    assert!(toolhost::backend::wasm::fifo_watchdog_available());
+    let t = Tmp::new();
+    let top = t.root.join("t");
+    let dir = top.join("sys");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut mounted = Mounted(Vec::new());
+    mounted.mount(&["-t", "tmpfs", "tmpfs"], &dir);
+    std::fs::write(dir.join("note.txt"), "one\ntwo\n").unwrap();
+    let before = Sandbox::new([&dir], wasm_config()).unwrap();
+    let wc = || RunRequest::new(["wc", "-l", "note.txt"]);
+    let r = before.run(wc()).await;
+    assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
+    assert_eq!(inline(), Some(true));
+    mounted.mount(&["-t", "proc", "proc"], &top);
+    assert!(dir.join("kernel").is_dir(), "t/sys is procfs's now");
+    let after = Sandbox::new([&dir], wasm_config()).unwrap();
+    let r = after.run(RunRequest::new(["ls", "kernel"])).await;
+    assert_eq!(inline(), Some(false), "t/sys lies in procfs: {r:?}");
+    let r = before.run(wc()).await;
+    assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
+    assert_eq!(inline(), Some(true), "the first sandbox holds the tmpfs");
+}
+
+/// Once its caller stopped waiting, a call that moved to its own task
+/// changes no file, though its worker is still held by an open that waits
+/// and the module calls on with no point where the task could be aborted
+/// (no loop, no function entry between two host calls). The module opens
+/// `leased.txt`, then creates `canary`. The test holds a write lease on
+/// `leased.txt`, so the first open waits; the call times out, the lease is
+/// given up, the open returns, and the create must trap. The allowed twin:
+/// with no lease the same module creates `canary`.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_caller_gave_up_changes_no_file() {
+    use std::os::fd::AsRawFd;
+    use toolhost::backend::wasm::last_call_file_io_inline as inline;
+    builtin_tools_built();
+    assert!(toolhost::backend::wasm::fifo_watchdog_available());
+    // SAFETY: ignoring SIGIO (a lease's break notice), which nothing in
+    // this test process uses.
+    unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
+    let t = Tmp::new();
+    std::fs::write(t.ws().join("t.wasm"), open_then_create_module()).unwrap();
+    let file = t.ws().join("leased.txt");
+    let canary = t.ws().join("canary");
+    std::fs::write(&file, "held\n").unwrap();
+    let held = std::fs::File::open(&file).unwrap();
+    // SAFETY: fcntl on a descriptor we own.
+    let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    let sb = t.sandbox(SandboxConfig {
+        timeout: Duration::from_secs(1),
+        ..wasm_config()
+    });
+    let r = sb.run(RunRequest::new(["./t.wasm"])).await;
+    assert_eq!(inline(), Some(true));
+    assert!(r.timed_out, "{r:?}");
+    // SAFETY: as above.
+    let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    assert_eq!(r, 0);
+    drop(held);
+    // The slot is given back when the task ends: after its last operation.
+    let started = std::time::Instant::now();
+    loop {
+        let _ = sb.run(RunRequest::new(["echo"])).await;
+        if inline() == Some(true) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the task never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!canary.exists(), "a call that timed out created a file");
+    let sb = t.sandbox(wasm_config());
+    let r = sb.run(RunRequest::new(["./t.wasm"])).await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(inline(), Some(true));
+    assert!(canary.is_file());
+}
+
+/// A preview-1 module whose `_start` opens `leased.txt` for reading, then
+/// creates `canary`, both in the first preopen, in straight-line code:
+/// wasmtime checks the epoch (where a task can yield) only at function
+/// entries and loop heads.
+fn open_then_create_module() -> Vec<u8> {
+    let mut m = b"\0asm\x01\0\0\0".to_vec();
+    // Types: 0 is path_open's (fd, dirflags, path, len, oflags, rights,
+    // inheriting, fdflags, opened) -> errno; 1 is `_start`'s.
+    m.extend([1, 17, 2]);
+    m.extend([
+        0x60, 9, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7e, 0x7e, 0x7f, 0x7f, 1, 0x7f,
+    ]);
+    m.extend([0x60, 0, 0]);
+    m.extend([2, 36, 1, 22]);
+    m.extend(b"wasi_snapshot_preview1");
+    m.push(9);
+    m.extend(b"path_open");
+    m.extend([0, 0]);
+    m.extend([3, 2, 1, 1]);
+    m.extend([5, 3, 1, 0, 1]);
+    m.extend([7, 19, 2, 6]);
+    m.extend(b"memory");
+    m.extend([2, 0, 6]);
+    m.extend(b"_start");
+    m.extend([0, 1]);
+    // path_open(3, 0, 16, 10, 0, FD_READ, 0, 0, 64); then
+    // path_open(3, 0, 32, 6, O_CREAT, FD_WRITE, 0, 0, 68); results dropped.
+    let mut body = vec![0u8];
+    body.extend([
+        0x41, 3, 0x41, 0, 0x41, 16, 0x41, 10, 0x41, 0, 0x42, 2, 0x42, 0,
+    ]);
+    body.extend([0x41, 0, 0x41, 0xc0, 0, 0x10, 0, 0x1a]);
+    body.extend([
+        0x41, 3, 0x41, 0, 0x41, 32, 0x41, 6, 0x41, 1, 0x42, 0xc0, 0, 0x42, 0,
+    ]);
+    body.extend([0x41, 0, 0x41, 0xc4, 0, 0x10, 0, 0x1a, 0x0b]);
+    m.extend([10, body.len() as u8 + 2, 1, body.len() as u8]);
+    m.extend(body);
+    m.extend([11, 27, 2, 0, 0x41, 16, 0x0b, 10]);
+    m.extend(b"leased.txt");
+    m.extend([0, 0x41, 32, 0x0b, 6]);
+    m.extend(b"canary");
+    m
 }
 
 /// An open that waits inline (another process holds a lease on the file:

@@ -465,6 +465,20 @@ async fn file_io_runs_inline_only_where_no_filesystem_can_wait() {
     assert_eq!(was, Some(false));
 }
 
+/// Whether a mounting test can run (root), with the built-in tools built
+/// and the FIFO watchdog up (inline file I/O needs it).
+#[cfg(target_os = "linux")]
+fn ready_to_mount() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting needs root");
+        return false;
+    }
+    builtin_tools_built();
+    assert!(toolhost::backend::wasm::fifo_watchdog_available());
+    true
+}
+
 /// Unmounts what a test mounted, however it ends (innermost first).
 #[cfg(target_os = "linux")]
 struct Mounted(Vec<std::path::PathBuf>);
@@ -507,13 +521,9 @@ impl Drop for Mounted {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_allowed_dir_is_judged_by_its_handle() {
     use toolhost::backend::wasm::last_call_file_io_inline as inline;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting needs root");
+    if !ready_to_mount() {
         return;
     }
-    builtin_tools_built();
-    assert!(toolhost::backend::wasm::fifo_watchdog_available());
     let t = Tmp::new();
     let ws = t.ws().to_path_buf();
     std::fs::write(ws.join("note.txt"), "one\ntwo\nthree\n").unwrap();
@@ -554,13 +564,9 @@ async fn a_renamed_allowed_dir_is_judged_by_its_handle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dir_under_an_overmount_is_judged_by_the_mount_on_top() {
     use toolhost::backend::wasm::last_call_file_io_inline as inline;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting needs root");
+    if !ready_to_mount() {
         return;
     }
-    builtin_tools_built();
-    assert!(toolhost::backend::wasm::fifo_watchdog_available());
     let t = Tmp::new();
     let top = t.root.join("t");
     let dir = top.join("sys");

@@ -12,8 +12,6 @@
 //!   from disk become native code (wasmtime's `deserialize`).
 //! - `fifo_signal` (Linux): a no-op signal handler and a signal to one
 //!   thread, which interrupt a wasm call's blocked open of a FIFO.
-//! - `mount_events` (Linux): the mount table, and whether it changed since
-//!   it was read (`poll` on `/proc/self/mountinfo`).
 //! - [`private_dir`]: a state dir only this user can write.
 
 use std::path::Path;
@@ -24,8 +22,6 @@ pub(crate) mod fifo_signal;
 pub(crate) mod file_id;
 #[cfg(windows)]
 pub(crate) mod file_lock;
-#[cfg(target_os = "linux")]
-pub(crate) mod mount_events;
 
 /// Creates `dir` if needed and checks that only this user can write to it
 /// (Unix: owned by the effective user; group and other write bits are

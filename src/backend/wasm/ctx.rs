@@ -17,7 +17,6 @@ use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use super::classify::first_line;
-use super::local_fs::LocalFs;
 use super::{CappedPipe, protect};
 use crate::outcome::{Outcome, OutcomeKind};
 use crate::plan::ExecPlan;
@@ -217,9 +216,6 @@ fn same_dir_as_mount<'a>(plan: &'a ExecPlan, cwd: &crate::plan::WorkDir) -> Opti
 #[derive(Default)]
 pub(super) struct Preopens {
     made: Mutex<Vec<(PreopenKey, WasiFilesystemCtx)>>,
-    /// Whether the dirs reach only filesystems that never wait on anyone
-    /// (a call whose cwd is below a dir reaches no more than the dir).
-    pub(super) local: LocalFs,
 }
 
 impl std::fmt::Debug for Preopens {

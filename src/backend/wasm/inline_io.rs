@@ -1,79 +1,53 @@
-//! Which calls run their file operations on the thread that polls them.
+//! Which calls run their file operations without a round trip per operation.
 //!
 //! By default wasmtime-wasi sends each file operation of a guest to tokio's
 //! blocking pool: a round trip between threads (tens of microseconds here)
 //! per open, read, write or stat, several per opened file. A preview-1 call
-//! that claims an [`InlineSlot`] runs them on the thread polling it instead
-//! (`allow_blocking_current_thread`). It starts in its caller's task; at its
-//! first operation that can reach a file or a dir ([`before_file_op`]) it
-//! moves to a task of its own (`execute`), and the caller keeps the call's
-//! timeout on another worker. An operation that waits (a lease another
-//! process holds, a directory of a million entries, a frozen filesystem, a
-//! FIFO swapped in) then holds that task's worker, not the caller, which
-//! gets its `timed_out` on time; the task is aborted at its next yield. A
-//! call that touches no file never changes task.
+//! that is [`claim`]ed runs them on the thread polling it instead
+//! (`allow_blocking_current_thread`), and that thread is never a runtime
+//! worker: the call starts in its caller's task, and before its first
+//! function that can reach the host's filesystem ([`before_fd_op`],
+//! [`before_file_op`]) it moves, whole, to one thread of the blocking pool
+//! (`execute`), where it runs to its end. An operation that waits (a lease
+//! another process holds, a FUSE or NFS server that stopped answering, a
+//! frozen device, a FIFO swapped in) then holds that one pool thread, as it
+//! would hold one under wasmtime-wasi's own hand-off; no worker, no timer
+//! and not the caller, which gets its `timed_out` on time. The call is then
+//! dropped at its next yield, and its next file operation traps
+//! ([`still_wanted`]). A call that touches no file never moves.
 //!
-//! A call claims a slot only when all of these hold:
-//! - it runs on a multi-thread runtime, and fewer calls of that runtime hold
-//!   a slot than it has workers less one: one worker always stays free for
-//!   timers, timeouts and every other task, however many operations wait;
-//! - the FIFO watchdog's thread runs and passed its self-test, so an open of
-//!   a FIFO swapped in after the check is ended rather than holding a
-//!   worker (`special::inline_ok`);
-//! - every filesystem its dirs reach ends each operation by itself
-//!   (`local_fs`: not procfs, FUSE, NFS, ...), so a worker is not held for
-//!   good by a file that waits on someone.
+//! Before the move a call has only stdio (fds 0 to 2, in memory) and its
+//! preopened dirs (3 and up): a path only an open (guarded) can reach, and
+//! a preopen only an fd of 3 or more (or a renumber, guarded) names. So
+//! every function that names a path, an fd of 3 or more, or renumbers,
+//! moves first. Left as they are: the functions wasmtime-wasi keeps
+//! synchronous (`fd_prestat_get`, `fd_prestat_dir_name`, `fd_tell`,
+//! `fd_allocate`, `fd_fdstat_set_flags`, `fd_fdstat_set_rights`), which
+//! read or set the guest's table only, and `poll_oneoff`, which before the
+//! move can subscribe only to stdio streams and timers (a sleep stays a
+//! timer, `sleep_p1`).
 //!
-//! Otherwise (the CLI's single-thread runtime, components, typed tools) each
-//! operation goes to the pool, as before.
-
-use std::sync::{Arc, Mutex};
-
-use cap_std::fs::Dir;
-
-use tokio::runtime::Id;
+//! A call is claimed when it runs on a multi-thread runtime and the FIFO
+//! watchdog runs and passed its self-test (`special::inline_ok`, Linux).
+//! Otherwise (the CLI's single-thread runtime, components, typed tools)
+//! each operation goes to the pool, as before.
 
 use wasmtime::{Caller, Linker};
 
 use super::limits::HasCommon;
-use super::local_fs::LocalFs;
 use super::p1::{State, call_p1};
 use super::special;
 
-/// How many calls hold a slot, per runtime that has any.
-static RUNNING: Mutex<Vec<(Id, usize)>> = Mutex::new(Vec::new());
-
 thread_local! {
-    /// Whether the last call prepared on this thread claimed a slot
+    /// Whether the last call prepared on this thread was claimed
     /// (`last_call_file_io_inline`).
     pub(super) static LAST: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
-/// Leave to run a call's file operations on its own thread; released when
-/// dropped (with the call's task).
-#[derive(Debug)]
-pub(super) struct InlineSlot(Id);
-
-impl Drop for InlineSlot {
-    fn drop(&mut self) {
-        let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = running.iter().position(|(id, _)| *id == self.0) {
-            running[i].1 = running[i].1.saturating_sub(1);
-            if running[i].1 == 0 {
-                running.swap_remove(i);
-            }
-        }
-    }
-}
-
-/// Called first by every preview-1 function that can reach a file or a dir
-/// (the shadows in `p1`, `guard_p1`, `sleep_p1`'s neighbours): at the
-/// first, a call that holds a slot asks to move to a task of its own and
+/// Called first by every preview-1 function that can reach the host's
+/// filesystem by a path (the shadows in `p1`, `guard_p1` and here): at the
+/// first, a claimed call asks to move to a thread of the blocking pool and
 /// yields once; `execute` then moves it, and the operation runs there.
-/// Until then the call runs in its caller's task (a call that touches no
-/// file pays no task hand-off), doing nothing that can wait: the functions
-/// left unguarded act on stdio, on a file (which only an open, guarded,
-/// gives) or quickly on a dir (`fd_filestat_get`, `fd_read`).
 ///
 /// Traps instead once the caller is done with the call ([`still_wanted`]).
 pub(super) async fn before_file_op<T: HasCommon>(
@@ -87,11 +61,24 @@ pub(super) async fn before_file_op<T: HasCommon>(
     Ok(())
 }
 
-/// A trap once the caller of a call moved to its own task has stopped
-/// waiting for it (its timeout fired, or it was dropped). The task is then
-/// aborted at its next yield; host functions that do not yield (an inline
-/// write, an open) would otherwise go on changing files until then. Checked
-/// by [`before_file_op`] and the shadows that write to files.
+/// Called first by every preview-1 function that acts on a descriptor: as
+/// [`before_file_op`], unless `fd` is 0, 1 or 2, which until the move are
+/// stdio (or closed): in memory, never the host's filesystem.
+pub(super) async fn before_fd_op<T: HasCommon>(
+    caller: &mut wasmtime::Caller<'_, T>,
+    fd: i32,
+) -> wasmtime::Result<()> {
+    if (0..3).contains(&fd) {
+        return still_wanted(caller);
+    }
+    before_file_op(caller).await
+}
+
+/// A trap once the caller of a call that moved has stopped waiting for it
+/// (its timeout fired, or it was dropped). The call is then dropped at its
+/// next yield; host functions that do not yield (an inline write, an open)
+/// would otherwise go on changing files until then. Checked by
+/// [`before_file_op`] and [`before_fd_op`].
 pub(super) fn still_wanted<T: HasCommon>(
     caller: &mut wasmtime::Caller<'_, T>,
 ) -> wasmtime::Result<()> {
@@ -103,70 +90,60 @@ pub(super) fn still_wanted<T: HasCommon>(
     }
 }
 
-/// A slot for a call whose allowed dirs' handles are `dirs` (and whose
-/// working dir's is `cwd`, when not one of them), if it may have one.
-pub(super) fn claim<'a>(
-    local: &LocalFs,
-    dirs: impl IntoIterator<Item = Option<&'a Arc<Dir>>>,
-    cwd: Option<&Dir>,
-) -> Option<InlineSlot> {
-    let slot = try_claim(local, dirs, cwd);
-    LAST.with(|l| l.set(Some(slot.is_some())));
-    slot
-}
-
-fn try_claim<'a>(
-    local: &LocalFs,
-    dirs: impl IntoIterator<Item = Option<&'a Arc<Dir>>>,
-    cwd: Option<&Dir>,
-) -> Option<InlineSlot> {
-    let rt = tokio::runtime::Handle::try_current().ok()?;
-    if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
-        return None;
-    }
-    let spare = rt.metrics().num_workers().saturating_sub(1);
-    if spare == 0 || !special::inline_ok() {
-        return None;
-    }
-    let id = rt.id();
-    let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
-    let held = running
-        .iter()
-        .find(|(r, _)| *r == id)
-        .map_or(0, |(_, n)| *n);
-    if held >= spare || !local.only_local(dirs, cwd) {
-        return None;
-    }
-    match running.iter_mut().find(|(r, _)| *r == id) {
-        Some((_, n)) => *n += 1,
-        None => running.push((id, 1)),
-    }
-    Some(InlineSlot(id))
+/// Whether a preview-1 call prepared now may run its file operations inline
+/// (see the module doc); remembered for `last_call_file_io_inline`.
+pub(super) fn claim() -> bool {
+    let inline = tokio::runtime::Handle::try_current()
+        .is_ok_and(|rt| rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        && special::inline_ok();
+    LAST.with(|l| l.set(Some(inline)));
+    inline
 }
 
 /// Guards the preview-1 functions that reach the filesystem and that no
-/// other shadow covers: each moves the call first ([`before_file_op`]), then
-/// is wasmtime-wasi's own.
+/// other shadow covers: each moves the call first ([`before_file_op`] for a
+/// path, [`before_fd_op`] for a descriptor), then is wasmtime-wasi's own.
+/// Added before the other shadows, so that one of theirs (which moves the
+/// call itself) wins over one here.
 pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> {
     macro_rules! guarded {
-        ($func:ident ( $($arg:ident : $ty:ty),* )) => {
+        ($func:ident ( $($arg:ident : $ty:ty),* ), $before:expr) => {
             linker.func_wrap_async(
                 "wasi_snapshot_preview1",
                 stringify!($func),
                 |mut caller: Caller<'_, State>, ($($arg,)*): ($($ty,)*)| {
                     Box::new(async move {
-                        before_file_op(&mut caller).await?;
+                        let before: Before = $before;
+                        match before {
+                            Before::Path => before_file_op(&mut caller).await?,
+                            Before::Fd(fd) => before_fd_op(&mut caller, fd).await?,
+                        }
                         call_p1!(caller, $func($($arg),*))
                     })
                 },
             )?;
         };
     }
-    guarded!(path_filestat_get(fd: i32, flags: i32, path: i32, len: i32, buf: i32));
-    guarded!(path_readlink(fd: i32, path: i32, len: i32, buf: i32, buf_len: i32, used: i32));
-    guarded!(fd_readdir(fd: i32, buf: i32, buf_len: i32, cookie: i64, used: i32));
-    guarded!(fd_sync(fd: i32));
-    guarded!(fd_datasync(fd: i32));
-    guarded!(fd_advise(fd: i32, offset: i64, len: i64, advice: i32));
+    use Before::{Fd, Path};
+    guarded!(path_filestat_get(fd: i32, flags: i32, path: i32, len: i32, buf: i32), Path);
+    guarded!(path_readlink(fd: i32, path: i32, len: i32, buf: i32, buf_len: i32, used: i32), Path);
+    // A renumber can put a preopen on 0, 1 or 2.
+    guarded!(fd_renumber(fd: i32, to: i32), Path);
+    guarded!(fd_readdir(fd: i32, buf: i32, buf_len: i32, cookie: i64, used: i32), Fd(fd));
+    guarded!(fd_sync(fd: i32), Fd(fd));
+    guarded!(fd_datasync(fd: i32), Fd(fd));
+    guarded!(fd_advise(fd: i32, offset: i64, len: i64, advice: i32), Fd(fd));
+    guarded!(fd_close(fd: i32), Fd(fd));
+    guarded!(fd_fdstat_get(fd: i32, buf: i32), Fd(fd));
+    guarded!(fd_filestat_get(fd: i32, buf: i32), Fd(fd));
+    guarded!(fd_pread(fd: i32, iovs: i32, n: i32, offset: i64, read: i32), Fd(fd));
+    guarded!(fd_read(fd: i32, iovs: i32, n: i32, read: i32), Fd(fd));
+    guarded!(fd_seek(fd: i32, offset: i64, whence: i32, new: i32), Fd(fd));
     Ok(())
+}
+
+/// What a guarded function names: a path (it moves always) or a descriptor.
+enum Before {
+    Path,
+    Fd(i32),
 }

@@ -40,7 +40,6 @@ mod guard_p2;
 mod guard_path;
 mod inline_io;
 mod limits;
-mod local_fs;
 mod p1;
 mod p3;
 mod probe;
@@ -98,10 +97,11 @@ pub fn fifo_watchdog_available() -> bool {
 }
 
 /// Whether the last wasm call prepared on this thread runs its file
-/// operations on the thread that polls it (`None`: no call yet). They do
-/// once the FIFO watchdog runs (Linux) and when every filesystem the call's
-/// dirs reach ends each operation by itself; otherwise each goes to tokio's
-/// blocking pool. A diagnostic, and what the tests look at.
+/// operations on the thread that polls it (`None`: no call yet): a
+/// preview-1 call on a multi-thread runtime, once the FIFO watchdog runs
+/// (Linux), which moves to a thread of the blocking pool at its first file
+/// operation; otherwise each operation goes to that pool. A diagnostic, and
+/// what the tests look at.
 #[doc(hidden)]
 pub fn last_call_file_io_inline() -> Option<bool> {
     inline_io::LAST.with(|l| l.get())
@@ -203,32 +203,12 @@ impl WasmBackend {
         let stdout = CappedPipe::new(plan.limits.stdout_cap);
         let stderr = CappedPipe::new(plan.limits.stderr_cap);
         // Preview-1 modules only: their sleep is kept a timer (`sleep_p1`).
-        let inline = match &*loaded {
-            Loaded::Module(_) => inline_io::claim(
-                &self.preopens.local,
-                plan.mounts.iter().map(|m| {
-                    let handle = plan.mount_dirs.iter().find(|(p, _)| *p == m.path);
-                    handle.map(|(_, d)| d)
-                }),
-                plan.cwd
-                    .as_ref()
-                    .map(|c| &c.dir)
-                    .filter(|c| !plan.mount_dirs.iter().any(|(_, d)| Arc::ptr_eq(c, d)))
-                    .map(|c| &**c),
-            ),
-            _ => None,
-        };
-        let (builder, guard, fs) = match build_wasi(
-            plan,
-            &target.name,
-            &stdout,
-            &stderr,
-            &self.preopens,
-            inline.is_some(),
-        ) {
-            Ok(b) => b,
-            Err(o) => return refuse(o),
-        };
+        let inline = matches!(&*loaded, Loaded::Module(_)) && inline_io::claim();
+        let (builder, guard, fs) =
+            match build_wasi(plan, &target.name, &stdout, &stderr, &self.preopens, inline) {
+                Ok(b) => b,
+                Err(o) => return refuse(o),
+            };
         let limits = &plan.limits;
         let ended = match &*loaded {
             Loaded::Module(pre) => {
@@ -258,7 +238,7 @@ impl WasmBackend {
                 ctx::install(&mut state.ctx, fs);
                 state.common.guard = guard;
                 let pre = pre.clone();
-                self.execute(limits, deadline, state, None, move |store| {
+                self.execute(limits, deadline, state, false, move |store| {
                     Box::pin(async move {
                         let cmd = pre
                             .instantiate_async(&mut *store)
@@ -277,7 +257,7 @@ impl WasmBackend {
                 ctx::install(&mut state.ctx, fs);
                 state.common.guard = guard;
                 let pre = pre.clone();
-                self.execute(limits, deadline, state, None, move |store| {
+                self.execute(limits, deadline, state, false, move |store| {
                     Box::pin(async move {
                         let cmd = pre
                             .instantiate_async(&mut *store)
@@ -337,7 +317,7 @@ impl WasmBackend {
         let state = self.component_state(b, limits);
         let pre = pre.clone();
         let ended = self
-            .execute(limits, deadline, state, None, move |store| {
+            .execute(limits, deadline, state, false, move |store| {
                 Box::pin(async move {
                     let t = pre
                         .instantiate_async(&mut *store)
@@ -427,7 +407,7 @@ impl WasmBackend {
         let pre = pre.clone();
         let input = input.to_string();
         let ended = self
-            .execute(&plan.limits, deadline, state, None, move |store| {
+            .execute(&plan.limits, deadline, state, false, move |store| {
                 Box::pin(async move {
                     let t = pre
                         .instantiate_async(&mut *store)
@@ -528,15 +508,15 @@ impl WasmBackend {
 
     /// Runs `body` on a fresh store holding `state`, within the limits: the
     /// store's limiter, epoch or fuel, a pool slot, and the wall-clock timeout.
-    /// With an `inline` slot (file operations on the polling thread), the
-    /// call is a task of its own and the timeout stays with the caller
-    /// (`inline_io`).
+    /// An `inline` call (file operations on the thread that polls it) moves
+    /// to a thread of the blocking pool at its first file operation, and the
+    /// timeout stays with the caller (`inline_io`).
     async fn execute<T, R>(
         &self,
         limits: &Limits,
         deadline: tokio::time::Instant,
         state: T,
-        inline: Option<inline_io::InlineSlot>,
+        inline: bool,
         body: impl for<'s> FnOnce(
             &'s mut Store<T>,
         ) -> std::pin::Pin<
@@ -549,8 +529,8 @@ impl WasmBackend {
         R: Send + 'static,
     {
         let mut store = Store::new(&self.engine.engine, state);
-        let moved = inline.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
-        let ended = inline.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
+        let moved = inline.then(|| Arc::new(AtomicBool::new(false)));
+        let ended = inline.then(|| Arc::new(AtomicBool::new(false)));
         store.data_mut().common().move_to_task = moved.clone();
         store.data_mut().common().ended = ended.clone();
         store.limiter(|s| &mut s.common().limiter);
@@ -612,7 +592,7 @@ impl WasmBackend {
             };
             (result, hits)
         };
-        let (Some(slot), Some(moved), Some(ended)) = (inline, moved, ended) else {
+        let (Some(moved), Some(ended)) = (moved, ended) else {
             return match tokio::time::timeout_at(deadline, call).await {
                 Ok((result, hits)) => Executed::Done(result, hits),
                 Err(_) => Executed::TimedOut,
@@ -631,33 +611,41 @@ impl WasmBackend {
             Ok(Some((result, hits))) => return Executed::Done(result, hits),
             Ok(None) => {}
         }
-        // The slot is released with the task, after its last operation.
-        let mut task = tokio::spawn(async move {
-            let _slot = slot;
-            call.await
+        // The rest runs on one thread of the blocking pool, to its end: an
+        // operation that waits holds that thread, never a runtime worker,
+        // and the caller's timeout fires on time. The call is dropped there
+        // too (a close can wait as well), at its next yield once the caller
+        // is done with it.
+        let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+        let rt = tokio::runtime::Handle::current();
+        let mut thread = tokio::task::spawn_blocking(move || {
+            rt.block_on(async move {
+                tokio::select! {
+                    biased;
+                    _ = cancelled => None,
+                    done = call => Some(done),
+                }
+            })
         });
-        // Aborted however this future ends: a call that timed out or was
-        // cancelled stops at its next yield, even while its worker is held
-        // by an operation that waits.
-        let abort = task.abort_handle();
-        let _abort = AbortOnDrop(abort, ended);
-        match tokio::time::timeout_at(deadline, &mut task).await {
-            Ok(Ok((result, hits))) => Executed::Done(result, hits),
+        let _cancel = CancelOnDrop(Some(cancel), ended);
+        match tokio::time::timeout_at(deadline, &mut thread).await {
+            Ok(Ok(Some((result, hits)))) => Executed::Done(result, hits),
             Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Ok(Err(_)) | Err(_) => Executed::TimedOut,
+            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => Executed::TimedOut,
         }
     }
 }
 
-/// Aborts a call's task when the caller is done with it, first telling its
-/// file operations to trap (`inline_io::still_wanted`): an abort only takes
-/// effect when the task yields.
-struct AbortOnDrop(tokio::task::AbortHandle, Arc<AtomicBool>);
+/// Cancels a call that moved to a thread of its own when the caller is done
+/// with it, first telling its file operations to trap
+/// (`inline_io::still_wanted`): the cancel only takes effect when the call
+/// yields.
+struct CancelOnDrop(Option<tokio::sync::oneshot::Sender<()>>, Arc<AtomicBool>);
 
-impl Drop for AbortOnDrop {
+impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.1.store(true, Release);
-        self.0.abort();
+        drop(self.0.take());
     }
 }
 

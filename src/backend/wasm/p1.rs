@@ -138,13 +138,13 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
     wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s: &mut State| &mut s.wasi)?;
     linker.allow_shadowing(true);
     const M: &str = "wasi_snapshot_preview1";
+    // The calls that name a path or a descriptor move an inline call off
+    // its caller first (`inline_io`); each shadow after this one does too.
+    inline_io::add_to_linker(&mut linker)?;
     // Changes by path go through a fresh handle on the parent (`protect`).
     guard_p1::add_to_linker(&mut linker)?;
     // A sleep stays a timer when file operations run inline (`sleep_p1`).
     sleep_p1::add_to_linker(&mut linker)?;
-    // The other calls that reach the filesystem move an inline call to a
-    // task of its own first (`inline_io`).
-    inline_io::add_to_linker(&mut linker)?;
 
     // The preview-1 socket calls: wasmtime-wasi answers them with a warning
     // logged per call, which a guest looping on them turns into unbounded
@@ -154,28 +154,40 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         M,
         "sock_shutdown",
         |mut caller: Caller<'_, State>, (fd, _how): (i32, i32)| {
-            Box::new(async move { Ok(not_a_socket(&mut caller, fd).await) })
+            Box::new(async move {
+                inline_io::before_fd_op(&mut caller, fd).await?;
+                Ok(not_a_socket(&mut caller, fd).await)
+            })
         },
     )?;
     linker.func_wrap_async(
         M,
         "sock_accept",
         |mut caller: Caller<'_, State>, (fd, _flags, _out): (i32, i32, i32)| {
-            Box::new(async move { Ok(not_a_socket(&mut caller, fd).await) })
+            Box::new(async move {
+                inline_io::before_fd_op(&mut caller, fd).await?;
+                Ok(not_a_socket(&mut caller, fd).await)
+            })
         },
     )?;
     linker.func_wrap_async(
         M,
         "sock_recv",
         |mut caller: Caller<'_, State>, (fd, ..): (i32, i32, i32, i32, i32, i32)| {
-            Box::new(async move { Ok(not_a_socket(&mut caller, fd).await) })
+            Box::new(async move {
+                inline_io::before_fd_op(&mut caller, fd).await?;
+                Ok(not_a_socket(&mut caller, fd).await)
+            })
         },
     )?;
     linker.func_wrap_async(
         M,
         "sock_send",
         |mut caller: Caller<'_, State>, (fd, ..): (i32, i32, i32, i32, i32)| {
-            Box::new(async move { Ok(not_a_socket(&mut caller, fd).await) })
+            Box::new(async move {
+                inline_io::before_fd_op(&mut caller, fd).await?;
+                Ok(not_a_socket(&mut caller, fd).await)
+            })
         },
     )?;
     linker.func_wrap_async(
@@ -183,7 +195,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         "fd_write",
         |mut caller: Caller<'_, State>, (fd, iovs, n, nwritten): (i32, i32, i32, i32)| {
             Box::new(async move {
-                super::inline_io::still_wanted(&mut caller)?;
+                inline_io::before_fd_op(&mut caller, fd).await?;
                 let start = match admit_file_write(&mut caller, fd, iovs, n, None).await {
                     Ok(start) => start,
                     Err(errno) => return Ok(errno),
@@ -204,7 +216,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
          (fd, iovs, n, offset, nwritten): (i32, i32, i32, i64, i32)| {
             Box::new(async move {
                 let at = Some(offset as u64);
-                super::inline_io::still_wanted(&mut caller)?;
+                inline_io::before_fd_op(&mut caller, fd).await?;
                 let start = match admit_file_write(&mut caller, fd, iovs, n, at).await {
                     Ok(start) => start,
                     Err(errno) => return Ok(errno),
@@ -224,7 +236,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
         "fd_filestat_set_size",
         |mut caller: Caller<'_, State>, (fd, size): (i32, i64)| {
             Box::new(async move {
-                super::inline_io::still_wanted(&mut caller)?;
+                inline_io::before_fd_op(&mut caller, fd).await?;
                 let size = size as u64;
                 let growth = match file_size(&mut caller, fd).await {
                     Some(current) => size.saturating_sub(current),
@@ -259,7 +271,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
             i32,
         )| {
             Box::new(async move {
-                super::inline_io::before_file_op(&mut caller).await?;
+                inline_io::before_file_op(&mut caller).await?;
                 if path_len as u32 as usize > MAX_GUEST_PATH {
                     return Ok(ERRNO_NAMETOOLONG);
                 }
@@ -325,7 +337,7 @@ pub(super) fn build_linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
             i32,
         )| {
             Box::new(async move {
-                super::inline_io::before_file_op(&mut caller).await?;
+                inline_io::before_file_op(&mut caller).await?;
                 if path_len as u32 as usize > MAX_GUEST_PATH {
                     return Ok(ERRNO_NAMETOOLONG);
                 }

@@ -70,8 +70,7 @@ pub(crate) fn watchdog_available() -> bool {
 /// making a round trip to tokio's blocking pool (tens of microseconds of
 /// thread hand-offs per operation).
 ///
-/// This is the FIFO part of that decision (`inline_io` makes the rest:
-/// a spare worker, dirs on filesystems that never wait, `local_fs`). The
+/// This is the FIFO part of that decision (`inline_io` makes the rest). The
 /// one open of a file kind that could wait without bound, a FIFO swapped
 /// in after the check, is ended by the watchdog's own thread whichever
 /// thread it blocks; so this holds only once that thread runs and its

@@ -15,6 +15,8 @@ use crate::util::*;
 
 mod components;
 mod files;
+#[cfg(target_os = "linux")]
+mod hangfs;
 mod special;
 mod tools;
 
@@ -416,13 +418,13 @@ async fn attack_22_blocked_in_a_host_call_still_times_out() {
     assert!(r.duration >= Duration::from_secs(1), "{:?}", r.duration);
 }
 
-/// A call's file operations run on the thread polling it only where every
-/// filesystem its dirs reach ends each operation by itself: in a temp dir
-/// yes, with an allowed dir on procfs no (its reads can wait on the kernel,
-/// see the next test). Either way the files read the same.
+/// A preview-1 call's file operations run on a thread of their own on any
+/// filesystem (whatever waits there holds that thread, see the tests
+/// below), on a multi-thread runtime: in a temp dir, and with an allowed
+/// dir on procfs. Not on a single-thread runtime. The files read the same.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn file_io_runs_inline_only_where_no_filesystem_can_wait() {
+async fn file_io_runs_inline_except_on_a_single_thread_runtime() {
     use toolhost::backend::wasm::last_call_file_io_inline as inline;
     builtin_tools_built();
     assert!(toolhost::backend::wasm::fifo_watchdog_available());
@@ -444,10 +446,10 @@ async fn file_io_runs_inline_only_where_no_filesystem_can_wait() {
         .run(RunRequest::new(["cat", "/proc/sys/kernel/ostype"]))
         .await;
     assert_eq!(r.stdout, "Linux\n", "{r:?}");
-    assert_eq!(inline(), Some(false));
+    assert_eq!(inline(), Some(true));
     let r = sb.run(RunRequest::new(["wc", "-l", "note.txt"])).await;
     assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
-    assert_eq!(inline(), Some(false));
+    assert_eq!(inline(), Some(true));
     // A single-thread runtime has no other thread for the timeout: the pool.
     let ws = t.ws().to_path_buf();
     let (out, was) = std::thread::spawn(move || {
@@ -479,118 +481,177 @@ fn ready_to_mount() -> bool {
     true
 }
 
-/// Unmounts what a test mounted, however it ends (innermost first).
-#[cfg(target_os = "linux")]
-struct Mounted(Vec<std::path::PathBuf>);
-
-#[cfg(target_os = "linux")]
-impl Mounted {
-    fn mount(&mut self, args: &[&str], at: &Path) {
-        let status = std::process::Command::new("mount")
-            .args(args)
-            .arg(at)
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount {args:?} {}", at.display());
-        self.0.push(at.to_path_buf());
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        for at in self.0.iter().rev() {
-            // Lazily: a sandbox may still hold a handle inside.
-            let _ = std::process::Command::new("umount")
-                .arg("--lazy")
-                .arg(at)
-                .status();
+/// Unsigned LEB128, as the wasm binary format counts sizes.
+fn leb(mut n: usize, out: &mut Vec<u8>) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
         }
+        out.push(byte | 0x80);
     }
 }
 
-/// The mount verdict is of the dir the sandbox holds, where it lies now,
-/// not of its path. The allowed dir renamed away, procfs mounted inside
-/// it, and the dir bind-mounted (not recursively) back at its old path:
-/// the path names the same dir, but the sandbox's handle reaches procfs,
-/// and its calls run on the pool. The allowed twins: the first call, a
-/// sandbox made on the bind mount (which has nothing under it), and the
-/// files still read through the handle. Root only (it mounts); CI runs as
-/// root.
+/// A preview-1 module: `imports` from `wasi_snapshot_preview1`, each
+/// `(name, params, results)` in value types (0x7f i32, 0x7e i64) and
+/// numbered from 0 in order; one page of memory holding `data` at 0; and
+/// a `_start` whose code is `body` (without its final `end`).
+fn p1_module(imports: &[(&str, &[u8], &[u8])], data: &[u8], body: &[u8]) -> Vec<u8> {
+    fn section(id: u8, content: Vec<u8>, m: &mut Vec<u8>) {
+        m.push(id);
+        leb(content.len(), m);
+        m.extend(content);
+    }
+    fn name(s: &[u8], out: &mut Vec<u8>) {
+        leb(s.len(), out);
+        out.extend(s);
+    }
+    let mut m = b"\0asm\x01\0\0\0".to_vec();
+    let mut types = Vec::new();
+    leb(imports.len() + 1, &mut types);
+    for (_, params, results) in imports {
+        types.push(0x60);
+        leb(params.len(), &mut types);
+        types.extend(*params);
+        leb(results.len(), &mut types);
+        types.extend(*results);
+    }
+    types.extend([0x60, 0, 0]);
+    section(1, types, &mut m);
+    let mut imps = Vec::new();
+    leb(imports.len(), &mut imps);
+    for (i, (n, _, _)) in imports.iter().enumerate() {
+        name(b"wasi_snapshot_preview1", &mut imps);
+        name(n.as_bytes(), &mut imps);
+        imps.push(0);
+        leb(i, &mut imps);
+    }
+    section(2, imps, &mut m);
+    let mut funcs = vec![1];
+    leb(imports.len(), &mut funcs);
+    section(3, funcs, &mut m);
+    section(5, vec![1, 0, 1], &mut m);
+    let mut exports = vec![2];
+    name(b"memory", &mut exports);
+    exports.extend([2, 0]);
+    name(b"_start", &mut exports);
+    exports.push(0);
+    leb(imports.len(), &mut exports);
+    section(7, exports, &mut m);
+    let mut code = vec![0u8];
+    code.extend(body);
+    code.push(0x0b);
+    let mut codes = vec![1];
+    leb(code.len(), &mut codes);
+    codes.extend(code);
+    section(10, codes, &mut m);
+    let mut datas = vec![1, 0, 0x41, 0, 0x0b];
+    leb(data.len(), &mut datas);
+    datas.extend(data);
+    section(11, datas, &mut m);
+    m
+}
+
+/// A preview-1 module whose `_start` sleeps for `sleep_ms` (one relative
+/// monotonic clock: a timer), then calls `fd_filestat_get` on fds 3 to 6 (a
+/// call's preopens) and exits 0. No other host call: no open, no path.
+fn sleep_then_fstat_module(sleep_ms: u64) -> Vec<u8> {
+    const I32: u8 = 0x7f;
+    let imports: &[(&str, &[u8], &[u8])] = &[
+        ("poll_oneoff", &[I32; 4], &[I32]),
+        ("fd_filestat_get", &[I32; 2], &[I32]),
+        ("proc_exit", &[I32], &[]),
+    ];
+    // A clock subscription at 0 (userdata 0, tag 0, monotonic, relative).
+    let mut data = vec![0u8; 48];
+    data[16] = 1;
+    data[24..32].copy_from_slice(&(sleep_ms * 1_000_000).to_le_bytes());
+    // poll_oneoff(0, 64, 1, 128); drop.
+    let mut body = vec![
+        0x41, 0, 0x41, 0xc0, 0, 0x41, 1, 0x41, 0x80, 1, 0x10, 0, 0x1a,
+    ];
+    for fd in 3..=6 {
+        // fd_filestat_get(fd, 256); drop.
+        body.extend([0x41, fd, 0x41, 0x80, 2, 0x10, 1, 0x1a]);
+    }
+    // proc_exit(0).
+    body.extend([0x41, 0, 0x10, 2]);
+    p1_module(imports, &data, &body)
+}
+
+/// How long two tasks that each block their worker for a second take: about
+/// a second when both of a 2-worker runtime's workers are free, two when
+/// one is held.
+async fn two_blocking_tasks_take() -> Duration {
+    let started = std::time::Instant::now();
+    let a = tokio::spawn(async { std::thread::sleep(Duration::from_secs(1)) });
+    let b = tokio::spawn(async { std::thread::sleep(Duration::from_secs(1)) });
+    a.await.unwrap();
+    b.await.unwrap();
+    started.elapsed()
+}
+
+/// Whatever filesystem a call's dirs are on, an operation there that waits
+/// without end (here a FUSE server that stopped answering) holds neither
+/// the caller nor a runtime worker: the call is `timed_out` on time and
+/// both workers stay free. The operation is the guest's first that reaches
+/// a file, and one that names no path: `fd_filestat_get` on its preopens,
+/// after a sleep (the server stops answering meanwhile). The allowed twin:
+/// the same module with the server answering ends well. Root only (it
+/// mounts); CI runs as root.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_renamed_allowed_dir_is_judged_by_its_handle() {
+async fn a_call_waiting_on_a_dead_filesystem_holds_no_worker() {
     use toolhost::backend::wasm::last_call_file_io_inline as inline;
     if !ready_to_mount() {
         return;
     }
     let t = Tmp::new();
-    let ws = t.ws().to_path_buf();
-    std::fs::write(ws.join("note.txt"), "one\ntwo\nthree\n").unwrap();
-    let sb = t.sandbox(wasm_config());
-    let wc = || RunRequest::new(["wc", "-l", "note.txt"]);
-    let r = sb.run(wc()).await;
-    assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+    std::fs::write(t.ws().join("t.wasm"), sleep_then_fstat_module(1000)).unwrap();
+    let dead = t.root.join("dead");
+    std::fs::create_dir(&dead).unwrap();
+    let fs = hangfs::HangFs::mount(&dead);
+    let dirs = || [t.ws(), dead.clone()];
+    let sb = Sandbox::new(dirs(), wasm_config()).unwrap();
+    let r = sb.run(RunRequest::new(["./t.wasm"])).await;
+    assert!(r.success(), "{r:?}");
     assert_eq!(inline(), Some(true));
-    let moved = ws.with_file_name("ws-moved");
-    std::fs::rename(&ws, &moved).unwrap();
-    std::fs::create_dir(moved.join("p")).unwrap();
-    std::fs::create_dir(&ws).unwrap();
-    let mut mounted = Mounted(Vec::new());
-    mounted.mount(&["-t", "proc", "proc"], &moved.join("p"));
-    mounted.mount(&["--bind", &moved.display().to_string()], &ws);
-    assert!(ws.join("p").is_dir() && !ws.join("p/self").exists());
-    let r = sb.run(wc()).await;
-    assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
-    assert_eq!(inline(), Some(false), "the handle reaches procfs");
-    let fresh = Sandbox::new([&ws], wasm_config()).unwrap();
-    let r = fresh.run(wc()).await;
-    assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
-    assert_eq!(inline(), Some(true), "the bind mount has nothing under it");
-    drop((fresh, sb));
-    drop(mounted);
-    std::fs::remove_dir(&ws).unwrap();
-    std::fs::remove_dir(moved.join("p")).unwrap();
-    std::fs::rename(&moved, &ws).unwrap();
+    let sb = Sandbox::new(
+        dirs(),
+        SandboxConfig {
+            timeout: Duration::from_secs(2),
+            ..wasm_config()
+        },
+    )
+    .unwrap();
+    let fs = std::sync::Arc::new(fs);
+    let f = fs.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        f.hang();
+        // Should the test's own thread wait (the bug this test is for),
+        // let it go on, to fail rather than hang.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        f.answer();
+    });
+    let r = sb.run(RunRequest::new(["./t.wasm"])).await;
+    assert_eq!(inline(), Some(true));
+    assert!(r.timed_out, "{r:?}");
+    assert!(r.duration < Duration::from_secs(4), "{:?}", r.duration);
+    // The stat still waits: on a thread of the blocking pool, not a worker.
+    let took = two_blocking_tasks_take().await;
+    assert!(
+        took < Duration::from_millis(1800),
+        "a worker is held: {took:?}"
+    );
+    drop(fs);
+    drop(sb);
 }
 
-/// A dir is judged in the mount its handle lies in, not the deepest mount
-/// on its path: with a tmpfs at `t/sys` and then procfs mounted over `t`,
-/// `t/sys` names procfs's `sys`, though the deepest mount point on that
-/// path is the hidden tmpfs. A sandbox made on it then runs on the pool;
-/// the allowed twin, made on `t/sys` before the overmount, holds the
-/// tmpfs and still runs inline. Root only (it mounts); CI runs as root.
-#[cfg(target_os = "linux")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dir_under_an_overmount_is_judged_by_the_mount_on_top() {
-    use toolhost::backend::wasm::last_call_file_io_inline as inline;
-    if !ready_to_mount() {
-        return;
-    }
-    let t = Tmp::new();
-    let top = t.root.join("t");
-    let dir = top.join("sys");
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut mounted = Mounted(Vec::new());
-    mounted.mount(&["-t", "tmpfs", "tmpfs"], &dir);
-    std::fs::write(dir.join("note.txt"), "one\ntwo\n").unwrap();
-    let before = Sandbox::new([&dir], wasm_config()).unwrap();
-    let wc = || RunRequest::new(["wc", "-l", "note.txt"]);
-    let r = before.run(wc()).await;
-    assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
-    assert_eq!(inline(), Some(true));
-    mounted.mount(&["-t", "proc", "proc"], &top);
-    assert!(dir.join("kernel").is_dir(), "t/sys is procfs's now");
-    let after = Sandbox::new([&dir], wasm_config()).unwrap();
-    let r = after.run(RunRequest::new(["ls", "kernel"])).await;
-    assert_eq!(inline(), Some(false), "t/sys lies in procfs: {r:?}");
-    let r = before.run(wc()).await;
-    assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
-    assert_eq!(inline(), Some(true), "the first sandbox holds the tmpfs");
-}
-
-/// Once its caller stopped waiting, a call that moved to its own task
-/// changes no file, though its worker is still held by an open that waits
+/// Once its caller stopped waiting, a call that moved to its own thread
+/// changes no file, though that thread is still held by an open that waits
 /// and the module calls on with no point where the task could be aborted
 /// (no loop, no function entry between two host calls). The module opens
 /// `leased.txt`, then creates `canary`. The test holds a write lease on
@@ -627,17 +688,10 @@ async fn a_call_whose_caller_gave_up_changes_no_file() {
     let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
     assert_eq!(r, 0);
     drop(held);
-    // The slot is given back when the task ends: after its last operation.
-    let started = std::time::Instant::now();
-    loop {
-        let _ = sb.run(RunRequest::new(["echo"])).await;
-        if inline() == Some(true) {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the task never ended"
-        );
+    // The open returns as the lease is given up; the create would follow
+    // at once, with no point where the call could be dropped before it.
+    for _ in 0..50 {
+        assert!(!canary.exists(), "a call that timed out created a file");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(!canary.exists(), "a call that timed out created a file");
@@ -695,8 +749,9 @@ fn open_then_create_module() -> Vec<u8> {
 
 /// An open that waits inline (another process holds a lease on the file:
 /// the open waits for it to be given up, up to `fs.lease-break-time`, 45 s
-/// by default) holds its task's worker, not the caller: the call times out
-/// on time. Once the lease is gone the same file reads.
+/// by default) holds the call's own thread, not the caller and no runtime
+/// worker: the call times out on time. Once the lease is gone the same file
+/// reads.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inline_open_that_waits_still_times_out() {
@@ -722,6 +777,13 @@ async fn an_inline_open_that_waits_still_times_out() {
     assert_eq!(inline(), Some(true));
     assert!(r.timed_out, "{r:?}");
     assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
+    // The open still waits, on a thread of the blocking pool: both workers
+    // are free.
+    let took = two_blocking_tasks_take().await;
+    assert!(
+        took < Duration::from_millis(1800),
+        "a worker is held: {took:?}"
+    );
     // SAFETY: as above.
     let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
     assert_eq!(r, 0);
@@ -733,8 +795,9 @@ async fn an_inline_open_that_waits_still_times_out() {
 /// A read that waits for the kernel, of `/proc/kmsg` (which answers `pread`
 /// and, once drained, waits for the next kernel message), is ended by the
 /// timeout: both with a local dir that has procfs mounted below it and with
-/// the dir on procfs. (A guest's file I/O runs on the calling thread only
-/// where no filesystem can wait: this must hold whatever runs where.)
+/// the dir on procfs. (In process, on a runtime of one worker, the call's
+/// file I/O runs inline on a thread of its own: the worker stays free for
+/// the timeout.)
 ///
 /// Root only (reading `/proc/kmsg` takes CAP_SYSLOG, a mount namespace
 /// CAP_SYS_ADMIN): CI runs as root. It consumes pending kernel messages from

@@ -404,6 +404,7 @@ fn main() {
             "  warm is {:.1}x faster (target >= 5x)",
             empty[runs / 2].as_secs_f64() / warm[runs / 2].as_secs_f64()
         );
+        cold_against_wasmtime_cli(runs, ws.path(), &cold);
     }
     // 4. Guest compute: sha256 of 64 MiB, wasm (epoch, fuel) vs native.
     if run_section("4") {
@@ -512,4 +513,62 @@ fn main() {
     }
     println!();
     println!("{}", figures.json());
+}
+
+/// The same cold call (an empty compile cache, a new process) against
+/// wasmtime's own CLI running the same module bytes, interleaved: plainly,
+/// and with a timeout (`-W timeout`), which compiles in epoch checks as
+/// toolhost always does (a guest's CPU and wall-clock limits need them).
+/// The CLI is `$TOOLHOST_BENCH_WASMTIME`, else `wasmtime` on `PATH`.
+fn cold_against_wasmtime_cli(runs: usize, ws: &Path, toolhost_cold: &dyn Fn(bool) -> Duration) {
+    let cli = std::env::var_os("TOOLHOST_BENCH_WASMTIME").unwrap_or_else(|| "wasmtime".into());
+    let version = Command::new(&cli).arg("--version").output();
+    let Ok(version) = version.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()) else {
+        println!("  wasmtime's CLI: not found (set TOOLHOST_BENCH_WASMTIME), not compared");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wc = dir.path().join("wc.wasm");
+    std::fs::write(
+        &wc,
+        toolhost::backend::wasm::builtin::get("wc").expect("wc"),
+    )
+    .expect("wc");
+    let wasmtime = |timeout: bool| {
+        let mut c = Command::new(&cli);
+        c.args(["run", "-C", "cache=n"]);
+        if timeout {
+            c.args(["-W", "timeout=30s"]);
+        }
+        let t = Instant::now();
+        let out = c
+            .args(["--dir", "."])
+            .arg(&wc)
+            .arg("words.txt")
+            .current_dir(ws)
+            .stdin(Stdio::null())
+            .output()
+            .expect("wasmtime");
+        assert!(out.status.success(), "{out:?}");
+        t.elapsed()
+    };
+    let (mut th, mut plain, mut timed) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        th.push(toolhost_cold(true));
+        plain.push(wasmtime(false));
+        timed.push(wasmtime(true));
+    }
+    for v in [&mut th, &mut plain, &mut timed] {
+        v.sort();
+    }
+    let ms = |v: &[Duration]| v[runs / 2].as_secs_f64() * 1e3;
+    println!("  against {version}, interleaved, compile caches off or empty (median of {runs}):");
+    println!(
+        "    toolhost {:.1} ms; `wasmtime run` {:.1} ms ({:.2}x); with `-W timeout=30s` {:.1} ms ({:.2}x)",
+        ms(&th),
+        ms(&plain),
+        ms(&th) / ms(&plain),
+        ms(&timed),
+        ms(&th) / ms(&timed)
+    );
 }

@@ -250,6 +250,10 @@ impl DiskCache {
         }
     }
 
+    /// Writes an entry under a temp name, then renames it into place. Not
+    /// synced to disk (1.3 ms of a 50 ms cold CLI call here): an entry torn
+    /// by a crash fails its checksum at the next read, and is removed and
+    /// compiled again (`read`).
     fn write(&self, path: &Path, key: &[u8; 48], compiled: &[u8]) -> std::io::Result<()> {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let mut f = fs::File::create(&tmp)?;
@@ -262,7 +266,6 @@ impl DiskCache {
         f.write_all(key)?;
         f.write_all(&sum)?;
         f.write_all(compiled)?;
-        f.sync_all()?;
         drop(f);
         fs::rename(&tmp, path)
     }

@@ -210,6 +210,9 @@ async fn change_target(
     dirfd: i32,
     path: &str,
 ) -> wasmtime::Result<Result<Option<Target>, i32>> {
+    // wasmtime-wasi's own functions below take the hostcall fuel of a
+    // fresh context as none at all (a first call would get ENOMEM).
+    set_fuel(caller);
     if !caller.data().common.guard.active() {
         return Ok(Ok(None));
     }
@@ -225,6 +228,9 @@ async fn open_target(
     dirflags: i32,
     path: &str,
 ) -> wasmtime::Result<Result<Option<Target>, i32>> {
+    // wasmtime-wasi's own functions below take the hostcall fuel of a
+    // fresh context as none at all (a first call would get ENOMEM).
+    set_fuel(caller);
     let mut t = match target(caller, dirfd, path).await? {
         Ok(Some(t)) => t,
         other => return Ok(other),
@@ -313,6 +319,9 @@ pub(super) async fn open_for_writing(
     fdflags: i32,
     opened: i32,
 ) -> wasmtime::Result<Option<i32>> {
+    // wasmtime-wasi's own functions below take the hostcall fuel of a
+    // fresh context as none at all (a first call would get ENOMEM).
+    set_fuel(caller);
     let t = match open_target(caller, fd, dirflags, path).await? {
         Ok(Some(t)) => t,
         Ok(None) => return Ok(None),
@@ -449,6 +458,9 @@ pub(super) async fn set_times(
     mtim: i64,
     fst_flags: i32,
 ) -> wasmtime::Result<Option<i32>> {
+    // wasmtime-wasi's own functions below take the hostcall fuel of a
+    // fresh context as none at all (a first call would get ENOMEM).
+    set_fuel(caller);
     if !caller.data().common.guard.active() {
         return Ok(None);
     }

@@ -27,10 +27,18 @@
 //! move can subscribe only to stdio streams and timers (a sleep stays a
 //! timer, `sleep_p1`).
 //!
-//! A call is claimed when it runs on a multi-thread runtime and the FIFO
-//! watchdog runs and passed its self-test (`special::inline_ok`, Linux).
+//! What waits keeps more than wasmtime-wasi's hand-off would: the whole
+//! call, its store and its pool slot, until the operation returns. So a
+//! call is claimed only while fewer of its engine's moved calls still run
+//! after their callers gave up ([`Abandon`]) than a quarter of its pool;
+//! past that, calls use the hand-off per operation, where what waits holds
+//! a pool thread and no store. It also needs a multi-thread runtime and the
+//! FIFO watchdog running after its self-test (`special::inline_ok`, Linux).
 //! Otherwise (the CLI's single-thread runtime, components, typed tools)
 //! each operation goes to the pool, as before.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use wasmtime::{Caller, Linker};
 
@@ -55,8 +63,10 @@ pub(super) async fn before_file_op<T: HasCommon>(
 ) -> wasmtime::Result<()> {
     still_wanted(caller)?;
     if let Some(flag) = caller.data_mut().common().move_to_task.take() {
-        flag.store(true, std::sync::atomic::Ordering::Release);
+        flag.store(true, Ordering::Release);
         tokio::task::yield_now().await;
+        // The caller may have given up while the call moved.
+        still_wanted(caller)?;
     }
     Ok(())
 }
@@ -83,7 +93,7 @@ pub(super) fn still_wanted<T: HasCommon>(
     caller: &mut wasmtime::Caller<'_, T>,
 ) -> wasmtime::Result<()> {
     match &caller.data_mut().common().ended {
-        Some(e) if e.load(std::sync::atomic::Ordering::Acquire) => Err(wasmtime::format_err!(
+        Some(e) if e.load(Ordering::Acquire) => Err(wasmtime::format_err!(
             "the call's caller stopped waiting for it (timed out or cancelled)"
         )),
         _ => Ok(()),
@@ -91,10 +101,13 @@ pub(super) fn still_wanted<T: HasCommon>(
 }
 
 /// Whether a preview-1 call prepared now may run its file operations inline
-/// (see the module doc); remembered for `last_call_file_io_inline`.
-pub(super) fn claim() -> bool {
-    let inline = tokio::runtime::Handle::try_current()
-        .is_ok_and(|rt| rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+/// (see the module doc), given how many moved calls of its engine still run
+/// though their callers gave up (`abandoned`) and how many may (`max`);
+/// remembered for `last_call_file_io_inline`.
+pub(super) fn claim(abandoned: &AtomicUsize, max: usize) -> bool {
+    let inline = abandoned.load(Ordering::Acquire) < max
+        && tokio::runtime::Handle::try_current()
+            .is_ok_and(|rt| rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
         && special::inline_ok();
     LAST.with(|l| l.set(Some(inline)));
     inline
@@ -146,4 +159,65 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
 enum Before {
     Path,
     Fd(i32),
+}
+
+/// Counts a moved call as abandoned from the moment its caller gives up
+/// ([`GiveUp::give_up`]) until it has ended on its thread (this, moved
+/// there, is dropped after the call's store): whichever comes first of the
+/// two decides, so each abandoned call is counted once and only while it
+/// runs.
+pub(super) struct Abandon {
+    count: Arc<AtomicUsize>,
+    state: Arc<AtomicU8>,
+}
+
+/// The caller's side of an [`Abandon`].
+pub(super) struct GiveUp {
+    count: Arc<AtomicUsize>,
+    state: Arc<AtomicU8>,
+}
+
+const RUNNING: u8 = 0;
+const ENDED: u8 = 1;
+const GIVEN_UP: u8 = 2;
+
+impl Abandon {
+    /// The side for the call's thread, and the caller's.
+    pub(super) fn new(count: &Arc<AtomicUsize>) -> (Abandon, GiveUp) {
+        let state = Arc::new(AtomicU8::new(RUNNING));
+        let caller = GiveUp {
+            count: count.clone(),
+            state: state.clone(),
+        };
+        (
+            Abandon {
+                count: count.clone(),
+                state,
+            },
+            caller,
+        )
+    }
+}
+
+impl GiveUp {
+    /// The caller gave up: counted if the call still runs.
+    pub(super) fn give_up(&self) {
+        if self
+            .state
+            .compare_exchange(RUNNING, GIVEN_UP, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.count.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Abandon {
+    /// Dropped on the call's thread once it ended (or unstarted, with the
+    /// thread's task): uncounted if it was counted.
+    fn drop(&mut self) {
+        if self.state.swap(ENDED, Ordering::AcqRel) == GIVEN_UP {
+            self.count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }

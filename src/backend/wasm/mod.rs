@@ -203,7 +203,8 @@ impl WasmBackend {
         let stdout = CappedPipe::new(plan.limits.stdout_cap);
         let stderr = CappedPipe::new(plan.limits.stderr_cap);
         // Preview-1 modules only: their sleep is kept a timer (`sleep_p1`).
-        let inline = matches!(&*loaded, Loaded::Module(_)) && inline_io::claim();
+        let inline = matches!(&*loaded, Loaded::Module(_))
+            && inline_io::claim(&self.engine.abandoned, self.engine.max_abandoned);
         let (builder, guard, fs) =
             match build_wasi(plan, &target.name, &stdout, &stderr, &self.preopens, inline) {
                 Ok(b) => b,
@@ -617,8 +618,10 @@ impl WasmBackend {
         // too (a close can wait as well), at its next yield once the caller
         // is done with it.
         let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+        let (abandon, give_up) = inline_io::Abandon::new(&self.engine.abandoned);
         let rt = tokio::runtime::Handle::current();
         let mut thread = tokio::task::spawn_blocking(move || {
+            let _abandon = abandon;
             rt.block_on(async move {
                 tokio::select! {
                     biased;
@@ -627,7 +630,7 @@ impl WasmBackend {
                 }
             })
         });
-        let _cancel = CancelOnDrop(Some(cancel), ended);
+        let _cancel = CancelOnDrop(Some(cancel), ended, give_up);
         match tokio::time::timeout_at(deadline, &mut thread).await {
             Ok(Ok(Some((result, hits)))) => Executed::Done(result, hits),
             Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -640,11 +643,16 @@ impl WasmBackend {
 /// with it, first telling its file operations to trap
 /// (`inline_io::still_wanted`): the cancel only takes effect when the call
 /// yields.
-struct CancelOnDrop(Option<tokio::sync::oneshot::Sender<()>>, Arc<AtomicBool>);
+struct CancelOnDrop(
+    Option<tokio::sync::oneshot::Sender<()>>,
+    Arc<AtomicBool>,
+    inline_io::GiveUp,
+);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.1.store(true, Release);
+        self.2.give_up();
         drop(self.0.take());
     }
 }

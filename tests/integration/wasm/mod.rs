@@ -650,6 +650,98 @@ async fn a_call_waiting_on_a_dead_filesystem_holds_no_worker() {
     drop(sb);
 }
 
+/// A moved call that waits keeps its store and pool slot until its
+/// operation returns, so only a quarter of an engine's pool may be held so:
+/// with a pool of 4, one call left waiting on a lease after its timeout
+/// sends the next calls to the hand-off per operation (they run, and drop
+/// their stores at their own timeouts), until it has ended. The allowed
+/// twin: once the lease is given up, calls move again.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_left_waiting_hold_at_most_a_quarter_of_the_pool() {
+    use std::os::fd::AsRawFd;
+    use toolhost::backend::wasm::last_call_file_io_inline as inline;
+    builtin_tools_built();
+    assert!(toolhost::backend::wasm::fifo_watchdog_available());
+    // SAFETY: ignoring SIGIO (a lease's break notice), which nothing in
+    // this test process uses.
+    unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
+    let t = Tmp::new();
+    std::fs::write(t.ws().join("note.txt"), "one\ntwo\n").unwrap();
+    let file = t.ws().join("leased.txt");
+    std::fs::write(&file, "held\n").unwrap();
+    let held = std::fs::File::open(&file).unwrap();
+    // SAFETY: fcntl on a descriptor we own.
+    let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    let mut config = wasm_config();
+    config.wasm.pool_size = 4;
+    config.timeout = Duration::from_secs(1);
+    let sb = t.sandbox(config);
+    let wc = || RunRequest::new(["wc", "-l", "note.txt"]);
+    let r = sb.run(wc()).await;
+    assert_eq!((r.stdout.trim(), inline()), ("2 note.txt", Some(true)));
+    let r = sb.run(RunRequest::new(["cat", "leased.txt"])).await;
+    assert_eq!(inline(), Some(true));
+    assert!(r.timed_out, "{r:?}");
+    for _ in 0..4 {
+        let r = sb.run(wc()).await;
+        assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
+        assert_eq!(inline(), Some(false), "a quarter of the pool is held");
+    }
+    // SAFETY: as above.
+    let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    assert_eq!(r, 0);
+    drop(held);
+    let started = std::time::Instant::now();
+    loop {
+        let r = sb.run(wc()).await;
+        assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
+        if inline() == Some(true) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A guest whose first host call opens an existing file for writing (the
+/// protected-path guard's own open, before any of wasmtime-wasi's) gets the
+/// file: the guard gives wasmtime-wasi the call's host-call budget first.
+/// The module exits with the open's errno.
+#[tokio::test]
+async fn a_write_open_as_the_first_host_call_succeeds() {
+    const I32: u8 = 0x7f;
+    const I64: u8 = 0x7e;
+    builtin_tools_built();
+    let t = Tmp::new();
+    let imports: &[(&str, &[u8], &[u8])] = &[
+        (
+            "path_open",
+            &[I32, I32, I32, I32, I32, I64, I64, I32, I32],
+            &[I32],
+        ),
+        ("proc_exit", &[I32], &[]),
+    ];
+    // proc_exit(path_open(3, 0, "target.txt", 10, 0, FD_WRITE, 0, 0, 128)).
+    let body = [
+        0x41, 3, 0x41, 0, 0x41, 0, 0x41, 10, 0x41, 0, 0x42, 0xc0, 0, 0x42, 0, 0x41, 0, 0x41, 0x80,
+        1, 0x10, 0, 0x10, 1,
+    ];
+    std::fs::write(
+        t.ws().join("t.wasm"),
+        p1_module(imports, b"target.txt", &body),
+    )
+    .unwrap();
+    let sb = t.sandbox(wasm_config());
+    // Denied twin: a file that is not there is ENOENT (44), not ENOMEM (48).
+    let r = sb.run(RunRequest::new(["./t.wasm"])).await;
+    assert_eq!(r.returncode, Some(44), "{r:?}");
+    std::fs::write(t.ws().join("target.txt"), "x\n").unwrap();
+    let r = sb.run(RunRequest::new(["./t.wasm"])).await;
+    assert_eq!(r.returncode, Some(0), "{r:?}");
+}
+
 /// Once its caller stopped waiting, a call that moved to its own thread
 /// changes no file, though that thread is still held by an open that waits
 /// and the module calls on with no point where the task could be aborted

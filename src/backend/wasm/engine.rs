@@ -71,11 +71,11 @@ pub(crate) struct WasmEngine {
     pub(super) compile_slots: Arc<tokio::sync::Semaphore>,
     /// One permit per pool slot: calls beyond the pool wait instead of failing.
     pub(super) slots: Option<Arc<tokio::sync::Semaphore>>,
-    /// Calls that moved to a thread of their own and still run there though
-    /// their callers gave up, and how many may before no call moves
+    /// Calls that run their file operations inline, from their claim to
+    /// their end wherever they run, and how many may at once
     /// (`inline_io::claim`).
-    pub(super) abandoned: Arc<std::sync::atomic::AtomicUsize>,
-    pub(super) max_abandoned: usize,
+    pub(super) inline_calls: Arc<std::sync::atomic::AtomicUsize>,
+    pub(super) max_inline_calls: usize,
 }
 
 /// A compile on the blocking pool that any number of calls may wait for.
@@ -209,9 +209,9 @@ impl WasmEngine {
             compile_slots: Arc::new(tokio::sync::Semaphore::new(COMPILE_SLOTS)),
             slots: (config.pool_size > 0)
                 .then(|| Arc::new(tokio::sync::Semaphore::new(config.pool_size as usize))),
-            abandoned: Arc::default(),
+            inline_calls: Arc::default(),
             // A quarter of the pool; without one, as many as of a pool of 64.
-            max_abandoned: match config.pool_size {
+            max_inline_calls: match config.pool_size {
                 0 => 16,
                 n => n as usize / 4,
             },

@@ -28,17 +28,18 @@
 //! timer, `sleep_p1`).
 //!
 //! What waits keeps more than wasmtime-wasi's hand-off would: the whole
-//! call, its store and its pool slot, until the operation returns. So a
-//! call is claimed only while fewer of its engine's moved calls still run
-//! after their callers gave up ([`Abandon`]) than a quarter of its pool;
-//! past that, calls use the hand-off per operation, where what waits holds
-//! a pool thread and no store. It also needs a multi-thread runtime and the
-//! FIFO watchdog running after its self-test (`special::inline_ok`, Linux).
-//! Otherwise (the CLI's single-thread runtime, components, typed tools)
-//! each operation goes to the pool, as before.
+//! call, its store and its pool slot, until the operation returns, also
+//! after its caller gave up. So at most a quarter of an engine's pool runs
+//! inline at once ([`InlineSlot`], held from the claim to the call's end
+//! wherever it runs); other calls use the hand-off per operation, where
+//! what waits holds a pool thread and no store. A claim also needs a
+//! multi-thread runtime and the FIFO watchdog running after its self-test
+//! (`special::inline_ok`, Linux). Otherwise (the CLI's single-thread
+//! runtime, components, typed tools) each operation goes to the pool, as
+//! before.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use wasmtime::{Caller, Linker};
 
@@ -100,17 +101,23 @@ pub(super) fn still_wanted<T: HasCommon>(
     }
 }
 
-/// Whether a preview-1 call prepared now may run its file operations inline
-/// (see the module doc), given how many moved calls of its engine still run
-/// though their callers gave up (`abandoned`) and how many may (`max`);
+/// A slot for a preview-1 call prepared now to run its file operations
+/// inline (see the module doc), if it may have one: `calls` are those of
+/// its engine that hold one, `max` how many may. Whether it got one is
 /// remembered for `last_call_file_io_inline`.
-pub(super) fn claim(abandoned: &AtomicUsize, max: usize) -> bool {
-    let inline = abandoned.load(Ordering::Acquire) < max
-        && tokio::runtime::Handle::try_current()
-            .is_ok_and(|rt| rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-        && special::inline_ok();
-    LAST.with(|l| l.set(Some(inline)));
-    inline
+pub(super) fn claim(calls: &Arc<AtomicUsize>, max: usize) -> Option<InlineSlot> {
+    let slot = (tokio::runtime::Handle::try_current()
+        .is_ok_and(|rt| rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        && special::inline_ok())
+    .then(|| {
+        let slot = InlineSlot(calls.clone());
+        // Counted first (the slot uncounts itself when dropped), so that
+        // claims at once never pass `max` together.
+        (calls.fetch_add(1, Ordering::AcqRel) < max).then_some(slot)
+    })
+    .flatten();
+    LAST.with(|l| l.set(Some(slot.is_some())));
+    slot
 }
 
 /// Guards the preview-1 functions that reach the filesystem and that no
@@ -161,63 +168,14 @@ enum Before {
     Fd(i32),
 }
 
-/// Counts a moved call as abandoned from the moment its caller gives up
-/// ([`GiveUp::give_up`]) until it has ended on its thread (this, moved
-/// there, is dropped after the call's store): whichever comes first of the
-/// two decides, so each abandoned call is counted once and only while it
-/// runs.
-pub(super) struct Abandon {
-    count: Arc<AtomicUsize>,
-    state: Arc<AtomicU8>,
-}
+/// A claim to run a call's file operations inline: counted from the claim
+/// until the call has ended (it moves with the call, and is dropped after
+/// its store, on the call's thread if it moved).
+#[derive(Debug)]
+pub(super) struct InlineSlot(Arc<AtomicUsize>);
 
-/// The caller's side of an [`Abandon`].
-pub(super) struct GiveUp {
-    count: Arc<AtomicUsize>,
-    state: Arc<AtomicU8>,
-}
-
-const RUNNING: u8 = 0;
-const ENDED: u8 = 1;
-const GIVEN_UP: u8 = 2;
-
-impl Abandon {
-    /// The side for the call's thread, and the caller's.
-    pub(super) fn new(count: &Arc<AtomicUsize>) -> (Abandon, GiveUp) {
-        let state = Arc::new(AtomicU8::new(RUNNING));
-        let caller = GiveUp {
-            count: count.clone(),
-            state: state.clone(),
-        };
-        (
-            Abandon {
-                count: count.clone(),
-                state,
-            },
-            caller,
-        )
-    }
-}
-
-impl GiveUp {
-    /// The caller gave up: counted if the call still runs.
-    pub(super) fn give_up(&self) {
-        if self
-            .state
-            .compare_exchange(RUNNING, GIVEN_UP, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            self.count.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-}
-
-impl Drop for Abandon {
-    /// Dropped on the call's thread once it ended (or unstarted, with the
-    /// thread's task): uncounted if it was counted.
+impl Drop for InlineSlot {
     fn drop(&mut self) {
-        if self.state.swap(ENDED, Ordering::AcqRel) == GIVEN_UP {
-            self.count.fetch_sub(1, Ordering::AcqRel);
-        }
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }

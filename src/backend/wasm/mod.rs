@@ -203,13 +203,23 @@ impl WasmBackend {
         let stdout = CappedPipe::new(plan.limits.stdout_cap);
         let stderr = CappedPipe::new(plan.limits.stderr_cap);
         // Preview-1 modules only: their sleep is kept a timer (`sleep_p1`).
-        let inline = matches!(&*loaded, Loaded::Module(_))
-            && inline_io::claim(&self.engine.abandoned, self.engine.max_abandoned);
-        let (builder, guard, fs) =
-            match build_wasi(plan, &target.name, &stdout, &stderr, &self.preopens, inline) {
-                Ok(b) => b,
-                Err(o) => return refuse(o),
-            };
+        let inline = match &*loaded {
+            Loaded::Module(_) => {
+                inline_io::claim(&self.engine.inline_calls, self.engine.max_inline_calls)
+            }
+            _ => None,
+        };
+        let (builder, guard, fs) = match build_wasi(
+            plan,
+            &target.name,
+            &stdout,
+            &stderr,
+            &self.preopens,
+            inline.is_some(),
+        ) {
+            Ok(b) => b,
+            Err(o) => return refuse(o),
+        };
         let limits = &plan.limits;
         let ended = match &*loaded {
             Loaded::Module(pre) => {
@@ -239,7 +249,7 @@ impl WasmBackend {
                 ctx::install(&mut state.ctx, fs);
                 state.common.guard = guard;
                 let pre = pre.clone();
-                self.execute(limits, deadline, state, false, move |store| {
+                self.execute(limits, deadline, state, None, move |store| {
                     Box::pin(async move {
                         let cmd = pre
                             .instantiate_async(&mut *store)
@@ -258,7 +268,7 @@ impl WasmBackend {
                 ctx::install(&mut state.ctx, fs);
                 state.common.guard = guard;
                 let pre = pre.clone();
-                self.execute(limits, deadline, state, false, move |store| {
+                self.execute(limits, deadline, state, None, move |store| {
                     Box::pin(async move {
                         let cmd = pre
                             .instantiate_async(&mut *store)
@@ -318,7 +328,7 @@ impl WasmBackend {
         let state = self.component_state(b, limits);
         let pre = pre.clone();
         let ended = self
-            .execute(limits, deadline, state, false, move |store| {
+            .execute(limits, deadline, state, None, move |store| {
                 Box::pin(async move {
                     let t = pre
                         .instantiate_async(&mut *store)
@@ -408,7 +418,7 @@ impl WasmBackend {
         let pre = pre.clone();
         let input = input.to_string();
         let ended = self
-            .execute(&plan.limits, deadline, state, false, move |store| {
+            .execute(&plan.limits, deadline, state, None, move |store| {
                 Box::pin(async move {
                     let t = pre
                         .instantiate_async(&mut *store)
@@ -517,7 +527,7 @@ impl WasmBackend {
         limits: &Limits,
         deadline: tokio::time::Instant,
         state: T,
-        inline: bool,
+        inline: Option<inline_io::InlineSlot>,
         body: impl for<'s> FnOnce(
             &'s mut Store<T>,
         ) -> std::pin::Pin<
@@ -530,8 +540,8 @@ impl WasmBackend {
         R: Send + 'static,
     {
         let mut store = Store::new(&self.engine.engine, state);
-        let moved = inline.then(|| Arc::new(AtomicBool::new(false)));
-        let ended = inline.then(|| Arc::new(AtomicBool::new(false)));
+        let moved = inline.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
+        let ended = inline.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
         store.data_mut().common().move_to_task = moved.clone();
         store.data_mut().common().ended = ended.clone();
         store.limiter(|s| &mut s.common().limiter);
@@ -567,6 +577,8 @@ impl WasmBackend {
         }
         let slots = self.engine.slots.clone();
         let call = async move {
+            // Held to the call's end (`inline_io`), after the store's.
+            let _inline = inline;
             // The pool slot is released only after the store (and the instance
             // it holds) is gone, whether the call ends or is cancelled.
             let permit = match slots {
@@ -618,10 +630,8 @@ impl WasmBackend {
         // too (a close can wait as well), at its next yield once the caller
         // is done with it.
         let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
-        let (abandon, give_up) = inline_io::Abandon::new(&self.engine.abandoned);
         let rt = tokio::runtime::Handle::current();
         let mut thread = tokio::task::spawn_blocking(move || {
-            let _abandon = abandon;
             rt.block_on(async move {
                 tokio::select! {
                     biased;
@@ -630,7 +640,7 @@ impl WasmBackend {
                 }
             })
         });
-        let _cancel = CancelOnDrop(Some(cancel), ended, give_up);
+        let _cancel = CancelOnDrop(Some(cancel), ended);
         match tokio::time::timeout_at(deadline, &mut thread).await {
             Ok(Ok(Some((result, hits)))) => Executed::Done(result, hits),
             Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -643,16 +653,11 @@ impl WasmBackend {
 /// with it, first telling its file operations to trap
 /// (`inline_io::still_wanted`): the cancel only takes effect when the call
 /// yields.
-struct CancelOnDrop(
-    Option<tokio::sync::oneshot::Sender<()>>,
-    Arc<AtomicBool>,
-    inline_io::GiveUp,
-);
+struct CancelOnDrop(Option<tokio::sync::oneshot::Sender<()>>, Arc<AtomicBool>);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.1.store(true, Release);
-        self.2.give_up();
         drop(self.0.take());
     }
 }

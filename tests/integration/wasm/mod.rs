@@ -651,11 +651,12 @@ async fn a_call_waiting_on_a_dead_filesystem_holds_no_worker() {
 }
 
 /// A moved call that waits keeps its store and pool slot until its
-/// operation returns, so only a quarter of an engine's pool may be held so:
-/// with a pool of 4, one call left waiting on a lease after its timeout
-/// sends the next calls to the hand-off per operation (they run, and drop
-/// their stores at their own timeouts), until it has ended. The allowed
-/// twin: once the lease is given up, calls move again.
+/// operation returns, so at most a quarter of an engine's pool runs inline
+/// at once: with a pool of 4, four calls started together and left waiting
+/// on a lease after their timeouts hold one slot (the others handed off
+/// each operation and dropped their stores at their timeouts), and the
+/// next calls run, by the hand-off per operation, until it has ended. The
+/// allowed twin: once the lease is given up, calls run inline again.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_left_waiting_hold_at_most_a_quarter_of_the_pool() {
@@ -681,9 +682,12 @@ async fn calls_left_waiting_hold_at_most_a_quarter_of_the_pool() {
     let wc = || RunRequest::new(["wc", "-l", "note.txt"]);
     let r = sb.run(wc()).await;
     assert_eq!((r.stdout.trim(), inline()), ("2 note.txt", Some(true)));
-    let r = sb.run(RunRequest::new(["cat", "leased.txt"])).await;
-    assert_eq!(inline(), Some(true));
-    assert!(r.timed_out, "{r:?}");
+    // As many calls at once as the pool has slots, each left waiting.
+    let cat = || sb.run(RunRequest::new(["cat", "leased.txt"]));
+    let waited = tokio::join!(cat(), cat(), cat(), cat());
+    for r in [waited.0, waited.1, waited.2, waited.3] {
+        assert!(r.timed_out, "{r:?}");
+    }
     for _ in 0..4 {
         let r = sb.run(wc()).await;
         assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");

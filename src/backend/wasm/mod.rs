@@ -577,8 +577,6 @@ impl WasmBackend {
         }
         let slots = self.engine.slots.clone();
         let call = async move {
-            // Held to the call's end (`inline_io`), after the store's.
-            let _inline = inline;
             // The pool slot is released only after the store (and the instance
             // it holds) is gone, whether the call ends or is cancelled.
             let permit = match slots {
@@ -591,6 +589,7 @@ impl WasmBackend {
             let mut held = PooledStore {
                 store,
                 _permit: permit,
+                _inline: inline,
             };
             let store = &mut held.store;
             let result = body(store).await;
@@ -667,6 +666,8 @@ impl Drop for CancelOnDrop {
 struct PooledStore<T: 'static> {
     store: Store<T>,
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// An inline call's slot, held to its end (`inline_io`).
+    _inline: Option<inline_io::InlineSlot>,
 }
 
 /// How an executed call ended.

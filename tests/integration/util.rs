@@ -232,3 +232,16 @@ pub fn short_name(p: &Path) -> Option<String> {
     let long = p.file_name()?.to_string_lossy().into_owned();
     (name != long).then_some(name)
 }
+
+/// Appends `v` in unsigned LEB128, as the wasm binary format counts sizes.
+pub fn uleb(mut v: u64, out: &mut Vec<u8>) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}

@@ -101,6 +101,9 @@ struct Target {
     name: String,
 }
 
+/// Gives wasmtime-wasi's context the host call's fuel, before the guard
+/// calls wasmtime-wasi's own functions (`glue`): a fresh context has none,
+/// and a guest's first host call would get ENOMEM.
 fn set_fuel(caller: &mut Caller<'_, State>) {
     let fuel = wasmtime::AsContextMut::as_context_mut(&mut *caller).hostcall_fuel();
     P1::set_hostcall_fuel(&mut caller.data_mut().wasi, fuel);
@@ -210,8 +213,6 @@ async fn change_target(
     dirfd: i32,
     path: &str,
 ) -> wasmtime::Result<Result<Option<Target>, i32>> {
-    // wasmtime-wasi's own functions below take the hostcall fuel of a
-    // fresh context as none at all (a first call would get ENOMEM).
     set_fuel(caller);
     if !caller.data().common.guard.active() {
         return Ok(Ok(None));
@@ -228,8 +229,6 @@ async fn open_target(
     dirflags: i32,
     path: &str,
 ) -> wasmtime::Result<Result<Option<Target>, i32>> {
-    // wasmtime-wasi's own functions below take the hostcall fuel of a
-    // fresh context as none at all (a first call would get ENOMEM).
     set_fuel(caller);
     let mut t = match target(caller, dirfd, path).await? {
         Ok(Some(t)) => t,
@@ -319,8 +318,6 @@ pub(super) async fn open_for_writing(
     fdflags: i32,
     opened: i32,
 ) -> wasmtime::Result<Option<i32>> {
-    // wasmtime-wasi's own functions below take the hostcall fuel of a
-    // fresh context as none at all (a first call would get ENOMEM).
     set_fuel(caller);
     let t = match open_target(caller, fd, dirflags, path).await? {
         Ok(Some(t)) => t,
@@ -458,8 +455,6 @@ pub(super) async fn set_times(
     mtim: i64,
     fst_flags: i32,
 ) -> wasmtime::Result<Option<i32>> {
-    // wasmtime-wasi's own functions below take the hostcall fuel of a
-    // fresh context as none at all (a first call would get ENOMEM).
     set_fuel(caller);
     if !caller.data().common.guard.active() {
         return Ok(None);

@@ -211,17 +211,7 @@ pub(super) fn open_stdin_case(c: &Ctx) -> CaseResult {
 /// all live across a loop (register allocation is superlinear in them).
 /// `salt` makes its bytes unique, so no cache holds it.
 pub fn slow_to_compile_module(n: u32, salt: i64) -> Vec<u8> {
-    fn uleb(mut v: u64, out: &mut Vec<u8>) {
-        loop {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                out.push(b);
-                return;
-            }
-            out.push(b | 0x80);
-        }
-    }
+    use crate::util::uleb;
     fn sleb(mut v: i64, out: &mut Vec<u8>) {
         loop {
             let b = (v & 0x7f) as u8;

@@ -481,17 +481,9 @@ fn ready_to_mount() -> bool {
     true
 }
 
-/// Unsigned LEB128, as the wasm binary format counts sizes.
-fn leb(mut n: usize, out: &mut Vec<u8>) {
-    loop {
-        let byte = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
+/// A size or an index in the wasm binary format (`uleb`).
+fn leb(n: usize, out: &mut Vec<u8>) {
+    uleb(n as u64, out);
 }
 
 /// A preview-1 module: `imports` from `wasi_snapshot_preview1`, each
@@ -581,16 +573,20 @@ fn sleep_then_fstat_module(sleep_ms: u64) -> Vec<u8> {
     p1_module(imports, &data, &body)
 }
 
-/// How long two tasks that each block their worker for a second take: about
-/// a second when both of a 2-worker runtime's workers are free, two when
-/// one is held.
-async fn two_blocking_tasks_take() -> Duration {
+/// Asserts that both workers of a 2-worker runtime are free: two tasks that
+/// each block their worker for a second take about a second together (two
+/// when one worker is held).
+async fn assert_both_workers_free() {
     let started = std::time::Instant::now();
     let a = tokio::spawn(async { std::thread::sleep(Duration::from_secs(1)) });
     let b = tokio::spawn(async { std::thread::sleep(Duration::from_secs(1)) });
     a.await.unwrap();
     b.await.unwrap();
-    started.elapsed()
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(1800),
+        "a worker is held: {took:?}"
+    );
 }
 
 /// Whatever filesystem a call's dirs are on, an operation there that waits
@@ -641,11 +637,7 @@ async fn a_call_waiting_on_a_dead_filesystem_holds_no_worker() {
     assert!(r.timed_out, "{r:?}");
     assert!(r.duration < Duration::from_secs(4), "{:?}", r.duration);
     // The stat still waits: on a thread of the blocking pool, not a worker.
-    let took = two_blocking_tasks_take().await;
-    assert!(
-        took < Duration::from_millis(1800),
-        "a worker is held: {took:?}"
-    );
+    assert_both_workers_free().await;
     drop(fs);
     drop(sb);
 }
@@ -875,11 +867,7 @@ async fn an_inline_open_that_waits_still_times_out() {
     assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
     // The open still waits, on a thread of the blocking pool: both workers
     // are free.
-    let took = two_blocking_tasks_take().await;
-    assert!(
-        took < Duration::from_millis(1800),
-        "a worker is held: {took:?}"
-    );
+    assert_both_workers_free().await;
     // SAFETY: as above.
     let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
     assert_eq!(r, 0);

@@ -12,6 +12,9 @@
 //!    (`tokio::process::Command`).
 //! 4. Peak RSS of `toolhost run` while the tool writes 300 MB to stdout under the
 //!    default cap, against `toolhost run -- true`.
+//! 5. `toolhost run -- true` as a whole process (start, the call, exit),
+//!    hardened and with `--isolation off`, against the tool itself started
+//!    as a process the same way (`Command::status`), interleaved.
 //!
 //! The last line is JSON, for scripts: `{"bench":"direct","hardened_p50_us":...,
 //! "off_p50_us":...,"bare_p50_us":...,"hardened_with_engine_p50_us":...,
@@ -327,6 +330,57 @@ fn main() {
         "flood/idle: {:.2}x; target: under 40 MiB for the flood",
         flood as f64 / idle as f64
     );
+
+    // 5. The whole CLI process, against the tool as a process of its own.
+    let cli_iters = (iters / 4).max(20);
+    let mut cli = Series::new("toolhost run -- true (process)", cli_iters);
+    let mut cli_off = Series::new("toolhost run --isolation off -- true", cli_iters);
+    let mut true_proc = Series::new("/bin/true (process)", cli_iters);
+    let spawn_wait = |cmd: &mut Command| {
+        let t = Instant::now();
+        let st = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("spawn");
+        assert!(st.success(), "{st:?}");
+        t.elapsed()
+    };
+    for i in 0..cli_iters + 5 {
+        let a = spawn_wait(Command::new(bin).current_dir(ws.path()));
+        let b = spawn_wait(
+            Command::new(toolhost)
+                .args(["run", "--", "true"])
+                .current_dir(ws.path()),
+        );
+        let c = spawn_wait(
+            Command::new(toolhost)
+                .args(["run", "--isolation", "off", "--", "true"])
+                .current_dir(ws.path()),
+        );
+        // The first rounds warm the page cache.
+        if i >= 5 {
+            true_proc.samples.push(a);
+            cli.samples.push(b);
+            cli_off.samples.push(c);
+        }
+    }
+    let (t50, _) = true_proc.stats();
+    println!();
+    println!("the CLI as a whole process ({cli_iters} runs each, interleaved, stdin /dev/null)");
+    println!("{:<40} {:>10} {:>10}", "", "p50 (us)", "p99 (us)");
+    for s in [&mut true_proc, &mut cli_off, &mut cli] {
+        let (p50, p99) = s.stats();
+        println!(
+            "{:<40} {:>10.0} {:>10.0}   {:.2}x",
+            s.name,
+            us(p50),
+            us(p99),
+            us(p50) / us(t50)
+        );
+    }
+    println!("goal: toolhost run -- true within 3x of {bin} as a process");
     println!();
     println!(
         "{{\"bench\":\"direct\",\"hardened_p50_us\":{:.1},\"off_p50_us\":{:.1},\"bare_p50_us\":{:.1},\"hardened_with_engine_p50_us\":{:.1},\"calls_per_s_16\":{:.0},\"bare_calls_per_s_16\":{:.0}}}",

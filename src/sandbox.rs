@@ -261,6 +261,32 @@ impl Sandbox {
         })
     }
 
+    /// Starts, on a thread of its own, the work the first `direct` call of
+    /// this process would otherwise do on its path (Linux; elsewhere, and
+    /// when the configured backend is not `direct` or `auto`, nothing):
+    /// the shared network or user namespace, the seccomp program, the
+    /// Landlock probe and the handles of `isolation_read_paths`. Each is
+    /// made once per process, and a call that starts meanwhile waits for
+    /// what it needs, so calling this changes no call's result, only when
+    /// the work is done. `toolhost run` calls it first thing.
+    pub fn warm_up_in_background(&self) {
+        #[cfg(target_os = "linux")]
+        if matches!(
+            self.config.backend,
+            BackendChoice::Direct | BackendChoice::Auto
+        ) {
+            let read_paths = Arc::clone(&self.read_paths);
+            let net_off = !self.config.allow_network;
+            let level = self.config.isolation;
+            let started = std::thread::Builder::new()
+                .name("toolhost-warm-up".into())
+                .spawn(move || crate::backend::direct::warm_up(&read_paths, net_off, level));
+            if let Err(e) = started {
+                tracing::debug!("no warm-up thread: {e}");
+            }
+        }
+    }
+
     /// The config.
     pub fn config(&self) -> &SandboxConfig {
         &self.config

@@ -342,6 +342,9 @@ pub(crate) fn stdin_timed_out(backend: BackendKind, timeout: Duration) -> RunOut
 
 pub fn main(args: RunArgs) -> anyhow::Result<i32> {
     let mut sandbox = build_sandbox(&args.sandbox, args.backend)?;
+    // The namespaces and programs a direct call needs are made while stdin
+    // is read and the runtime starts.
+    sandbox.warm_up_in_background();
     let mut request = RunRequest::new(args.argv.clone());
     request.cwd = cwd(&args.sandbox);
     request.env = args.env.clone();

@@ -485,3 +485,51 @@ fn unsafe_is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// `toolhost run` makes the namespaces and programs of a direct call on a
+/// thread of its own while it starts (`Sandbox::warm_up_in_background`); its
+/// call waits for what it needs. The call has every layer an in-process call
+/// has, and its tool is in the empty network namespace, unless the network
+/// is allowed: then it is in the host's.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_cli_call_has_the_layers_of_an_in_process_call() {
+    let t = Tmp::new();
+    let host_ns = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let host_ns = host_ns.to_str().unwrap();
+    let layers = |v: &serde_json::Value| -> Vec<String> {
+        let mut l: Vec<String> = v["isolation"]["applied"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect();
+        l.sort();
+        l
+    };
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "readlink", "/proc/self/ns/net"]);
+        let (c, out, err) = code(&t, &args);
+        assert_eq!(c, 0, "{out} {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (v["stdout"].as_str().unwrap().trim().to_string(), layers(&v))
+    };
+    let (denied_ns, cli_layers) = run(&[]);
+    let (allowed_ns, _) = run(&["--allow-network"]);
+    assert!(denied_ns.starts_with("net:["), "{denied_ns}");
+    assert_ne!(denied_ns, host_ns, "the tool is in the host's network");
+    assert_eq!(allowed_ns, host_ns, "--allow-network keeps the host's");
+
+    let sandbox = toolhost::Sandbox::new([t.ws()], toolhost::SandboxConfig::default()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = rt.block_on(sandbox.run(toolhost::RunRequest::new(["true"])));
+    assert!(r.success(), "{r:?}");
+    let in_process = layers(&serde_json::to_value(&r).unwrap());
+    assert!(cli_layers.contains(&"netns".to_string()), "{cli_layers:?}");
+    assert_eq!(cli_layers, in_process);
+}

@@ -311,6 +311,10 @@ pub(crate) fn read_stdin() -> anyhow::Result<Option<Vec<u8>>> {
 /// time (a pipe held open with no data). The reading thread is left behind;
 /// the process is about to end.
 pub(crate) fn read_stdin_within(timeout: Duration) -> anyhow::Result<Option<Option<Vec<u8>>>> {
+    // `/dev/null` ends at once: no thread to read it.
+    if stdin_is_dev_null() {
+        return Ok(Some(Some(Vec::new())));
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("toolhost-stdin".into())
@@ -322,6 +326,23 @@ pub(crate) fn read_stdin_within(timeout: Duration) -> anyhow::Result<Option<Opti
         Ok(r) => r.map(Some),
         Err(_) => Ok(None),
     }
+}
+
+/// Whether standard input is the null device (Linux's 1:3), which reads as
+/// empty at once.
+#[cfg(target_os = "linux")]
+fn stdin_is_dev_null() -> bool {
+    use rustix::fs::{FileType, fstat, major, minor};
+    fstat(std::io::stdin()).is_ok_and(|st| {
+        FileType::from_raw_mode(st.st_mode) == FileType::CharacterDevice
+            && major(st.st_rdev) == 1
+            && minor(st.st_rdev) == 3
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn stdin_is_dev_null() -> bool {
+    false
 }
 
 /// The result of a call whose standard input did not end within its timeout.

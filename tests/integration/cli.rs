@@ -339,6 +339,28 @@ fn stdin_is_forwarded_when_piped() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "HELLO SANDBOX");
 }
 
+/// `/dev/null` as stdin is read without a thread (it ends at once); a file
+/// is read as a pipe is. The tool gets what each holds.
+#[cfg(unix)]
+#[test]
+fn stdin_from_dev_null_or_a_file_reaches_the_tool() {
+    let t = Tmp::new();
+    std::fs::write(t.root.join("in.txt"), "four\n").unwrap();
+    let count = |stdin: Stdio| {
+        let out = Command::new(toolhost_bin())
+            .args(["run", "--", "wc", "-c"])
+            .current_dir(t.ws())
+            .stdin(stdin)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(count(Stdio::null()), "0");
+    let file = std::fs::File::open(t.root.join("in.txt")).unwrap();
+    assert_eq!(count(Stdio::from(file)), "5");
+}
+
 #[test]
 fn help_documents_every_flag_and_exit_code() {
     let t = Tmp::new();

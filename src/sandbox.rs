@@ -265,7 +265,8 @@ impl Sandbox {
     /// this process would otherwise do on its path (Linux; elsewhere, and
     /// when the configured backend is not `direct` or `auto`, nothing):
     /// the shared network or user namespace, the seccomp program, the
-    /// Landlock probe and the handles of `isolation_read_paths`. Each is
+    /// Landlock probe. Not the handles of `isolation_read_paths`: what a
+    /// path leads to is looked at by the call. Each is
     /// made once per process, and a call that starts meanwhile waits for
     /// what it needs, so calling this changes no call's result, only when
     /// the work is done. `toolhost run` calls it first thing.
@@ -275,12 +276,11 @@ impl Sandbox {
             self.config.backend,
             BackendChoice::Direct | BackendChoice::Auto
         ) {
-            let read_paths = Arc::clone(&self.read_paths);
             let net_off = !self.config.allow_network;
             let level = self.config.isolation;
             let started = std::thread::Builder::new()
                 .name("toolhost-warm-up".into())
-                .spawn(move || crate::backend::direct::warm_up(&read_paths, net_off, level));
+                .spawn(move || crate::backend::direct::warm_up(net_off, level));
             if let Err(e) = started {
                 tracing::debug!("no warm-up thread: {e}");
             }

@@ -372,6 +372,11 @@ impl Drop for Sweep {
     }
 }
 
+/// Whether a cancelled call left protected names to move aside.
+pub(crate) fn any_cancelled() -> bool {
+    CANCELLED.lock().map_or(true, |c| !c.is_empty())
+}
+
 /// Sweeps the protected paths of cancelled calls now (before the process
 /// exits; `Sandbox::shutdown` calls it).
 pub(crate) fn sweep_cancelled() {

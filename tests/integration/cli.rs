@@ -555,3 +555,54 @@ fn a_cli_call_has_the_layers_of_an_in_process_call() {
     assert!(cli_layers.contains(&"netns".to_string()), "{cli_layers:?}");
     assert_eq!(cli_layers, in_process);
 }
+
+/// The read paths' handles are the call's, not the start-up warm-up's: a
+/// read-path dir swapped for another while stdin is still open is read as
+/// it is when the call starts, and the old one, moved away, is not
+/// readable (found by the review of the warm-up).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_read_path_swapped_while_stdin_is_open_is_read_as_the_call_finds_it() {
+    let t = Tmp::new();
+    let rp = t.root.join("rp");
+    let moved = t.root.join("moved");
+    std::fs::create_dir(&rp).unwrap();
+    std::fs::write(rp.join("f"), "old\n").unwrap();
+    let mut paths: Vec<String> = toolhost::SandboxConfig::default()
+        .isolation_read_paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    paths.push(rp.display().to_string());
+    let cfg = t.root.join("rp.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "isolation_read_paths = {}\n",
+            serde_json::to_string(&paths).unwrap()
+        ),
+    )
+    .unwrap();
+    let script = format!("cat {}/f; cat {}/f", rp.display(), moved.display());
+    let mut child = Command::new(toolhost_bin())
+        .args(["run", "--config", cfg.to_str().unwrap(), "--json", "--"])
+        .args(["sh", "-c", &script])
+        .current_dir(t.ws())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    std::fs::rename(&rp, &moved).unwrap();
+    std::fs::create_dir(&rp).unwrap();
+    std::fs::write(rp.join("f"), "new\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stdout"], "new\n", "{v}");
+    assert!(
+        v["stderr"].as_str().unwrap().contains("Permission denied"),
+        "{v}"
+    );
+}

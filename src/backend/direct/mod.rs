@@ -46,7 +46,7 @@ pub(crate) use harden::{
 /// Waits until the private tmps of finished calls are removed (no private
 /// tmps on this platform).
 #[cfg(not(target_os = "linux"))]
-pub fn flush_private_tmps() {}
+pub async fn flush_private_tmps() {}
 
 use probe::host_checks;
 pub use probe::{direct_guarantees, log_guarantees_once};
@@ -93,12 +93,13 @@ impl Backend for DirectBackend {
 
     /// Waits until the private tmps of finished calls are removed, and moves
     /// aside what cancelled calls made at protected paths.
+    /// Neither holds a thread when there is nothing to move aside: the
+    /// tmp reaper answers on a oneshot.
     async fn shutdown(&self) {
-        let _ = tokio::task::spawn_blocking(|| {
-            flush_private_tmps();
-            crate::backend::protect::sweep_cancelled();
-        })
-        .await;
+        flush_private_tmps().await;
+        if crate::backend::protect::any_cancelled() {
+            let _ = tokio::task::spawn_blocking(crate::backend::protect::sweep_cancelled).await;
+        }
     }
 }
 

@@ -327,12 +327,6 @@ pub(super) fn read_paths(paths: &Arc<[PathBuf]>) -> Arc<ReadPaths> {
     v
 }
 
-/// Opens the read paths of a sandbox as its first call would (see
-/// [`read_paths`] and [`SeenFiles`]), so that the look is made and kept now.
-pub(super) fn warm_read_paths(paths: &Arc<[PathBuf]>) {
-    let _ = read_paths(paths).files();
-}
-
 /// The call's Landlock ruleset, and the layers it carries.
 pub(super) fn build_ruleset(
     plan: &ExecPlan,

@@ -108,23 +108,18 @@ fn unavailable(layer: Layer, why: &str) -> Outcome {
 }
 
 /// Makes now what the first call of this process at `level` would make on
-/// its own path, each once per process: the Landlock probe and the read
-/// paths' handles, the seccomp program, the shared network namespace (root)
-/// or user namespace (otherwise), the private tmps' reaper thread. A call
-/// that starts meanwhile waits for what it needs. Nothing here depends on a
-/// call, and nothing is kept that a call would not keep.
-pub(crate) fn warm_up(
-    read_paths: &std::sync::Arc<[std::path::PathBuf]>,
-    net_off: bool,
-    level: IsolationLevel,
-) {
+/// its own path, each once per process: the Landlock probe, the seccomp
+/// program, the shared network namespace (root) or user namespace
+/// (otherwise), the private tmps' reaper thread. A call that starts
+/// meanwhile waits for what it needs. Nothing here depends on a call or on
+/// what the host's paths lead to: the read paths' handles, which do (a
+/// directory swapped for another between now and the call), are left to
+/// the call.
+pub(crate) fn warm_up(net_off: bool, level: IsolationLevel) {
     let abi = landlock_abi();
     if level == IsolationLevel::Off {
         let _ = minimal_domain(abi);
         return;
-    }
-    if abi > 0 {
-        landlock::warm_read_paths(read_paths);
     }
     let _ = seccomp_available();
     let _ = seccomp_filter(net_off);

@@ -59,13 +59,14 @@ pub(super) fn remove_tmp(path: &Path) {
 
 pub(super) enum ReaperMsg {
     Remove(PathBuf),
-    Flush(mpsc::Sender<()>),
+    Flush(tokio::sync::oneshot::Sender<()>),
 }
+
+static REAPER: OnceLock<Option<Mutex<mpsc::Sender<ReaperMsg>>>> = OnceLock::new();
 
 /// Private tmps are removed on a thread of their own, off the call's path
 /// (about 50 µs of directory removal per call, measured).
 pub(super) fn reaper() -> Option<&'static Mutex<mpsc::Sender<ReaperMsg>>> {
-    static REAPER: OnceLock<Option<Mutex<mpsc::Sender<ReaperMsg>>>> = OnceLock::new();
     REAPER
         .get_or_init(|| {
             let (tx, rx) = mpsc::channel::<ReaperMsg>();
@@ -87,17 +88,23 @@ pub(super) fn reaper() -> Option<&'static Mutex<mpsc::Sender<ReaperMsg>>> {
         .as_ref()
 }
 
-/// Waits until the private tmps of finished calls are removed (up to 10 s).
-/// [`crate::Sandbox::shutdown`] calls it.
-pub fn flush_private_tmps() {
-    let Some(r) = reaper() else { return };
-    let (ack, done) = mpsc::channel();
+/// The reaper, if it was started (a private tmp dropped, or `warm_up`).
+fn started_reaper() -> Option<&'static Mutex<mpsc::Sender<ReaperMsg>>> {
+    REAPER.get().and_then(Option::as_ref)
+}
+
+/// Waits until the private tmps of finished calls are removed (up to 10 s),
+/// without holding a thread: the reaper answers on a oneshot.
+/// [`crate::Sandbox::shutdown`] awaits it.
+pub async fn flush_private_tmps() {
+    let Some(r) = started_reaper() else { return };
+    let (ack, done) = tokio::sync::oneshot::channel();
     let sent = r
         .lock()
         .map(|tx| tx.send(ReaperMsg::Flush(ack)).is_ok())
         .unwrap_or(false);
     if sent {
-        let _ = done.recv_timeout(std::time::Duration::from_secs(10));
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), done).await;
     }
 }
 

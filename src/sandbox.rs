@@ -266,10 +266,10 @@ impl Sandbox {
     /// when the configured backend is not `direct` or `auto`, nothing):
     /// the shared network or user namespace, the seccomp program, the
     /// Landlock probe. Not the handles of `isolation_read_paths`: what a
-    /// path leads to is looked at by the call. Each is
-    /// made once per process, and a call that starts meanwhile waits for
-    /// what it needs, so calling this changes no call's result, only when
-    /// the work is done. `toolhost run` calls it first thing.
+    /// path leads to is looked at by the call. Each is made once per
+    /// process, and a call that starts meanwhile waits for what it needs,
+    /// so calling this changes no call's result, only when the work is
+    /// done. `toolhost run` calls it first thing.
     pub fn warm_up_in_background(&self) {
         #[cfg(target_os = "linux")]
         if matches!(

@@ -91,10 +91,10 @@ impl Backend for DirectBackend {
         p
     }
 
-    /// Waits until the private tmps of finished calls are removed, and moves
-    /// aside what cancelled calls made at protected paths.
-    /// Neither holds a thread when there is nothing to move aside: the
-    /// tmp reaper answers on a oneshot.
+    /// Waits until the private tmps of finished calls are removed (the
+    /// reaper answers on a oneshot: no thread waits), and moves aside what
+    /// cancelled calls made at protected paths (on a blocking thread, only
+    /// when there are some).
     async fn shutdown(&self) {
         flush_private_tmps().await;
         if crate::backend::protect::any_cancelled() {

@@ -31,9 +31,18 @@ use crate::plan::ExecPlan;
 /// The call's isolation, prepared before the spawn (see `harden`).
 pub(super) struct Hardening(Prepared);
 
-/// Prepares the call's isolation; fails only under `strict`.
-pub(super) fn harden(plan: &ExecPlan) -> Result<Hardening, Outcome> {
-    harden::prepare(plan).map(Hardening)
+pub(super) use harden::Spares;
+
+/// Prepares the call's isolation (with the sandbox's spare tmp and ruleset
+/// where they hold); fails only under `strict`.
+pub(super) fn harden(plan: &ExecPlan, spares: &Spares) -> Result<Hardening, Outcome> {
+    harden::prepare(plan, spares).map(Hardening)
+}
+
+/// After the spawn: makes the sandbox's next call's tmp and ruleset while
+/// the tool runs (`harden::spare`).
+pub(super) fn stock(spares: &Arc<Spares>, plan: &ExecPlan) {
+    spares.stock(plan, harden::landlock_abi());
 }
 
 impl Hardening {

@@ -63,14 +63,28 @@ const DRAIN_GRACE: Duration = Duration::from_millis(500);
 /// How long a kill request may take before toolhost stops waiting politely.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
+#[cfg(target_os = "linux")]
+use platform::{Spares, stock};
+
+/// What is made ahead of a call (Linux: `harden::spare`); nothing here.
+#[cfg(not(target_os = "linux"))]
+#[derive(Debug, Default)]
+struct Spares;
+
+#[cfg(not(target_os = "linux"))]
+fn stock(_: &std::sync::Arc<Spares>, _: &ExecPlan) {}
+
 /// Runs plans as native subprocesses.
 #[derive(Debug, Default)]
 pub struct DirectBackend {
-    _private: (),
+    /// The next call's private tmp and Landlock ruleset, made while the
+    /// last call's tool ran (Linux; used only if they hold for the call).
+    spares: std::sync::Arc<Spares>,
 }
 
 impl DirectBackend {
-    /// The backend. It holds no state: all of it is in the plan.
+    /// The backend. Everything a call needs is in its plan; the backend
+    /// keeps only what it makes ahead of the next call.
     pub fn new() -> Self {
         DirectBackend::default()
     }
@@ -82,7 +96,7 @@ impl Backend for DirectBackend {
     }
 
     fn run(&self, plan: &ExecPlan) -> impl std::future::Future<Output = RunOutput> + Send {
-        run(plan)
+        run(plan, &self.spares)
     }
 
     async fn probe(&self, _limits: &crate::plan::Limits) -> crate::probe::Probe {
@@ -96,6 +110,8 @@ impl Backend for DirectBackend {
     /// cancelled calls made at protected paths (on a blocking thread, only
     /// when there are some).
     async fn shutdown(&self) {
+        #[cfg(target_os = "linux")]
+        self.spares.clear();
         flush_private_tmps().await;
         if crate::backend::protect::any_cancelled() {
             let _ = tokio::task::spawn_blocking(crate::backend::protect::sweep_cancelled).await;
@@ -147,7 +163,7 @@ pub(crate) enum LimitHit {
     Cpu,
 }
 
-async fn run(plan: &ExecPlan) -> RunOutput {
+async fn run(plan: &ExecPlan, spares: &std::sync::Arc<Spares>) -> RunOutput {
     let start = Instant::now();
     // `Sandbox::plan` refuses these for direct; a plan built by hand is too.
     if plan.cwd.is_none() || plan.mounts.iter().any(|m| m.guest != m.path) {
@@ -171,7 +187,7 @@ async fn run(plan: &ExecPlan) -> RunOutput {
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
 
-    let hardening = match platform::harden(plan) {
+    let hardening = match platform::harden(plan, spares) {
         Ok(h) => h,
         Err(o) => return RunOutput::refused(BackendKind::Direct, o, start.elapsed()),
     };
@@ -179,6 +195,8 @@ async fn run(plan: &ExecPlan) -> RunOutput {
         Ok(s) => s,
         Err(e) => return launch_failure(plan, &e, start),
     };
+    // The tool runs: the next call's tmp and ruleset are made meanwhile.
+    stock(spares, plan);
     let stdout = spawned.child.stdout.take();
     let stderr = spawned.child.stderr.take();
     let stdin = spawned.child.stdin.take();

@@ -135,7 +135,10 @@ pub(super) struct Hardening {
     level: crate::isolation::IsolationLevel,
 }
 
-pub(super) fn harden(plan: &ExecPlan) -> Result<Hardening, crate::outcome::Outcome> {
+pub(super) fn harden(
+    plan: &ExecPlan,
+    _spares: &super::Spares,
+) -> Result<Hardening, crate::outcome::Outcome> {
     use crate::isolation::IsolationLevel;
     if plan.isolation == IsolationLevel::Strict {
         return Err(crate::outcome::Outcome::new(

@@ -298,8 +298,13 @@ impl Raw {
 
     /// The server on pipes, not yet initialized.
     fn spawn(t: &Tmp, cfg: &Path) -> Raw {
+        Self::spawn_cmd(Self::command(t, cfg))
+    }
+
+    /// `cmd` (a [`Raw::command`]) on pipes, not yet initialized.
+    fn spawn_cmd(mut cmd: Command) -> Raw {
         use std::os::fd::AsRawFd;
-        let mut child = Self::command(t, cfg)
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -551,4 +556,110 @@ fn bad_input_gets_clear_errors_and_the_session_continues() {
     assert_eq!(r["id"], 14, "{r}");
     assert!(text_of(&r["result"]).contains("last words"), "{r}");
     assert!(s.close().success());
+}
+
+/// A sandbox makes its next call's private tmp (and Landlock ruleset) ahead
+/// of it, while the last call's tool runs. A call takes it only while it is
+/// as it was made: one with a file planted in it is removed and the call
+/// gets a new one; one whose path now leads to another directory is left
+/// to whoever put that there, unused; one left alone is the call's, empty
+/// and 0700. None is left once the server has exited.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_tmp_made_ahead_is_taken_only_while_it_is_as_made() {
+    let t = Tmp::new();
+    // The server's tmps go here (its TMPDIR), where only its own are.
+    let tmps = t.outside().join("tmps");
+    std::fs::create_dir(&tmps).unwrap();
+    let cfg = t.root.join("toolhost.toml");
+    std::fs::write(
+        &cfg,
+        "timeout = 20\nshell_allowed_binaries = [\"sh\"]\nshell_allow_strings = true\n",
+    )
+    .unwrap();
+    let mut cmd = Raw::command(&t, &cfg);
+    cmd.env("TMPDIR", &tmps);
+    let mut s = Raw::spawn_cmd(cmd);
+    s.init();
+    // The call's TMPDIR, and what it found in it.
+    let call = |s: &mut Raw| -> (PathBuf, String) {
+        let script = "echo \"$TMPDIR\"; stat -c %a \"$TMPDIR\"; ls -A \"$TMPDIR\"";
+        let r = s.call("shell", json!({"args": ["sh", "-c", script]}));
+        assert_eq!(call_meta(&r)["returncode"], 0, "{r}");
+        let out = text_of(&r);
+        let mut lines = out.lines();
+        let dir = PathBuf::from(lines.next().unwrap());
+        assert_eq!(lines.next(), Some("700"), "{out}");
+        let listing = lines.take_while(|l| !l.starts_with('[')).collect();
+        (dir, listing)
+    };
+    let ours = |p: &Path| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("toolhost-tmp-"))
+    };
+    let entries = || -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&tmps)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        v.sort();
+        v
+    };
+    // The spare made after the last call: once the calls' own tmps are
+    // removed, the only tmp of the server's left that is not in `skip`.
+    let spare = |skip: &[PathBuf]| -> PathBuf {
+        let start = std::time::Instant::now();
+        loop {
+            let left: Vec<PathBuf> = entries()
+                .into_iter()
+                .filter(|p| ours(p) && !skip.contains(p))
+                .collect();
+            if let [one] = left.as_slice() {
+                return one.clone();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no single spare tmp: {left:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let (t1, l1) = call(&mut s);
+    let (t2, l2) = call(&mut s);
+    assert!(t1.starts_with(&tmps) && t1 != t2, "{t1:?} {t2:?}");
+    assert_eq!((l1.as_str(), l2.as_str()), ("", ""));
+
+    // Denied: a file planted in the spare.
+    let s1 = spare(&[t1.clone(), t2.clone()]);
+    std::fs::write(s1.join("planted"), CANARY).unwrap();
+    let (t3, l3) = call(&mut s);
+    assert_ne!(t3, s1, "a tmp with a file planted in it was used");
+    assert_eq!(l3, "", "the call's tmp is not empty");
+    assert!(!s1.exists(), "the tampered spare was not removed");
+
+    // Denied: the spare's path swapped for another directory.
+    let s2 = spare(std::slice::from_ref(&t3));
+    let moved = tmps.join("moved");
+    std::fs::rename(&s2, &moved).unwrap();
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(&s2).unwrap();
+    }
+    let (t4, l4) = call(&mut s);
+    assert_ne!(t4, s2, "a swapped-in directory was used as the tmp");
+    assert_eq!(l4, "");
+    assert!(
+        s2.is_dir() && moved.is_dir(),
+        "what is not toolhost's was removed"
+    );
+
+    // Allowed: a spare left alone is the next call's.
+    let s3 = spare(&[t4.clone(), s2.clone()]);
+    let (t5, l5) = call(&mut s);
+    assert_eq!(t5, s3, "the spare was not used");
+    assert_eq!(l5, "");
+
+    assert!(s.close().success());
+    let left: Vec<PathBuf> = entries().into_iter().filter(|p| ours(p)).collect();
+    assert_eq!(left, vec![s2.clone()], "tmps left after exit");
 }

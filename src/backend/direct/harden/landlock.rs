@@ -14,7 +14,7 @@ use landlock::{
 };
 
 use crate::isolation::Layer;
-use crate::plan::ExecPlan;
+use crate::plan::{ExecPlan, Mount};
 
 /// The version query of `landlock_create_ruleset` (no attr, size 0).
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
@@ -153,7 +153,7 @@ pub(super) struct ReadPaths {
 /// table changes (a mount over a file or a dir does not touch the dir's
 /// times). Files that are symlinks (whose targets live elsewhere) or mounts
 /// of their own are opened at every call.
-struct SeenFiles {
+pub(super) struct SeenFiles {
     /// The directories holding `files`, each with its stamp by path.
     parents: Vec<(PathBuf, DirStamp)>,
     /// The files opened, and whether each is a directory.
@@ -279,18 +279,57 @@ impl SeenFiles {
 
 impl ReadPaths {
     /// The files, opened: the kept look while it is current, else a new one
-    /// (kept if it may be).
-    fn files(&self) -> Arc<SeenFiles> {
+    /// (kept if it may be); and whether the look returned is the kept one.
+    fn files(&self) -> (Arc<SeenFiles>, bool) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = seen.as_ref()
             && s.current()
         {
-            return Arc::clone(s);
+            return (Arc::clone(s), true);
         }
         let (look, cacheable) = SeenFiles::look(&self.files);
         let look = Arc::new(look);
         *seen = cacheable.then(|| Arc::clone(&look));
-        look
+        (look, cacheable)
+    }
+}
+
+/// The read paths of `plan` that are not directories, as the call finds
+/// them now (see [`SeenFiles`]), and whether that look is kept: a ruleset
+/// made with a kept look holds for as long as
+/// [`Arc::ptr_eq`] with a later `read_files` says it is the same look.
+pub(super) fn read_files(read_paths_of: &Arc<[PathBuf]>) -> (Arc<SeenFiles>, bool) {
+    read_paths(read_paths_of).files()
+}
+
+/// What a call's ruleset grants, from its plan: the sandbox's allowed dirs
+/// (with their handles) and read paths, and whether the network is allowed.
+/// All shared by the sandbox's calls, so it can be kept (`spare`).
+#[derive(Clone)]
+pub(super) struct Grants {
+    pub(super) mounts: Arc<[Mount]>,
+    pub(super) mount_dirs: Arc<[(PathBuf, Arc<cap_std::fs::Dir>)]>,
+    pub(super) read_paths: Arc<[PathBuf]>,
+    pub(super) allow_network: bool,
+}
+
+impl Grants {
+    pub(super) fn of(plan: &ExecPlan) -> Self {
+        Grants {
+            mounts: Arc::clone(&plan.mounts),
+            mount_dirs: Arc::clone(&plan.mount_dirs),
+            read_paths: Arc::clone(&plan.isolation_read_paths),
+            allow_network: plan.allow_network,
+        }
+    }
+
+    /// Whether `plan` grants the same (the same sandbox handles, by `Arc`
+    /// identity, and the same network setting).
+    pub(super) fn same_as(&self, plan: &ExecPlan) -> bool {
+        Arc::ptr_eq(&self.mounts, &plan.mounts)
+            && Arc::ptr_eq(&self.mount_dirs, &plan.mount_dirs)
+            && Arc::ptr_eq(&self.read_paths, &plan.isolation_read_paths)
+            && self.allow_network == plan.allow_network
     }
 }
 
@@ -327,14 +366,35 @@ pub(super) fn read_paths(paths: &Arc<[PathBuf]>) -> Arc<ReadPaths> {
     v
 }
 
-/// The call's Landlock ruleset, and the layers it carries.
-pub(super) fn build_ruleset(
-    plan: &ExecPlan,
+/// A ruleset with every rule of a call but those its paths must be opened
+/// for at the call itself ([`finish_ruleset`] adds them), and the layers it
+/// carries. It can be made ahead of the call (`spare`): what it holds is
+/// the sandbox's handles (its allowed dirs, the read paths' dirs), the look
+/// at the read files given, and the call's private tmp.
+pub(super) struct PartRuleset {
+    ruleset: RulesetCreated,
+    layers: u32,
+    files: Arc<SeenFiles>,
+}
+
+impl PartRuleset {
+    /// The look at the read files the rules were made from.
+    pub(super) fn files(&self) -> &Arc<SeenFiles> {
+        &self.files
+    }
+}
+
+/// The first part of a call's ruleset (see [`PartRuleset`]): the allowed
+/// dirs, the private tmp, the read paths' dirs and the read files of
+/// `files`.
+pub(super) fn start_ruleset(
+    grants: &Grants,
     tmp: Option<&OwnedFd>,
     abi: u32,
-) -> io::Result<(OwnedFd, u32)> {
+    files: Arc<SeenFiles>,
+) -> io::Result<PartRuleset> {
     let fs = handled_fs(abi);
-    let net = if abi >= 4 && !plan.allow_network {
+    let net = if abi >= 4 && !grants.allow_network {
         AccessNet::BindTcp | AccessNet::ConnectTcp
     } else {
         BitFlags::EMPTY
@@ -349,32 +409,19 @@ pub(super) fn build_ruleset(
     // make a block device of the host's disk in the workspace and open it).
     let rw = fs & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev);
     let ro_dir = read_only_dir();
-    for (mount, (_, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
+    for (mount, (_, dir)) in grants.mounts.iter().zip(grants.mount_dirs.iter()) {
         let access = if mount.read_only { ro_dir } else { rw };
         ruleset = add_rule(ruleset, dir.as_fd(), access)?;
     }
     if let Some(tmp) = tmp {
         ruleset = add_rule(ruleset, tmp.as_fd(), rw)?;
     }
-    let null = open_path(Path::new("/dev/null"))?;
-    ruleset = add_rule(
-        ruleset,
-        null.as_fd(),
-        (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev) & fs,
-    )?;
-    let read = read_paths(&plan.isolation_read_paths);
+    let read = read_paths(&grants.read_paths);
     for fd in &read.dirs {
         ruleset = add_rule(ruleset, fd.as_fd(), ro_dir)?;
     }
-    let files = read.files();
-    let file_access = |dir: bool| if dir { ro_dir } else { ro_dir & file_rights() };
     for (fd, dir) in &files.opened {
         ruleset = add_rule(ruleset, fd.as_fd(), file_access(*dir))?;
-    }
-    for path in &files.per_call {
-        if let Ok(fd) = open_path(path) {
-            ruleset = add_rule(ruleset, fd.as_fd(), file_access(is_dir(&fd)))?;
-        }
     }
     let mut layers = Layer::LandlockFs.bit();
     if !net.is_empty() {
@@ -382,6 +429,44 @@ pub(super) fn build_ruleset(
     }
     if !scoped.is_empty() {
         layers |= Layer::LandlockScope.bit();
+    }
+    Ok(PartRuleset {
+        ruleset,
+        layers,
+        files,
+    })
+}
+
+/// Rights of a rule on a read path: a directory's, or those of them that
+/// make sense on a file.
+fn file_access(dir: bool) -> BitFlags<AccessFs> {
+    if dir {
+        read_only_dir()
+    } else {
+        read_only_dir() & file_rights()
+    }
+}
+
+/// The rest of the call's ruleset, opened now: `/dev/null`, and the read
+/// files that are opened at every call (symlinks, mounts). Returns the
+/// ruleset's fd and the layers it carries.
+pub(super) fn finish_ruleset(part: PartRuleset, abi: u32) -> io::Result<(OwnedFd, u32)> {
+    let fs = handled_fs(abi);
+    let PartRuleset {
+        mut ruleset,
+        layers,
+        files,
+    } = part;
+    let null = open_path(Path::new("/dev/null"))?;
+    ruleset = add_rule(
+        ruleset,
+        null.as_fd(),
+        (AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev) & fs,
+    )?;
+    for path in &files.per_call {
+        if let Ok(fd) = open_path(path) {
+            ruleset = add_rule(ruleset, fd.as_fd(), file_access(is_dir(&fd)))?;
+        }
     }
     Ok((into_fd(ruleset)?, layers))
 }

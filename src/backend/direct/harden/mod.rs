@@ -4,7 +4,8 @@
 //! - [`prepare`] runs in toolhost before the spawn and does everything that may
 //!   allocate or fail slowly: it builds the Landlock ruleset (an fd), picks the
 //!   seccomp program (built once per process), finds the shared empty network
-//!   namespace (created once), and creates the call's private tmp.
+//!   namespace (created once), and creates the call's private tmp (or takes
+//!   the sandbox's spare ruleset and tmp, where they hold).
 //! - [`apply_in_tool`] runs in the tool process between clone and exec, and
 //!   only makes system calls: setns, capability bounding-set drops,
 //!   no_new_privs, landlock_restrict_self, seccomp. It records which layers it
@@ -20,7 +21,9 @@
 
 //! The parts, one kernel mechanism per file: [`landlock`], [`seccomp`],
 //! [`ns`] (network and user namespaces), [`caps`] (capabilities), [`tmp`]
-//! (the private tmp); this file joins them into the two halves.
+//! (the private tmp), and [`spare`] (the next call's tmp and ruleset, made
+//! ahead of it while the last call's tool runs); this file joins them into
+//! the two halves.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -35,14 +38,16 @@ mod caps;
 mod landlock;
 mod ns;
 mod seccomp;
+mod spare;
 mod tmp;
 
 use caps::{CAP_NET_RAW, DROPPED_CAPS, PROC_PEEK_CAPS};
 pub(crate) use landlock::landlock_abi;
-use landlock::{build_ruleset, minimal_ruleset};
+use landlock::{Grants, finish_ruleset, minimal_ruleset, read_files, start_ruleset};
 pub(crate) use ns::{shared_netns, shared_userns};
 use seccomp::seccomp_filter;
 pub(crate) use seccomp::{DENIED_SYSCALL_NAMES, container_filter, seccomp_available};
+pub(super) use spare::Spares;
 use tmp::PrivateTmp;
 pub use tmp::flush_private_tmps;
 
@@ -132,8 +137,9 @@ pub(crate) fn warm_up(net_off: bool, level: IsolationLevel) {
     let _ = tmp::reaper();
 }
 
-/// Prepares the isolation of one call. Fails only under `strict`.
-pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
+/// Prepares the isolation of one call, with the sandbox's spare tmp and
+/// ruleset if they hold for it (`spare`). Fails only under `strict`.
+pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outcome> {
     let level = plan.isolation;
     let abi = landlock_abi();
     // SAFETY: geteuid cannot fail.
@@ -215,7 +221,15 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
     }
     let mounts = mounts.filter(|_| tool.pidns);
 
-    let tmp = match PrivateTmp::create() {
+    // The read files as the call finds them; the spare, if made with this
+    // same look.
+    let files = (abi >= 1).then(|| read_files(&plan.isolation_read_paths).0);
+    let spare = files.as_ref().and_then(|f| spares.take(plan, abi, f));
+    let (tmp, mut part) = match spare {
+        Some(s) => (Ok(s.tmp), Some(s.ruleset)),
+        None => (PrivateTmp::create(), None),
+    };
+    let tmp = match tmp {
         Ok(t) => {
             parent_applied |= Layer::PrivateTmp.bit();
             Some(t)
@@ -238,7 +252,17 @@ pub(super) fn prepare(plan: &ExecPlan) -> Result<Prepared, Outcome> {
                 "Landlock ABI below 3 cannot confine truncation",
             ));
         }
-        1.. => match build_ruleset(plan, tmp.as_ref().map(|t| &t.fd), abi) {
+        1.. => match part
+            .take()
+            .map_or_else(
+                || {
+                    let files = files.unwrap_or_else(|| read_files(&plan.isolation_read_paths).0);
+                    start_ruleset(&Grants::of(plan), tmp.as_ref().map(|t| &t.fd), abi, files)
+                },
+                Ok,
+            )
+            .and_then(|p| finish_ruleset(p, abi))
+        {
             Ok((fd, layers)) => {
                 tool.ruleset_fd = fd.as_raw_fd();
                 tool.ruleset_layers = layers;

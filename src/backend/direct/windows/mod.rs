@@ -256,7 +256,7 @@ pub(super) struct Hardening {
     level: IsolationLevel,
 }
 
-pub(super) fn harden(plan: &ExecPlan) -> Result<Hardening, Outcome> {
+pub(super) fn harden(plan: &ExecPlan, _spares: &super::Spares) -> Result<Hardening, Outcome> {
     if plan.isolation == IsolationLevel::Strict {
         return Err(Outcome::new(
             OutcomeKind::IsolationUnavailable,

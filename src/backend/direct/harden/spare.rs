@@ -1,0 +1,171 @@
+//! The next call's private tmp and Landlock ruleset, made ahead of it.
+//!
+//! Making a call's private tmp (a `mkdir` in the host's tmp) and its
+//! ruleset (one rule per allowed dir and read path) takes about a tenth of
+//! a hardened call of `/bin/true`. A sandbox that has made a call before
+//! makes them for its next call once this one's tool has started, while
+//! the tool runs, and keeps them in its [`Spares`]. The next call takes
+//! them only if they are what it would make itself:
+//! - the plan's inputs to the ruleset are the same: the same sandbox
+//!   handles (allowed dirs and read paths, compared by `Arc` identity), the
+//!   same network setting, level and Landlock ABI, the same base of tmps
+//!   (`std::env::temp_dir`);
+//! - the look at the read files is the same one (`Arc` identity with the
+//!   look the call finds current, see `landlock::SeenFiles`);
+//! - the tmp is still fresh (`PrivateTmp::still_fresh`: the same directory
+//!   at its path, toolhost's, mode 0700, empty).
+//!
+//! Rules on paths that are opened at every call (`/dev/null`, read files
+//! that are symlinks or mounts) are added when the call takes the spare.
+//! Anything else is made anew, on the call's path, as without a spare. A
+//! sandbox's first call makes no spare (a CLI makes one call only), and at
+//! most one is made at a time.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::landlock::{Grants, PartRuleset, SeenFiles, read_files, start_ruleset};
+use super::tmp::{PrivateTmp, run_on_reaper};
+use crate::isolation::IsolationLevel;
+use crate::plan::ExecPlan;
+
+/// What a ruleset is made from, besides the read files' look.
+struct Key {
+    grants: Grants,
+    level: IsolationLevel,
+    abi: u32,
+}
+
+impl Key {
+    fn matches(&self, plan: &ExecPlan, abi: u32) -> bool {
+        self.grants.same_as(plan) && self.level == plan.isolation && self.abi == abi
+    }
+}
+
+/// A private tmp and the first part of a ruleset that grants it.
+pub(super) struct Spare {
+    key: Key,
+    pub(super) tmp: PrivateTmp,
+    pub(super) ruleset: PartRuleset,
+}
+
+/// A sandbox's spare, if one is made.
+#[derive(Default)]
+pub(in crate::backend::direct) struct Spares {
+    slot: Mutex<Option<Spare>>,
+    /// Calls that have reached their spawn, in this sandbox.
+    calls: AtomicU64,
+    /// Whether a spare is being made.
+    making: AtomicBool,
+}
+
+impl std::fmt::Debug for Spares {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spares")
+            .field("calls", &self.calls.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a call at this level and ABI gets a ruleset at all (else it has
+/// no use for a spare).
+fn has_ruleset(level: IsolationLevel, abi: u32) -> bool {
+    match level {
+        IsolationLevel::Off => false,
+        IsolationLevel::Strict => abi >= 3,
+        _ => abi >= 1,
+    }
+}
+
+impl Spares {
+    /// The spare, if it was made for this plan and still holds, given the
+    /// look at the read files the call finds current (see the module). A
+    /// spare that does not hold is removed.
+    pub(super) fn take(&self, plan: &ExecPlan, abi: u32, files: &Arc<SeenFiles>) -> Option<Spare> {
+        let spare = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        if spare.key.matches(plan, abi)
+            && Arc::ptr_eq(spare.ruleset.files(), files)
+            && spare.tmp.path().parent() == Some(std::env::temp_dir().as_path())
+            && spare.tmp.still_fresh()
+        {
+            Some(spare)
+        } else {
+            spare.tmp.discard();
+            None
+        }
+    }
+
+    /// After a call's spawn: has the next call's spare made on the reaper
+    /// thread, unless this is the sandbox's first call, or one is there or
+    /// being made.
+    pub(in crate::backend::direct) fn stock(self: &Arc<Self>, plan: &ExecPlan, abi: u32) {
+        if !has_ruleset(plan.isolation, abi) || self.calls.fetch_add(1, Ordering::Relaxed) == 0 {
+            return;
+        }
+        let full = self
+            .slot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        if full || self.making.swap(true, Ordering::Acquire) {
+            return;
+        }
+        let key = Key {
+            grants: Grants::of(plan),
+            level: plan.isolation,
+            abi,
+        };
+        let spares = Arc::clone(self);
+        let queued = run_on_reaper(Box::new(move || {
+            spares.fill(key);
+        }));
+        if !queued {
+            self.making.store(false, Ordering::Release);
+        }
+    }
+
+    /// On the reaper: makes the spare and keeps it.
+    fn fill(&self, key: Key) {
+        if let Some(spare) = make(key) {
+            let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.is_none() {
+                *slot = Some(spare);
+            } else {
+                drop(slot);
+                spare.tmp.discard();
+            }
+        }
+        self.making.store(false, Ordering::Release);
+    }
+
+    /// Removes the spare's tmp, if there is one (shutdown, drop).
+    pub(in crate::backend::direct) fn clear(&self) {
+        let spare = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(spare) = spare {
+            spare.tmp.discard();
+        }
+    }
+}
+
+impl Drop for Spares {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// A spare for `key`, if the read files' look it would use is the kept one
+/// (another would never be taken) and the tmp and rules can be made.
+fn make(key: Key) -> Option<Spare> {
+    let (files, kept) = read_files(&key.grants.read_paths);
+    if !kept {
+        return None;
+    }
+    let tmp = PrivateTmp::create().ok()?;
+    match start_ruleset(&key.grants, Some(&tmp.fd), key.abi, files) {
+        Ok(ruleset) => Some(Spare { key, tmp, ruleset }),
+        Err(_) => {
+            tmp.discard();
+            None
+        }
+    }
+}

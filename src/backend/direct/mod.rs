@@ -111,7 +111,7 @@ impl Backend for DirectBackend {
     /// when there are some).
     async fn shutdown(&self) {
         #[cfg(target_os = "linux")]
-        self.spares.clear();
+        self.spares.close();
         flush_private_tmps().await;
         if crate::backend::protect::any_cancelled() {
             let _ = tokio::task::spawn_blocking(crate::backend::protect::sweep_cancelled).await;

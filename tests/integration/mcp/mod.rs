@@ -560,8 +560,9 @@ fn bad_input_gets_clear_errors_and_the_session_continues() {
 
 /// A sandbox makes its next call's private tmp (and Landlock ruleset) ahead
 /// of it, while the last call's tool runs. A call takes it only while it is
-/// as it was made: one with a file planted in it is removed and the call
-/// gets a new one; one whose path now leads to another directory is left
+/// as it was made: one with a file planted in it, or changed and changed
+/// back, is removed and the call gets a new one; one whose path now leads
+/// to another directory is left
 /// to whoever put that there, unused; one left alone is the call's, empty
 /// and 0700. None is left once the server has exited.
 #[cfg(target_os = "linux")]
@@ -637,8 +638,21 @@ fn a_tmp_made_ahead_is_taken_only_while_it_is_as_made() {
     assert_eq!(l3, "", "the call's tmp is not empty");
     assert!(!s1.exists(), "the tampered spare was not removed");
 
+    // Denied: the spare changed and changed back (a mode, here): only its
+    // change time tells.
+    let s1b = spare(std::slice::from_ref(&t3));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let set = |m| std::fs::set_permissions(&s1b, std::fs::Permissions::from_mode(m));
+        set(0o777).unwrap();
+        set(0o700).unwrap();
+    }
+    let (t3b, l3b) = call(&mut s);
+    assert_ne!(t3b, s1b, "a tmp changed since it was made was used");
+    assert_eq!(l3b, "");
+
     // Denied: the spare's path swapped for another directory.
-    let s2 = spare(std::slice::from_ref(&t3));
+    let s2 = spare(&[t3.clone(), t3b.clone(), s1b.clone()]);
     let moved = tmps.join("moved");
     std::fs::rename(&s2, &moved).unwrap();
     {

@@ -18,8 +18,12 @@
 //! Rules on paths that are opened at every call (`/dev/null`, read files
 //! that are symlinks or mounts) are added when the call takes the spare.
 //! Anything else is made anew, on the call's path, as without a spare. A
-//! sandbox's first call makes no spare (a CLI makes one call only), and at
-//! most one is made at a time.
+//! sandbox's first call makes no spare (a CLI makes one call only), at most
+//! one is made at a time, and none after `Sandbox::shutdown`. A spare that
+//! does not hold is removed on the reaper thread (a tool may have filled
+//! it), unless its path now leads to a directory toolhost did not make,
+//! which is left alone. The tmps' names are random (128 bits), so that no
+//! tool of another call can find a spare by its name.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,6 +61,17 @@ pub(in crate::backend::direct) struct Spares {
     calls: AtomicU64,
     /// Whether a spare is being made.
     making: AtomicBool,
+    /// Set by [`close`](Spares::close): no spare is made any more.
+    closed: AtomicBool,
+}
+
+/// Clears `making` when a fill ends, however it ends.
+struct Making<'a>(&'a AtomicBool);
+
+impl Drop for Making<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl std::fmt::Debug for Spares {
@@ -90,7 +105,8 @@ impl Spares {
         {
             Some(spare)
         } else {
-            spare.tmp.discard();
+            // Removed on the reaper: a tool may have filled it.
+            spare.tmp.discard(false);
             None
         }
     }
@@ -99,7 +115,10 @@ impl Spares {
     /// thread, unless this is the sandbox's first call, or one is there or
     /// being made.
     pub(in crate::backend::direct) fn stock(self: &Arc<Self>, plan: &ExecPlan, abi: u32) {
-        if !has_ruleset(plan.isolation, abi) || self.calls.fetch_add(1, Ordering::Relaxed) == 0 {
+        if !has_ruleset(plan.isolation, abi)
+            || self.calls.fetch_add(1, Ordering::Relaxed) == 0
+            || self.closed.load(Ordering::Acquire)
+        {
             return;
         }
         let full = self
@@ -124,32 +143,52 @@ impl Spares {
         }
     }
 
-    /// On the reaper: makes the spare and keeps it.
+    /// On the reaper: makes the spare and keeps it, unless the spares were
+    /// closed meanwhile.
     fn fill(&self, key: Key) {
+        let _making = Making(&self.making);
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
         if let Some(spare) = make(key) {
             let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
-            if slot.is_none() {
+            if slot.is_none() && !self.closed.load(Ordering::Acquire) {
                 *slot = Some(spare);
             } else {
                 drop(slot);
-                spare.tmp.discard();
+                spare.tmp.discard(true);
             }
         }
-        self.making.store(false, Ordering::Release);
     }
 
-    /// Removes the spare's tmp, if there is one (shutdown, drop).
-    pub(in crate::backend::direct) fn clear(&self) {
-        let spare = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    /// No more spares (`Sandbox::shutdown`): the one there is removed on
+    /// the reaper, after what is queued there, so that a flush of the
+    /// private tmps that follows waits for it, and for any spare being made
+    /// (which then keeps nothing).
+    pub(in crate::backend::direct) fn close(&self) {
+        let spare = {
+            let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+            self.closed.store(true, Ordering::Release);
+            slot.take()
+        };
         if let Some(spare) = spare {
-            spare.tmp.discard();
+            spare.tmp.discard(false);
         }
     }
 }
 
 impl Drop for Spares {
+    /// The sandbox is gone (and no fill holds it): its spare is removed
+    /// here and now, since the process may be about to exit.
     fn drop(&mut self) {
-        self.clear();
+        let spare = self
+            .slot
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(spare) = spare {
+            spare.tmp.discard(true);
+        }
     }
 }
 
@@ -164,7 +203,7 @@ fn make(key: Key) -> Option<Spare> {
     match start_ruleset(&key.grants, Some(&tmp.fd), key.abi, files) {
         Ok(ruleset) => Some(Spare { key, tmp, ruleset }),
         Err(_) => {
-            tmp.discard();
+            tmp.discard(true);
             None
         }
     }

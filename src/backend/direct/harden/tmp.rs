@@ -4,37 +4,98 @@
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, mpsc};
-
-use super::landlock::open_path;
 
 /// The call's private `TMPDIR`: created before the spawn, removed (with what
 /// the tool left in it) when the call is over.
 pub(in crate::backend::direct) struct PrivateTmp {
     pub(super) path: PathBuf,
     pub(super) fd: OwnedFd,
+    /// The directory as `create` left it: identity, owner, mode, and its
+    /// change time, which any change to it sets (an entry made or removed,
+    /// a chmod, a chown, an extended attribute or ACL). Asking for it now
+    /// makes the next change's time fine-grained where the filesystem keeps
+    /// such times (multigrain timestamps), so it cannot fall in the same tick.
+    made: Made,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Made {
+    dev: u64,
+    ino: u64,
+    uid: u32,
+    gid: u32,
+    mode: u32,
+    ctime: (i64, i64),
+}
+
+impl Made {
+    // `st_dev` and `st_ino` are `u64` on Linux, not on every Unix.
+    #[allow(clippy::unnecessary_cast)]
+    fn of(st: &rustix::fs::Stat) -> Self {
+        Made {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            mode: st.st_mode,
+            ctime: (st.st_ctime as i64, st.st_ctime_nsec as i64),
+        }
+    }
+}
+
+/// 128 random bits, as hex, for a name no other process can guess (a tool
+/// of a concurrent call, which can stat paths it cannot list).
+fn random_hex() -> io::Result<String> {
+    let mut b = [0u8; 16];
+    let mut got = 0;
+    while got < b.len() {
+        let rest = &mut b[got..];
+        // SAFETY: getrandom writes at most `rest.len()` bytes into `rest`.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        got += n as usize;
+    }
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 impl PrivateTmp {
+    /// A new directory in `std::env::temp_dir()`, mode 0700, under a random
+    /// name, opened without following a symlink and checked to be the
+    /// directory made (toolhost's, 0700).
     pub(super) fn create() -> io::Result<Self> {
+        use rustix::fs::{FileType, Mode, OFlags};
         use std::os::unix::fs::DirBuilderExt;
-        static SEQ: AtomicU64 = AtomicU64::new(0);
         let base = std::env::temp_dir();
-        // SAFETY: getpid cannot fail.
-        let pid = unsafe { libc::getpid() };
         let mut last = None;
         for _ in 0..8 {
-            let n = SEQ.fetch_add(1, Ordering::Relaxed);
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            let path = base.join(format!("toolhost-tmp-{pid}-{n}-{nanos:08x}"));
+            let path = base.join(format!("toolhost-tmp-{}", random_hex()?));
             match std::fs::DirBuilder::new().mode(0o700).create(&path) {
                 Ok(()) => {
-                    let fd = open_path(&path)?;
-                    return Ok(PrivateTmp { path, fd });
+                    let fd = rustix::fs::open(
+                        &path,
+                        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )?;
+                    let st = rustix::fs::fstat(&fd)?;
+                    let made = Made::of(&st);
+                    if FileType::from_raw_mode(st.st_mode) != FileType::Directory
+                        || st.st_mode & 0o7777 != 0o700
+                        || st.st_uid != rustix::process::geteuid().as_raw()
+                    {
+                        // Not the directory made: what is there is not
+                        // toolhost's to remove.
+                        return Err(io::Error::other(
+                            "the private tmp was replaced as it was made",
+                        ));
+                    }
+                    return Ok(PrivateTmp { path, fd, made });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
                 Err(e) => return Err(e),
@@ -48,29 +109,28 @@ impl PrivateTmp {
     }
 
     /// Whether the tmp's path still leads to the directory
-    /// [`create`](Self::create) made (not a symlink, not another directory).
-    fn at_its_path(&self) -> Option<rustix::fs::Stat> {
-        use rustix::fs::{AtFlags, CWD, FileType};
-        let by_path = rustix::fs::statat(CWD, &self.path, AtFlags::SYMLINK_NOFOLLOW).ok()?;
-        let by_fd = rustix::fs::fstat(&self.fd).ok()?;
-        (by_path.st_dev == by_fd.st_dev
-            && by_path.st_ino == by_fd.st_ino
-            && FileType::from_raw_mode(by_fd.st_mode) == FileType::Directory)
+    /// [`create`](Self::create) made (not a symlink, not another directory),
+    /// and how that directory is now.
+    fn at_its_path(&self) -> Option<Made> {
+        use rustix::fs::{AtFlags, CWD};
+        let by_path =
+            Made::of(&rustix::fs::statat(CWD, &self.path, AtFlags::SYMLINK_NOFOLLOW).ok()?);
+        let by_fd = Made::of(&rustix::fs::fstat(&self.fd).ok()?);
+        (by_path.dev == self.made.dev && by_path.ino == self.made.ino && by_fd == by_path)
             .then_some(by_fd)
     }
 
-    /// Whether this tmp, made ahead of its call (`spare`), is still as
-    /// [`create`](Self::create) left it: at its path, toolhost's, mode 0700,
-    /// and empty.
+    /// Whether this tmp, made ahead of its call (`spare`), is still exactly
+    /// as [`create`](Self::create) left it: at its path, with the same
+    /// owner, group, mode and change time (nothing added, removed or
+    /// changed in or on it), and empty.
     pub(super) fn still_fresh(&self) -> bool {
         use rustix::fs::{Mode, OFlags};
-        let Some(st) = self.at_its_path() else {
-            return false;
-        };
-        if st.st_mode & 0o7777 != 0o700 || st.st_uid != rustix::process::geteuid().as_raw() {
+        if self.at_its_path() != Some(self.made) {
             return false;
         }
-        // Empty: nothing but `.` and `..` in it.
+        // Empty: nothing but `.` and `..` in it (the change time says so
+        // already; this does not rest on it alone).
         let Ok(dir) = rustix::fs::openat(
             &self.fd,
             ".",
@@ -92,22 +152,19 @@ impl PrivateTmp {
         n == 2
     }
 
-    /// Lets go of a tmp made ahead that no call will use: removed here and
-    /// now if its path still leads to it (not on the reaper: the process may
-    /// be about to exit); if its path leads elsewhere, what is there is not
-    /// toolhost's to remove, and is left alone.
-    pub(super) fn discard(self) {
-        if self.at_its_path().is_some() {
-            self.remove_now();
-        } else {
-            let mut t = self;
-            t.path = PathBuf::new(); // nothing to remove (see Drop)
+    /// Lets go of a tmp made ahead that no call will use. If its path
+    /// still leads to it, it is removed: `here` now, on this thread (the
+    /// reaper itself, or a process that may be about to exit); else on the
+    /// reaper, off the calls' path (a tool may have filled it). If its path
+    /// leads elsewhere, what is there is not toolhost's to remove, and is
+    /// left alone.
+    pub(super) fn discard(mut self, here: bool) {
+        if self.at_its_path().is_none() {
+            self.path = PathBuf::new(); // nothing to remove (see Drop)
+        } else if here {
+            remove_tmp(&std::mem::take(&mut self.path));
         }
-    }
-
-    /// Removes the tmp here and now, by its path.
-    fn remove_now(mut self) {
-        remove_tmp(&std::mem::take(&mut self.path));
+        // Otherwise Drop queues it on the reaper.
     }
 }
 
@@ -145,7 +202,11 @@ pub(super) fn reaper() -> Option<&'static Mutex<mpsc::Sender<ReaperMsg>>> {
                             ReaperMsg::Flush(ack) => {
                                 let _ = ack.send(());
                             }
-                            ReaperMsg::Run(job) => job(),
+                            // A job that panics is the job's loss, not
+                            // the reaper's: removals and flushes go on.
+                            ReaperMsg::Run(job) => {
+                                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                            }
                         }
                     }
                 })

@@ -606,3 +606,36 @@ fn a_read_path_swapped_while_stdin_is_open_is_read_as_the_call_finds_it() {
         "{v}"
     );
 }
+
+/// A tmp base dir that is set-group-ID (its new dirs inherit the bit) still
+/// gives each call a private tmp, removed after it: the check of the new
+/// dir looks at its permission bits, 0700 (found by the review of the
+/// random tmp names). Side by side with a plain base.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_set_group_id_tmp_base_still_gives_a_private_tmp() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = Tmp::new();
+    for mode in [0o777, 0o2777] {
+        let base = t.outside().join(format!("tmp-{mode:o}"));
+        std::fs::create_dir(&base).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(mode)).unwrap();
+        let base_s = base.to_str().unwrap();
+        let out = toolhost(
+            &t.ws(),
+            &["run", "--json", "--", "sh", "-c", "echo \"$TMPDIR\""],
+            &[("TMPDIR", base_s)],
+        );
+        assert!(out.status.success(), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let applied = v["isolation"]["applied"].to_string();
+        assert!(applied.contains("private_tmp"), "mode {mode:o}: {applied}");
+        let tmp = v["stdout"].as_str().unwrap().trim().to_string();
+        assert!(
+            tmp.starts_with(&format!("{base_s}/toolhost-tmp-")),
+            "mode {mode:o}: {tmp}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&base).unwrap().collect();
+        assert!(left.is_empty(), "mode {mode:o}: left {left:?}");
+    }
+}

@@ -161,7 +161,7 @@ pub(super) fn host_checks(out: &mut Probe) {
         "direct",
         "pathname unix sockets",
         Status::Partial,
-        "network off: connect() is refused by seccomp, so host daemons (docker.sock...) are unreachable; network on: Landlock before ABI 8 does not confine connecting to a socket file the user may open",
+        "network off: connect() is refused by seccomp, so stream daemons (docker.sock...) are unreachable, but a datagram socket can still sendto() a host datagram socket by its path (/dev/log); network on: Landlock before ABI 8 does not confine connecting to a socket file the user may open",
     );
 }
 

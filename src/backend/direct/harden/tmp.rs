@@ -85,8 +85,10 @@ impl PrivateTmp {
                     )?;
                     let st = rustix::fs::fstat(&fd)?;
                     let made = Made::of(&st);
+                    // The permission bits only: a set-group-ID base
+                    // dir makes its new dirs set-group-ID too.
                     if FileType::from_raw_mode(st.st_mode) != FileType::Directory
-                        || st.st_mode & 0o7777 != 0o700
+                        || st.st_mode & 0o777 != 0o700
                         || st.st_uid != rustix::process::geteuid().as_raw()
                     {
                         // Not the directory made: what is there is not
@@ -108,16 +110,14 @@ impl PrivateTmp {
         &self.path
     }
 
-    /// Whether the tmp's path still leads to the directory
-    /// [`create`](Self::create) made (not a symlink, not another directory),
-    /// and how that directory is now.
+    /// How the directory at the tmp's path is now, if it is the one
+    /// [`create`](Self::create) made (the same device and inode, not
+    /// through a symlink).
     fn at_its_path(&self) -> Option<Made> {
         use rustix::fs::{AtFlags, CWD};
-        let by_path =
-            Made::of(&rustix::fs::statat(CWD, &self.path, AtFlags::SYMLINK_NOFOLLOW).ok()?);
-        let by_fd = Made::of(&rustix::fs::fstat(&self.fd).ok()?);
-        (by_path.dev == self.made.dev && by_path.ino == self.made.ino && by_fd == by_path)
-            .then_some(by_fd)
+        let st = rustix::fs::statat(CWD, &self.path, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        let now = Made::of(&st);
+        (now.dev == self.made.dev && now.ino == self.made.ino).then_some(now)
     }
 
     /// Whether this tmp, made ahead of its call (`spare`), is still exactly
@@ -126,7 +126,9 @@ impl PrivateTmp {
     /// changed in or on it), and empty.
     pub(super) fn still_fresh(&self) -> bool {
         use rustix::fs::{Mode, OFlags};
-        if self.at_its_path() != Some(self.made) {
+        if self.at_its_path() != Some(self.made)
+            || rustix::fs::fstat(&self.fd).map(|st| Made::of(&st)) != Ok(self.made)
+        {
             return false;
         }
         // Empty: nothing but `.` and `..` in it (the change time says so

@@ -225,7 +225,7 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
     // same look.
     let files = (abi >= 1).then(|| read_files(&plan.isolation_read_paths).0);
     let spare = files.as_ref().and_then(|f| spares.take(plan, abi, f));
-    let (tmp, mut part) = match spare {
+    let (tmp, part) = match spare {
         Some(s) => (Ok(s.tmp), Some(s.ruleset)),
         None => (PrivateTmp::create(), None),
     };
@@ -252,28 +252,29 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
                 "Landlock ABI below 3 cannot confine truncation",
             ));
         }
-        1.. => match part
-            .take()
-            .map_or_else(
-                || {
-                    let files = files.unwrap_or_else(|| read_files(&plan.isolation_read_paths).0);
+        1.. => {
+            // The spare's rules, else this call's own.
+            let part = match (part, files) {
+                (Some(part), _) => Ok(part),
+                (None, Some(files)) => {
                     start_ruleset(&Grants::of(plan), tmp.as_ref().map(|t| &t.fd), abi, files)
-                },
-                Ok,
-            )
-            .and_then(|p| finish_ruleset(p, abi))
-        {
-            Ok((fd, layers)) => {
-                tool.ruleset_fd = fd.as_raw_fd();
-                tool.ruleset_layers = layers;
-                ruleset = Some(fd);
+                }
+                // `files` is read whenever there is an ABI.
+                (None, None) => Err(std::io::Error::other("the read paths were not read")),
+            };
+            match part.and_then(|p| finish_ruleset(p, abi)) {
+                Ok((fd, layers)) => {
+                    tool.ruleset_fd = fd.as_raw_fd();
+                    tool.ruleset_layers = layers;
+                    ruleset = Some(fd);
+                }
+                Err(e) if strict => return Err(unavailable(Layer::LandlockFs, &e.to_string())),
+                Err(e) => {
+                    tracing::warn!("direct backend: no Landlock rules for this call: {e}");
+                    tool.ruleset_fd = minimal_domain(abi);
+                }
             }
-            Err(e) if strict => return Err(unavailable(Layer::LandlockFs, &e.to_string())),
-            Err(e) => {
-                tracing::warn!("direct backend: no Landlock rules for this call: {e}");
-                tool.ruleset_fd = minimal_domain(abi);
-            }
-        },
+        }
         _ => {}
     }
 

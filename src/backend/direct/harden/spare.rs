@@ -3,8 +3,9 @@
 //! Making a call's private tmp (a `mkdir` in the host's tmp) and its
 //! ruleset (one rule per allowed dir and read path) takes about a tenth of
 //! a hardened call of `/bin/true`. A sandbox that has made a call before
-//! makes them for its next call once this one's tool has started, while
-//! the tool runs, and keeps them in its [`Spares`]. The next call takes
+//! has them made for its next call on the private tmps' reaper thread,
+//! once this one's tool has started (while it runs), and keeps them in its
+//! [`Spares`]. The next call takes
 //! them only if they are what it would make itself:
 //! - the plan's inputs to the ruleset are the same: the same sandbox
 //!   handles (allowed dirs and read paths, compared by `Arc` identity), the
@@ -12,8 +13,9 @@
 //!   (`std::env::temp_dir`);
 //! - the look at the read files is the same one (`Arc` identity with the
 //!   look the call finds current, see `landlock::SeenFiles`);
-//! - the tmp is still fresh (`PrivateTmp::still_fresh`: the same directory
-//!   at its path, toolhost's, mode 0700, empty).
+//! - the tmp is still exactly as made (`PrivateTmp::still_fresh`: the same
+//!   directory at its path and by its fd, the same owner, group, mode and
+//!   change time, empty).
 //!
 //! Rules on paths that are opened at every call (`/dev/null`, read files
 //! that are symlinks or mounts) are added when the call takes the spare.

@@ -18,7 +18,9 @@
 //!   network namespace (no interface up, not even loopback).
 //! - `seccomp`: a syscall filter refusing with EPERM what no tool needs (ptrace,
 //!   process_vm_*, keyctl, bpf, mount, namespaces, io_uring...).
-//! - `seccomp_net` (network off): sockets of any family but unix refused.
+//! - `seccomp_net` (network off): `connect`, and sockets of any family but unix
+//!   or any type but stream and seqpacket (a datagram one reaches host sockets
+//!   by path), refused.
 //! - `subreaper`: the process tree is contained by a per-call child subreaper
 //!   (setsid and double forks included) and killed at the end of the call.
 //! - `pidns`: the tool runs in a PID namespace of its own under a small init

@@ -616,43 +616,79 @@ fn check_fails_when_the_configured_docker_backend_cannot_run() {
     assert_eq!(code, Some(0));
 }
 
+const UNIX_PROBE: &str = r#"
+import socket, sys
+daemon, log = sys.argv[1], sys.argv[2]
+a, b = socket.socketpair(); a.sendall(b'p'); print('pair', b.recv(1).decode())
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET); a.sendall(b'q'); print('seqpacket', b.recv(1).decode())
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(daemon); s.sendall(b'x'); print('connected')
+except OSError as e:
+    print('refused', e.strerror)
+for name, make in (
+    ('dgram', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)),
+    ('raw', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_RAW)),
+    ('dgram pair', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0]),
+):
+    try:
+        make().sendto(name.encode(), log); print(name, 'sent')
+    except OSError as e:
+        print(name, 'refused', e.strerror)
+"#;
+
+/// With the network off, a tool reaches no host unix socket by its path:
+/// neither a daemon's stream socket (`connect` refused) nor a datagram one
+/// such as `/dev/log` (datagram unix sockets and pairs refused: they
+/// `sendto` any path). Connected pairs of stream and seqpacket sockets
+/// still work. Twin under `off`: the same probe reaches both.
 #[tokio::test]
 async fn host_unix_sockets_are_unreachable_with_the_network_off() {
-    use std::os::unix::net::UnixListener;
+    use std::os::unix::net::{UnixDatagram, UnixListener};
     let t = Tmp::new();
-    // A host daemon's socket, by path (as /var/run/docker.sock would be).
+    // A host daemon's socket, by path (as /var/run/docker.sock would be),
+    // and a host log socket (as /dev/log is).
     let path = t.outside().join("daemon.sock");
     let listener = UnixListener::bind(&path).unwrap();
     listener.set_nonblocking(true).unwrap();
-    t.write(
+    let log_path = t.outside().join("log.sock");
+    let log = UnixDatagram::bind(&log_path).unwrap();
+    log.set_nonblocking(true).unwrap();
+    t.write("probe.py", UNIX_PROBE);
+    let argv = [
+        "python3",
         "probe.py",
-        &format!(
-            "import socket\na, b = socket.socketpair(); a.sendall(b'p'); print('pair', b.recv(1).decode())\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({:?}); s.sendall(b'x'); print('connected')\nexcept OSError as e:\n    print('refused', e.strerror)\n",
-            path.to_str().unwrap()
-        ),
-    );
-    let r = run(
-        &t.sandbox(level(IsolationLevel::BestEffort)),
-        &["python3", "probe.py"],
-    )
-    .await;
+        path.to_str().unwrap(),
+        log_path.to_str().unwrap(),
+    ];
+    let r = run(&t.sandbox(level(IsolationLevel::BestEffort)), &argv).await;
+    assert!(applied(&r).contains(&"seccomp_net"), "{r:?}");
     assert_eq!(
-        r.stdout, "pair p\nrefused Operation not permitted\n",
+        r.stdout,
+        "pair p\nseqpacket q\nrefused Operation not permitted\n\
+         dgram refused Operation not permitted\nraw refused Operation not permitted\n\
+         dgram pair refused Operation not permitted\n",
         "{r:?}"
     );
     assert!(listener.accept().is_err(), "the daemon was reached");
-    // Twin: without the kernel layers the same probe reaches it.
-    let r = run(
-        &t.sandbox(level(IsolationLevel::Off)),
-        &["python3", "probe.py"],
-    )
-    .await;
-    assert_eq!(r.stdout, "pair p\nconnected\n", "{r:?}");
+    let mut buf = [0u8; 64];
+    assert!(log.recv(&mut buf).is_err(), "a datagram got through");
+    // Twin: without the kernel layers the same probe reaches both.
+    let r = run(&t.sandbox(level(IsolationLevel::Off)), &argv).await;
+    assert_eq!(
+        r.stdout, "pair p\nseqpacket q\nconnected\ndgram sent\nraw sent\ndgram pair sent\n",
+        "{r:?}"
+    );
     listener.set_nonblocking(false).unwrap();
     let (mut c, _) = listener.accept().unwrap();
     let mut b = [0u8; 1];
     c.read_exact(&mut b).unwrap();
     assert_eq!(&b, b"x");
+    let mut got = Vec::new();
+    while let Ok(n) = log.recv(&mut buf) {
+        got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert_eq!(got, ["dgram", "raw", "dgram pair"]);
 }
 
 /// Containment by a PID namespace: the tool is pid 2 under the namespace's

@@ -37,10 +37,7 @@ pub(super) fn host_checks(out: &mut Probe) {
             "direct",
             "seccomp",
             Status::Ok,
-            format!(
-                "EPERM for: {}; sockets other than unix while the network is off",
-                super::DENIED_SYSCALL_NAMES
-            ),
+            format!("EPERM for: {}", super::DENIED_SYSCALL_NAMES),
         );
     } else {
         out.push(
@@ -72,7 +69,7 @@ pub(super) fn host_checks(out: &mut Probe) {
             "network namespace",
             Status::Missing,
             format!(
-                "{why}: the network is denied by seccomp (sockets other than unix) and Landlock (TCP, ABI 4+) instead"
+                "{why}: the network is denied by seccomp (sockets other than unix stream and seqpacket ones, connect) and Landlock (TCP, ABI 4+) instead"
             ),
         ),
     }
@@ -161,7 +158,7 @@ pub(super) fn host_checks(out: &mut Probe) {
         "direct",
         "pathname unix sockets",
         Status::Partial,
-        "network off: connect() is refused by seccomp, so stream daemons (docker.sock...) are unreachable, but a datagram socket can still sendto() a host datagram socket by its path (/dev/log); network on: Landlock before ABI 8 does not confine connecting to a socket file the user may open",
+        "network off: connect() and datagram unix sockets are refused by seccomp, so no host socket (docker.sock, /dev/log...) is reachable by its path; network on: Landlock before ABI 8 does not confine connecting to a socket file the user may open",
     );
 }
 

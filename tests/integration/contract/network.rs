@@ -84,27 +84,38 @@ print('no dns')
         // Host unix sockets (docker.sock and friends).
         #[cfg(unix)]
         30 => {
-            use std::os::unix::net::UnixListener;
+            use std::os::unix::net::{UnixDatagram, UnixListener};
             let path = c.t.outside().join("daemon.sock");
             let l = UnixListener::bind(&path).unwrap();
             l.set_nonblocking(true).unwrap();
+            // And a datagram one, as /dev/log is.
+            let log_path = c.t.outside().join("log.sock");
+            let log = UnixDatagram::bind(&log_path).unwrap();
+            log.set_nonblocking(true).unwrap();
             let p = path.to_string_lossy();
+            let lp = log_path.to_string_lossy();
             let script = if d == Target::Docker {
                 format!(
-                    "ls -l {p} /var/run/docker.sock /run/docker.sock 2>&1 | grep -c 'No such file'"
+                    "ls -l {p} {lp} /var/run/docker.sock /run/docker.sock 2>&1 | grep -c 'No such file'"
                 )
             } else {
                 format!(
-                    "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{p}'); print('connected')\""
+                    "python3 -c \"import socket\ntry:\n    socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'x', '{lp}'); print('sent')\nexcept OSError as e:\n    print('refused', e.errno)\ns = socket.socket(socket.AF_UNIX); s.connect('{p}'); print('connected')\""
                 )
             };
             let r = c.run(&sb, &script, &[]).await;
+            let mut buf = [0u8; 8];
             ensure(
-                !r.stdout.contains("connected") && l.accept().is_err(),
+                !r.stdout.contains("connected")
+                    && !r.stdout.contains("sent")
+                    && l.accept().is_err()
+                    && log.recv(&mut buf).is_err(),
                 || format!("{r:?}"),
             )?;
             if d == Target::Docker {
-                ensure(r.stdout.trim() == "3", || format!("sockets visible: {r:?}"))?;
+                ensure(r.stdout.trim() == "4", || format!("sockets visible: {r:?}"))?;
+            } else {
+                ensure(r.stdout.starts_with("refused 1\n"), || format!("{r:?}"))?;
             }
             Ok(())
         }

@@ -17,7 +17,7 @@
 //! - `netns` (network off, toolhost running as root): the tool runs in an empty
 //!   network namespace (no interface up, not even loopback).
 //! - `seccomp`: a syscall filter refusing with EPERM what no tool needs (ptrace,
-//!   process_vm_*, keyctl, bpf, mount, namespaces, io_uring...).
+//!   process_vm_*, pidfd_getfd, keyctl, bpf, mount, namespaces, io_uring...).
 //! - `seccomp_net` (network off): `connect`, and sockets of any family but unix
 //!   or any type but stream and seqpacket (a datagram one reaches host sockets
 //!   by path), refused.

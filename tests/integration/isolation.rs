@@ -371,6 +371,7 @@ call("bpf", 321 if x86 else 280, 0, 0, 0)
 call("io_uring_setup", 425, 0, 0)
 call("clone3", 435, 0, 0)
 call("mount", 165 if x86 else 40, 0, 0, 0, 0, 0)
+call("pidfd_getfd", 438, -1, 0, 0)
 call("getpid", 39 if x86 else 172)
 "#;
 
@@ -387,7 +388,7 @@ async fn seccomp_refuses_what_no_tool_needs() {
     let want = "keyctl Operation not permitted\nunshare Operation not permitted\n\
                 ptrace Operation not permitted\nbpf Operation not permitted\n\
                 io_uring_setup Operation not permitted\nclone3 Function not implemented\n\
-                mount Operation not permitted\ngetpid ok\n";
+                mount Operation not permitted\npidfd_getfd Operation not permitted\ngetpid ok\n";
     assert_eq!(r.stdout, want, "{r:?}");
     // Threads and subprocesses still work (clone without namespace flags).
     let r = run(
@@ -405,7 +406,7 @@ async fn seccomp_refuses_what_no_tool_needs() {
     )
     .await;
     let want = "keyctl ok\nbpf Invalid argument\nio_uring_setup Bad address\n\
-                clone3 Invalid argument\nmount Bad address\ngetpid ok\n";
+                clone3 Invalid argument\nmount Bad address\npidfd_getfd Bad file descriptor\ngetpid ok\n";
     let got: String = r
         .stdout
         .lines()

@@ -36,6 +36,12 @@
 //!   dirs (`protected_paths`, default `.git`) are read-only bind mounts in a
 //!   mount namespace of the call. Root, or through a user namespace. Applied
 //!   (with nothing to mount) when none exists.
+//! - `readonly_host`: in that mount namespace, every mount of the host is
+//!   read-only but the call's writable allowed dirs and private tmp (bind
+//!   mounts of themselves as the host has them): Landlock has no right for
+//!   metadata, and this keeps a tool (root above all) from changing the
+//!   mode, owner, times or extended attributes of a host file. Root only
+//!   (an unprivileged toolhost's tools have only its user's power).
 
 use serde::Serialize;
 
@@ -113,10 +119,13 @@ pub enum Layer {
     ProtectedPaths = 1 << 11,
     /// A Job Object per call (Windows): the tree and its limits.
     JobObject = 1 << 12,
+    /// Every host mount read-only but the call's writable places (a mount
+    /// namespace per call).
+    ReadonlyHost = 1 << 13,
 }
 
 /// Every layer, in report order.
-pub const ALL_LAYERS: [Layer; 13] = [
+pub const ALL_LAYERS: [Layer; 14] = [
     Layer::NoNewPrivs,
     Layer::LandlockFs,
     Layer::LandlockNet,
@@ -129,6 +138,7 @@ pub const ALL_LAYERS: [Layer; 13] = [
     Layer::Subreaper,
     Layer::PrivateTmp,
     Layer::ProtectedPaths,
+    Layer::ReadonlyHost,
     Layer::JobObject,
 ];
 
@@ -161,6 +171,7 @@ impl Layer {
             Layer::UserNamespace => "userns",
             Layer::ProtectedPaths => "protected_paths",
             Layer::JobObject => "job_object",
+            Layer::ReadonlyHost => "readonly_host",
         }
     }
 

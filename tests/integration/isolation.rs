@@ -93,7 +93,14 @@ async fn system_dirs_are_readable_and_not_writable() {
         &format!("touch /tmp/{marker} /dev/shm/{marker} /usr/{marker} 2>&1; echo done"),
     )
     .await;
-    assert_eq!(r.stdout.matches("Permission denied").count(), 3, "{r:?}");
+    // Refused by the read-only view of the host where it applies (the mount
+    // is checked before Landlock), else by Landlock.
+    let refusal = if applied(&r).contains(&"readonly_host") {
+        "Read-only file system"
+    } else {
+        "Permission denied"
+    };
+    assert_eq!(r.stdout.matches(refusal).count(), 3, "{r:?}");
     for d in ["/tmp", "/dev/shm", "/usr"] {
         assert!(!std::path::Path::new(d).join(&marker).exists(), "{d}");
     }
@@ -414,6 +421,105 @@ async fn seccomp_refuses_what_no_tool_needs() {
         .map(|l| format!("{l}\n"))
         .collect();
     assert_eq!(got, want, "{r:?}");
+}
+
+const METADATA_PROBE: &str = r#"
+import os, sys
+host, ro = sys.argv[1], sys.argv[2]
+def t(name, f):
+    try:
+        f(); print(name, "ok")
+    except OSError as e:
+        print(name, e.errno)
+t("chmod", lambda: os.chmod(host, 0o666))
+t("chown", lambda: os.chown(host, 1, 1))
+t("utime", lambda: os.utime(host, (0, 0)))
+t("xattr", lambda: os.setxattr(host, "user.toolhost", b"1"))
+fd = os.open(ro, os.O_RDONLY)
+t("fchmod", lambda: os.fchmod(fd, 0o666))
+t("ws", lambda: (open("mine", "w").close(), os.chmod("mine", 0o700), os.utime("mine", (0, 0))))
+tmp = os.path.join(os.environ.get("TMPDIR", "."), "x")
+t("tmp", lambda: (open(tmp, "w").close(), os.chmod(tmp, 0o600), os.setxattr(tmp, "user.toolhost", b"1")))
+"#;
+
+/// A root tool cannot change a host file's metadata, which Landlock does
+/// not confine: in the call's mount namespace every host mount is
+/// read-only but its writable places. chmod, chown, times and extended
+/// attributes of a host file outside the allowed dirs (named by path), and
+/// fchmod of a file of a read-only allowed dir (opened to read), each fail
+/// with EROFS, and the file's mode, owner, times and attributes are as
+/// before; the same on a file of the workspace and of the private tmp
+/// work. Twin under `off`: each change to the host file is made.
+#[tokio::test]
+async fn a_root_tool_cannot_change_the_metadata_of_host_files() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !is_root() {
+        return;
+    }
+    let t = Tmp::new();
+    let host = t.outside().join("host.txt");
+    std::fs::write(&host, CANARY).unwrap();
+    std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let ro = t.root.join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let ro_file = ro.join("file");
+    std::fs::write(&ro_file, "ro").unwrap();
+    std::fs::set_permissions(&ro_file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    t.write("probe.py", METADATA_PROBE);
+    let look = |p: &std::path::Path| {
+        let m = std::fs::metadata(p).unwrap();
+        // The attribute the probe sets: absent (ENODATA) unless it did.
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        let mut buf = [0u8; 8];
+        // SAFETY: NUL-terminated strings and a buffer of the length given.
+        let xattr = unsafe {
+            libc::getxattr(
+                c.as_ptr(),
+                c"user.toolhost".as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        (m.mode(), m.uid(), m.gid(), m.mtime(), m.mtime_nsec(), xattr)
+    };
+    let (host_before, ro_before) = (look(&host), look(&ro_file));
+    assert_eq!(host_before.5, -1, "no attribute yet");
+    let argv = [
+        "python3",
+        "probe.py",
+        host.to_str().unwrap(),
+        ro_file.to_str().unwrap(),
+    ];
+    let dirs = || {
+        [
+            AllowedDirSpec::read_write(t.ws()),
+            AllowedDirSpec::read_only(ro.clone()),
+        ]
+    };
+    let sb = toolhost::Sandbox::new(dirs(), level(IsolationLevel::BestEffort)).unwrap();
+    let r = run(&sb, &argv).await;
+    assert!(applied(&r).contains(&"readonly_host"), "{r:?}");
+    assert_eq!(
+        r.stdout, "chmod 30\nchown 30\nutime 30\nxattr 30\nfchmod 30\nws ok\ntmp ok\n",
+        "{r:?}"
+    );
+    assert_eq!(look(&host), host_before);
+    assert_eq!(look(&ro_file), ro_before);
+    let mine = std::fs::metadata(t.ws().join("mine")).unwrap();
+    assert_eq!((mine.mode() & 0o7777, mine.mtime()), (0o700, 0));
+
+    // Twin: without the kernel layers each change is made.
+    let off = toolhost::Sandbox::new(dirs(), level(IsolationLevel::Off)).unwrap();
+    let r = run(&off, &argv).await;
+    assert_eq!(
+        r.stdout, "chmod ok\nchown ok\nutime ok\nxattr ok\nfchmod ok\nws ok\ntmp ok\n",
+        "{r:?}"
+    );
+    let after = look(&host);
+    assert_eq!(
+        (after.0 & 0o7777, after.1, after.3, after.5),
+        (0o666, 1, 0, 1)
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,18 @@
-//! Protected paths of a `direct` call (Linux): a mount namespace of the call
-//! in which each protected path that exists is a read-only bind mount of
-//! itself, and each directory on the way to one (and each symlink: a mount
+//! The mount namespace of a `direct` call (Linux): a read-only view of the
+//! host, and its protected paths.
+//!
+//! The read-only view (`readonly_host`): every mount of the host is
+//! read-only in the call's namespace but the places the call may write (its
+//! writable allowed dirs and its private tmp), which are bind mounts of
+//! themselves as the host has them. Landlock confines where a tool reads and
+//! writes, but it has no right for a file's metadata: without this, a root
+//! tool could chmod, chown, set times and extended attributes of any host
+//! file it can name (`/etc/shadow` world-readable). On a read-only mount
+//! each of those fails with EROFS. Writes that Landlock refuses fail with
+//! EROFS too now (the mount is checked first).
+//!
+//! Protected paths: each protected path that exists is a read-only bind
+//! mount of itself, and each directory on the way to one (and each symlink: a mount
 //! can cover a symlink too) is a bind mount of itself (`backend::protect`). A mount point cannot be renamed, removed or
 //! replaced, and writes under a read-only one fail with EROFS, whatever
 //! Landlock allows. The tool cannot undo them: the seccomp filter refuses
@@ -26,6 +38,7 @@ use super::sys;
 use crate::plan::ExecPlan;
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
 const AT_EMPTY_PATH: libc::c_uint = 0x1000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
@@ -50,20 +63,53 @@ struct MountAttr {
     userns_fd: u64,
 }
 
+/// Most places a read-only view keeps writable (the supervisor holds their
+/// trees in an array of this size: it cannot allocate).
+pub(super) const MAX_WRITABLE: usize = 32;
+
+/// A place kept writable in the read-only view: its path, and the device
+/// and inode it must lead to.
+#[derive(Debug, Clone)]
+pub(super) struct Writable {
+    path: CString,
+    dev: u64,
+    ino: u64,
+}
+
+impl Writable {
+    /// The place at `path`, which must be the directory open as `fd`;
+    /// `None` if it cannot be named or stat'ed.
+    // `st_dev` and `st_ino` are `u64` on Linux, not on every Unix.
+    #[allow(clippy::unnecessary_cast)]
+    pub(super) fn of(path: &std::path::Path, fd: std::os::fd::BorrowedFd<'_>) -> Option<Self> {
+        let st = rustix::fs::fstat(fd).ok()?;
+        Some(Writable {
+            path: CString::new(path.as_os_str().as_bytes()).ok()?,
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+        })
+    }
+}
+
 /// The mounts of one call, prepared before the supervisor starts.
 #[derive(Debug, Clone)]
 pub(super) struct MountPlan {
     /// (place, read-only, a symlink itself), shallowest first.
     binds: Vec<(CString, bool, bool)>,
+    /// The places kept writable in a read-only view of the host; `None`
+    /// when the call gets no such view.
+    writable: Option<Vec<Writable>>,
     /// The tool's working directory, by path.
     cwd: CString,
 }
 
 impl MountPlan {
-    /// The mounts `plan` needs; `None` when no protected path exists.
-    pub(super) fn prepare(plan: &ExecPlan) -> Option<MountPlan> {
+    /// The mounts `plan` needs: the read-only view keeping `writable`
+    /// writable (`None`: no view), and the protected paths that exist.
+    /// `None` when it needs neither.
+    pub(super) fn prepare(plan: &ExecPlan, writable: Option<Vec<Writable>>) -> Option<MountPlan> {
         let held = crate::backend::protect::held(plan);
-        if held.is_empty() {
+        if held.is_empty() && writable.is_none() {
             return None;
         }
         let mut binds: Vec<(CString, bool, bool)> = Vec::new();
@@ -81,7 +127,21 @@ impl MountPlan {
         }
         binds.sort_by_key(|(c, _, _)| c.as_bytes().iter().filter(|&&b| b == b'/').count());
         let cwd = CString::new(plan.cwd.as_ref()?.path.as_os_str().as_bytes()).ok()?;
-        Some(MountPlan { binds, cwd })
+        Some(MountPlan {
+            binds,
+            writable,
+            cwd,
+        })
+    }
+
+    /// Whether the plan makes the read-only view of the host.
+    pub(super) fn readonly_host(&self) -> bool {
+        self.writable.is_some()
+    }
+
+    /// Whether the plan holds protected paths (some exist).
+    pub(super) fn holds_paths(&self) -> bool {
+        !self.binds.is_empty()
     }
 
     /// In the supervisor, before the tool is created: a new mount namespace
@@ -121,6 +181,9 @@ impl MountPlan {
                     0,
                 ],
             )?;
+            if let Some(writable) = &self.writable {
+                readonly_view(writable)?;
+            }
             for (place, read_only, link) in &self.binds {
                 // A symlink itself: O_PATH | O_NOFOLLOW opens the link (the
                 // one symlink openat2 then allows), and the mount covers it.
@@ -165,6 +228,111 @@ impl MountPlan {
             r?;
             Ok(())
         }
+    }
+}
+
+/// Every mount of the namespace read-only, but `writable`: each is cloned
+/// (with the mounts below it) as the host has it, before the rest is made
+/// read-only, and put back over itself after. Each place must be the
+/// directory `prepare` found, before and after.
+///
+/// # Safety
+/// Only in the supervisor, in the call's new mount namespace: raw system
+/// calls only.
+unsafe fn readonly_view(writable: &[Writable]) -> Result<(), c_int> {
+    let mut trees: [c_int; MAX_WRITABLE] = [-1; MAX_WRITABLE];
+    // SAFETY: raw system calls on NUL-terminated strings owned by
+    // `writable`, on fds opened here, and on a mount_attr on this stack.
+    let r = unsafe {
+        (|| {
+            if writable.len() > MAX_WRITABLE {
+                return Err(libc::E2BIG);
+            }
+            for (w, tree) in writable.iter().zip(trees.iter_mut()) {
+                let fd = open_same_dir(w)?;
+                let t = sys::call(
+                    libc::SYS_open_tree,
+                    [
+                        fd as usize,
+                        c"".as_ptr() as usize,
+                        (OPEN_TREE_CLONE
+                            | AT_RECURSIVE
+                            | libc::O_CLOEXEC as libc::c_uint
+                            | AT_EMPTY_PATH) as usize,
+                        0,
+                        0,
+                        0,
+                    ],
+                );
+                let _ = sys::close(fd);
+                *tree = t? as c_int;
+            }
+            let attr = MountAttr {
+                attr_set: MOUNT_ATTR_RDONLY,
+                attr_clr: 0,
+                propagation: 0,
+                userns_fd: 0,
+            };
+            sys::call(
+                libc::SYS_mount_setattr,
+                [
+                    libc::AT_FDCWD as usize,
+                    c"/".as_ptr() as usize,
+                    AT_RECURSIVE as usize,
+                    &attr as *const MountAttr as usize,
+                    std::mem::size_of::<MountAttr>(),
+                    0,
+                ],
+            )?;
+            for (w, &tree) in writable.iter().zip(trees.iter()) {
+                let fd = open_same_dir(w)?;
+                let r = sys::call(
+                    libc::SYS_move_mount,
+                    [
+                        tree as usize,
+                        c"".as_ptr() as usize,
+                        fd as usize,
+                        c"".as_ptr() as usize,
+                        (MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) as usize,
+                        0,
+                    ],
+                );
+                let _ = sys::close(fd);
+                r?;
+            }
+            Ok(())
+        })()
+    };
+    for t in trees.into_iter().filter(|&t| t >= 0) {
+        // SAFETY: an fd opened above.
+        let _ = unsafe { sys::close(t) };
+    }
+    r
+}
+
+/// The directory `w` names, opened `O_PATH`, if it is the one `prepare`
+/// found (else ESTALE). Symlinks on the way are followed (a `TMPDIR` may
+/// have one): what counts is the directory reached, which is checked.
+///
+/// # Safety
+/// Only in the supervisor: raw system calls only.
+unsafe fn open_same_dir(w: &Writable) -> Result<c_int, c_int> {
+    // SAFETY: the path is NUL-terminated; the stat buffer is on this stack.
+    unsafe {
+        let fd = sys::openat(
+            libc::AT_FDCWD,
+            w.path.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )? as c_int;
+        let mut st: libc::stat = std::mem::zeroed();
+        if sys::fstat(fd, &mut st).is_err()
+            || st.st_dev as u64 != w.dev
+            || st.st_ino as u64 != w.ino
+        {
+            let _ = sys::close(fd);
+            return Err(libc::ESTALE);
+        }
+        Ok(fd)
     }
 }
 

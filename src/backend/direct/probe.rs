@@ -136,6 +136,21 @@ pub(super) fn host_checks(out: &mut Probe) {
             "no mount namespace for this unprivileged toolhost: .git and the other protected paths are writable by native tools (strict refuses a call that has one)",
         );
     }
+    if root {
+        out.push(
+            "direct",
+            "host file metadata",
+            Status::Ok,
+            "every host mount is read-only in the call's mount namespace but its writable dirs and private tmp (readonly_host): no chmod, chown, times or xattrs of a host file (Landlock has no right for metadata)",
+        );
+    } else {
+        out.push(
+            "direct",
+            "host file metadata",
+            Status::Partial,
+            "Landlock has no right for metadata: a tool can chmod, chown and set times of files this user owns outside the allowed dirs (readonly_host is for a root toolhost, whose tools would otherwise own every host file)",
+        );
+    }
     let cgroup = if std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
         "cgroup v2"
     } else if std::path::Path::new("/sys/fs/cgroup/pids").exists()

@@ -201,26 +201,6 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
     wanted |= Layer::PidNamespace.bit();
     let mut parent_applied = Layer::Subreaper.bit();
 
-    // Protected paths: a mount namespace over those that exist (the
-    // supervisor makes it and reports the layer); none to hold is held.
-    wanted |= Layer::ProtectedPaths.bit();
-    let mounts = super::mounts::MountPlan::prepare(plan);
-    if mounts.is_none() {
-        parent_applied |= Layer::ProtectedPaths.bit();
-    } else if !tool.pidns {
-        // No namespaces at all here (neither root nor a user namespace).
-        if strict {
-            return Err(unavailable(
-                Layer::ProtectedPaths,
-                "holding the protected paths needs a mount namespace (root, or a user namespace)",
-            ));
-        }
-        tracing::warn!(
-            "direct backend: no mount namespace for this call: its protected paths are not held"
-        );
-    }
-    let mounts = mounts.filter(|_| tool.pidns);
-
     // The read files as the call finds them; the spare, if made with this
     // same look.
     let files = (abi >= 1).then(|| read_files(&plan.isolation_read_paths).0);
@@ -240,6 +220,42 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
             None
         }
     };
+
+    // The call's mount namespace (the supervisor makes it and reports the
+    // layers): for a root toolhost, a read-only view of the host but the
+    // call's writable places (an unprivileged toolhost's tools have only
+    // its user's power over host files); and the protected paths that
+    // exist (none to hold is held).
+    wanted |= Layer::ProtectedPaths.bit();
+    let writable = if root {
+        wanted |= Layer::ReadonlyHost.bit();
+        let w = writable_places(plan, tmp.as_ref());
+        if w.is_none() {
+            tracing::warn!(
+                "direct backend: no read-only view of the host for this call (more than {} writable places, or one that cannot be named)",
+                super::mounts::MAX_WRITABLE
+            );
+        }
+        w
+    } else {
+        None
+    };
+    let mounts = super::mounts::MountPlan::prepare(plan, writable);
+    if mounts.as_ref().is_none_or(|m| !m.holds_paths()) {
+        parent_applied |= Layer::ProtectedPaths.bit();
+    } else if !tool.pidns {
+        // No namespaces at all here (neither root nor a user namespace).
+        if strict {
+            return Err(unavailable(
+                Layer::ProtectedPaths,
+                "holding the protected paths needs a mount namespace (root, or a user namespace)",
+            ));
+        }
+        tracing::warn!(
+            "direct backend: no mount namespace for this call: its protected paths are not held"
+        );
+    }
+    let mounts = mounts.filter(|_| tool.pidns);
 
     let mut ruleset = None;
     match abi {
@@ -318,6 +334,29 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
         mounts,
         _ruleset: ruleset,
     })
+}
+
+/// The places a call may write, for the read-only view of the host: its
+/// writable allowed dirs and its private tmp, by path and by what they are
+/// now. `None` if there are more than the view can keep, or one cannot be
+/// named, or one is `/` (then there is no read-only host to view).
+fn writable_places(
+    plan: &ExecPlan,
+    tmp: Option<&PrivateTmp>,
+) -> Option<Vec<super::mounts::Writable>> {
+    use std::os::fd::AsFd;
+    let mut w = Vec::new();
+    for (m, (path, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
+        if !m.read_only {
+            // `/` has no parent: a writable `/` leaves nothing to view.
+            path.parent()?;
+            w.push(super::mounts::Writable::of(path, dir.as_fd())?);
+        }
+    }
+    if let Some(t) = tmp {
+        w.push(super::mounts::Writable::of(&t.path, t.fd.as_fd())?);
+    }
+    (w.len() <= super::mounts::MAX_WRITABLE).then_some(w)
 }
 
 /// Applies the layers in the tool process. Returns the applied layers, or

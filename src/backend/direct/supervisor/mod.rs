@@ -312,6 +312,10 @@ struct Shared {
     tool_reaped: AtomicU32,
     /// A pidfd of the supervisor, for the init to check it is still there.
     supervisor_pidfd: AtomicI32,
+    /// `/proc` as toolhost's mount namespace has it (writable), opened by
+    /// the supervisor before it makes the call's read-only view, for the
+    /// tool to set its OOM score there; -1 without a view.
+    proc_dir: AtomicI32,
     /// 1 when the supervisor was created with CLONE_CLEAR_SIGHAND.
     handlers_cleared: AtomicU32,
     /// The stack tops, in this region.
@@ -461,6 +465,7 @@ pub(super) fn start(params: &Params) -> io::Result<Started> {
             tool_status: AtomicI32::new(0),
             tool_reaped: AtomicU32::new(0),
             supervisor_pidfd: AtomicI32::new(-1),
+            proc_dir: AtomicI32::new(-1),
             handlers_cleared: AtomicU32::new(1),
             init_stack_top: region.at(init),
             tool_stack_top: region.at(tool),
@@ -597,10 +602,27 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
         if p.harden.userns_fd >= 0 && sys::setns(p.harden.userns_fd, libc::CLONE_NEWUSER).is_ok() {
             ns_layers |= Layer::UserNamespace.bit();
         }
-        // The protected paths, before anything of the tool's exists.
+        // The call's mount namespace, before anything of the tool's exists.
         if let Some(m) = &p.mounts {
+            if m.readonly_host() {
+                // Close-on-exec: the tool uses it before exec, and only there.
+                sh.proc_dir.store(
+                    sys::openat(
+                        libc::AT_FDCWD,
+                        c"/proc".as_ptr(),
+                        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    )
+                    .map_or(-1, |fd| fd as c_int),
+                    Ordering::SeqCst,
+                );
+            }
             match m.apply(p.cwd_fd) {
-                Ok(()) => ns_layers |= Layer::ProtectedPaths.bit(),
+                Ok(()) => {
+                    ns_layers |= Layer::ProtectedPaths.bit();
+                    if m.readonly_host() {
+                        ns_layers |= Layer::ReadonlyHost.bit();
+                    }
+                }
                 // Half made (or the cwd changed under us): never run.
                 Err((e, true)) => {
                     report_not_started(p, e, STAGE_ISOLATION, Layer::ProtectedPaths.bit())

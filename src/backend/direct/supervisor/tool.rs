@@ -43,12 +43,15 @@ pub(super) unsafe fn prepare_tool(p: &Params, sh: &Shared) -> Result<(), (c_int,
         // kernel's OOM killer kills every process sharing the memory of the
         // one it picks: the tool's tree is always picked first (raising the
         // score needs no privilege; lowering it again needs
-        // CAP_SYS_RESOURCE, dropped from root tools).
-        if let Ok(fd) = sys::openat(
-            libc::AT_FDCWD,
-            c"/proc/self/oom_score_adj".as_ptr(),
-            libc::O_WRONLY | libc::O_CLOEXEC,
-        ) {
+        // CAP_SYS_RESOURCE, dropped from root tools). Through the `/proc`
+        // of toolhost's mount namespace where the call has a read-only view.
+        let proc_dir = sh.proc_dir.load(Ordering::SeqCst);
+        let (dir, path) = if proc_dir >= 0 {
+            (proc_dir, c"self/oom_score_adj")
+        } else {
+            (libc::AT_FDCWD, c"/proc/self/oom_score_adj")
+        };
+        if let Ok(fd) = sys::openat(dir, path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) {
             let _ = sys::write(fd as c_int, b"1000");
             let _ = sys::close(fd as c_int);
         }

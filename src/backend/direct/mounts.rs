@@ -286,17 +286,7 @@ unsafe fn readonly_view(writable: &[Writable]) -> Result<(), c_int> {
             )?;
             for (w, &tree) in writable.iter().zip(trees.iter()) {
                 let fd = open_same_dir(w)?;
-                let r = sys::call(
-                    libc::SYS_move_mount,
-                    [
-                        tree as usize,
-                        c"".as_ptr() as usize,
-                        fd as usize,
-                        c"".as_ptr() as usize,
-                        (MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) as usize,
-                        0,
-                    ],
-                );
+                let r = move_over(tree, fd);
                 let _ = sys::close(fd);
                 r?;
             }
@@ -406,7 +396,21 @@ unsafe fn bind_over(fd: c_int, read_only: bool) -> Result<(), c_int> {
                 return Err(e);
             }
         }
-        let r = sys::call(
+        let r = move_over(tree, fd);
+        let _ = sys::close(tree);
+        r
+    }
+}
+
+/// Attaches the detached mount tree `tree` over the place open as `fd`.
+///
+/// # Safety
+/// Only in the supervisor: raw system calls only; both fds are open.
+unsafe fn move_over(tree: c_int, fd: c_int) -> Result<(), c_int> {
+    // SAFETY: the empty paths are NUL-terminated literals; the fds are open
+    // (the caller's contract).
+    unsafe {
+        sys::call(
             libc::SYS_move_mount,
             [
                 tree as usize,
@@ -416,8 +420,7 @@ unsafe fn bind_over(fd: c_int, read_only: bool) -> Result<(), c_int> {
                 (MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) as usize,
                 0,
             ],
-        );
-        let _ = sys::close(tree);
-        r.map(|_| ())
+        )
+        .map(|_| ())
     }
 }

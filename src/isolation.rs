@@ -33,8 +33,9 @@
 //!   `pidns`. Files of other users show as owned by the overflow uid there.
 //! - `private_tmp`: `TMPDIR` is a fresh directory of the call, removed after it.
 //! - `protected_paths`: the protected paths that exist in the writable allowed
-//!   dirs (`protected_paths`, default `.git`) are read-only bind mounts in a
-//!   mount namespace of the call. Root, or through a user namespace. Applied
+//!   dirs (`protected_paths`, default `.git`), and the read-only allowed dirs
+//!   nested in writable ones, are read-only bind mounts in a mount namespace
+//!   of the call. Root, or through a user namespace. Applied
 //!   (with nothing to mount) when none exists.
 //! - `readonly_host`: in that mount namespace, every mount of the host is
 //!   read-only but the call's writable allowed dirs and private tmp (bind
@@ -143,8 +144,9 @@ pub const ALL_LAYERS: [Layer; 14] = [
 ];
 
 /// Layers `strict` requires (with network off, also one of `netns` or
-/// `seccomp_net`): filesystem confinement, the syscall filter, no_new_privs and
-/// tree containment. `landlock_net`, `landlock_scope`, `userns`, `netns` and
+/// `seccomp_net`; for a root toolhost, also `readonly_host`, unless `/` is a
+/// writable allowed dir): filesystem confinement, the syscall filter,
+/// no_new_privs and tree containment. `landlock_net`, `landlock_scope`, `userns`, `netns` and
 /// `pidns` are applied where the kernel offers them and reported, but not
 /// required.
 pub const REQUIRED_STRICT: u32 = Layer::NoNewPrivs as u32

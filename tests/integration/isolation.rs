@@ -440,6 +440,10 @@ t("fchmod", lambda: os.fchmod(fd, 0o666))
 t("ws", lambda: (open("mine", "w").close(), os.chmod("mine", 0o700), os.utime("mine", (0, 0))))
 tmp = os.path.join(os.environ.get("TMPDIR", "."), "x")
 t("tmp", lambda: (open(tmp, "w").close(), os.chmod(tmp, 0o600), os.setxattr(tmp, "user.toolhost", b"1")))
+st = os.fstat(0)
+print("stdin", os.major(st.st_rdev), os.minor(st.st_rdev))
+t("stdin-fchmod", lambda: os.fchmod(0, st.st_mode & 0o7777))
+t("stdin-futimens", lambda: os.utime(0))
 "#;
 
 /// A root tool cannot change a host file's metadata, which Landlock does
@@ -449,7 +453,11 @@ t("tmp", lambda: (open(tmp, "w").close(), os.chmod(tmp, 0o600), os.setxattr(tmp,
 /// fchmod of a file of a read-only allowed dir (opened to read), each fail
 /// with EROFS, and the file's mode, owner, times and attributes are as
 /// before; the same on a file of the workspace and of the private tmp
-/// work. Twin under `off`: each change to the host file is made.
+/// work. A call without stdin has `/dev/null` at fd 0, opened in the view:
+/// fchmod and futimens on it fail with EROFS too (opened in toolhost's
+/// namespace, it would be the host's, writable). Twin under `off`: each
+/// change to the host file is made, and to the host's `/dev/null` through
+/// fd 0 (its own mode, and its times set to now).
 #[tokio::test]
 async fn a_root_tool_cannot_change_the_metadata_of_host_files() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -500,7 +508,9 @@ async fn a_root_tool_cannot_change_the_metadata_of_host_files() {
     let r = run(&sb, &argv).await;
     assert!(applied(&r).contains(&"readonly_host"), "{r:?}");
     assert_eq!(
-        r.stdout, "chmod 30\nchown 30\nutime 30\nxattr 30\nfchmod 30\nws ok\ntmp ok\n",
+        r.stdout,
+        "chmod 30\nchown 30\nutime 30\nxattr 30\nfchmod 30\nws ok\ntmp ok\n\
+         stdin 1 3\nstdin-fchmod 30\nstdin-futimens 30\n",
         "{r:?}"
     );
     assert_eq!(look(&host), host_before);
@@ -512,7 +522,9 @@ async fn a_root_tool_cannot_change_the_metadata_of_host_files() {
     let off = toolhost::Sandbox::new(dirs(), level(IsolationLevel::Off)).unwrap();
     let r = run(&off, &argv).await;
     assert_eq!(
-        r.stdout, "chmod ok\nchown ok\nutime ok\nxattr ok\nfchmod ok\nws ok\ntmp ok\n",
+        r.stdout,
+        "chmod ok\nchown ok\nutime ok\nxattr ok\nfchmod ok\nws ok\ntmp ok\n\
+         stdin 1 3\nstdin-fchmod ok\nstdin-futimens ok\n",
         "{r:?}"
     );
     let after = look(&host);
@@ -520,6 +532,130 @@ async fn a_root_tool_cannot_change_the_metadata_of_host_files() {
         (after.0 & 0o7777, after.1, after.3, after.5),
         (0o666, 1, 0, 1)
     );
+}
+
+/// The read-only view keeps at most 32 places writable (the call's private
+/// tmp is one). With 31 writable allowed dirs `strict` runs with the view;
+/// with 32 it refuses the call, naming the layer, and the tool writes
+/// nothing; best effort runs it and reports the layer missing.
+#[tokio::test]
+async fn strict_refuses_a_call_with_more_writable_places_than_the_view_keeps() {
+    if !is_root() {
+        return;
+    }
+    let t = Tmp::new();
+    let dirs = |n: usize| -> Vec<AllowedDirSpec> {
+        let mut d = vec![AllowedDirSpec::read_write(t.ws())];
+        for i in 1..n {
+            let p = t.root.join(format!("w{i}"));
+            std::fs::create_dir_all(&p).unwrap();
+            d.push(AllowedDirSpec::read_write(p));
+        }
+        d
+    };
+    let go = |n: usize, l: IsolationLevel| {
+        let sb = toolhost::Sandbox::new(dirs(n), level(l)).unwrap();
+        async move { sh(&sb, "echo ran > ran.txt && echo ok").await }
+    };
+    let r = go(31, IsolationLevel::Strict).await;
+    assert_eq!(r.stdout, "ok\n", "{r:?}");
+    assert!(applied(&r).contains(&"readonly_host"), "{r:?}");
+    std::fs::remove_file(t.ws().join("ran.txt")).unwrap();
+
+    let r = go(32, IsolationLevel::Strict).await;
+    assert_eq!(r.outcome.kind, OutcomeKind::IsolationUnavailable, "{r:?}");
+    assert!(
+        r.outcome.message.contains("readonly_host") && r.outcome.message.contains("33 writable"),
+        "{r:?}"
+    );
+    assert!(!t.ws().join("ran.txt").exists());
+
+    let r = go(32, IsolationLevel::BestEffort).await;
+    assert_eq!(r.stdout, "ok\n", "{r:?}");
+    let iso = r.isolation.unwrap();
+    assert!(!iso.applied.contains(&"readonly_host"), "{iso:?}");
+    assert!(iso.missing.contains(&"readonly_host"), "{iso:?}");
+}
+
+/// A read-only allowed dir nested in a writable one stays read-only (the
+/// writable dir's Landlock rights reach into it; a read-only mount of it
+/// in the call's namespace does not let them): a write, a chmod and a
+/// rename of it fail and its canary and mode are as before, while a
+/// writable dir nested in it, and the outer dir, are written. For a root
+/// toolhost (the view of the host) and an unprivileged one (through its
+/// user namespace). Twin under `off`: the write is made.
+#[test]
+fn a_read_only_dir_nested_in_a_writable_one_stays_read_only() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    let t = Tmp::new();
+    std::fs::set_permissions(&t.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ro = t.ws().join("ro");
+    let inner = ro.join("w");
+    std::fs::create_dir_all(&inner).unwrap();
+    std::fs::write(ro.join("canary"), CANARY).unwrap();
+    let (uid, gid) = (65534u32, 65534u32);
+    if is_root() {
+        for p in [t.ws(), ro.clone(), inner.clone(), ro.join("canary")] {
+            std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
+        }
+    }
+    let script = "echo x > ro/canary; echo write=$?; chmod 700 ro; echo chmod=$?; \
+                  mv ro ro2; echo mv=$?; echo y > ro/w/inner; echo inner=$?; \
+                  echo z > outer; echo outer=$?";
+    let run = |isolation: &str, unprivileged: bool| {
+        let ws = t.ws();
+        let ro_arg = format!("{}:ro", ro.display());
+        let mut cmd = std::process::Command::new(toolhost_bin());
+        cmd.args(["run", "--json", "--isolation", isolation, "--allow-dir"])
+            .arg(&ws)
+            .args(["--allow-dir", &ro_arg, "--allow-dir"])
+            .arg(&inner)
+            .args(["--", "sh", "-c", script])
+            .current_dir(&ws)
+            .stdin(std::process::Stdio::null())
+            .env_remove("TOOLHOST_CONFIG")
+            .env_remove("TOOLHOST_LOG");
+        if unprivileged && is_root() {
+            cmd.uid(uid).gid(gid);
+        }
+        let out = cmd.output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        v
+    };
+    let mode = || std::fs::metadata(&ro).unwrap().mode() & 0o7777;
+    let before = mode();
+    for unprivileged in [false, true] {
+        if unprivileged && !is_root() {
+            continue; // the run above was already unprivileged
+        }
+        let v = run("best-effort", unprivileged);
+        assert_eq!(
+            v["stdout"], "write=2\nchmod=1\nmv=1\ninner=0\nouter=0\n",
+            "unprivileged {unprivileged}: {v}"
+        );
+        let applied = v["isolation"]["applied"].as_array().unwrap();
+        assert!(applied.iter().any(|l| l == "protected_paths"), "{v}");
+        assert_eq!(std::fs::read_to_string(ro.join("canary")).unwrap(), CANARY);
+        assert_eq!(mode(), before);
+        assert!(ro.is_dir() && !t.ws().join("ro2").exists());
+        assert_eq!(std::fs::read_to_string(inner.join("inner")).unwrap(), "y\n");
+        std::fs::remove_file(inner.join("inner")).unwrap();
+        std::fs::remove_file(t.ws().join("outer")).unwrap();
+    }
+    // Twin: without the kernel layers nothing holds it.
+    let v = run("off", false);
+    assert_eq!(
+        v["stdout"], "write=0\nchmod=0\nmv=0\ninner=2\nouter=0\n",
+        "{v}"
+    );
+    let moved = t.ws().join("ro2");
+    assert_eq!(
+        std::fs::read_to_string(moved.join("canary")).unwrap(),
+        "x\n"
+    );
+    assert_eq!(std::fs::metadata(&moved).unwrap().mode() & 0o7777, 0o700);
 }
 
 #[tokio::test]

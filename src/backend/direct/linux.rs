@@ -77,16 +77,23 @@ impl Hardening {
         Some(r)
     }
 
-    /// The message of a `strict` call stopped by a layer that failed in the tool.
+    /// The message of a call stopped by a layer that failed on its way to
+    /// the tool: under `strict`, any required one; at any level, one left
+    /// half made (the call's mount namespace).
     pub fn failure(&self, layer: u32, errno: i32) -> Outcome {
         let name = ALL_LAYERS
             .iter()
             .find(|l| l.bit() == layer)
             .map_or("a layer", |l| l.name());
+        let level = if self.0.tool.strict {
+            "isolation = \"strict\": "
+        } else {
+            ""
+        };
         Outcome::new(
             crate::outcome::OutcomeKind::IsolationUnavailable,
             format!(
-                "isolation = \"strict\": {name} could not be applied to the tool ({}); the call did not run",
+                "{level}{name} could not be applied to the tool ({}); the call did not run",
                 io::Error::from_raw_os_error(errno)
             ),
         )
@@ -439,6 +446,7 @@ pub(super) fn spawn(_cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::R
         stderr_tool.as_raw_fd(),
     ];
     params.mounts = h.0.mounts.clone();
+    params.stdin_null = plan.stdin.is_none();
     // toolhost's ends, ready before the supervisor exists: nothing can fail
     // between its start and the Control that keeps what it reads.
     let receiver = |fd: OwnedFd| -> io::Result<pipe::Receiver> {

@@ -11,6 +11,11 @@
 //! each of those fails with EROFS. Writes that Landlock refuses fail with
 //! EROFS too now (the mount is checked first).
 //!
+//! Read-only allowed dirs nested in a writable one (whose Landlock rights
+//! reach into them) are read-only bind mounts of themselves, with the mounts
+//! below them; a writable allowed dir nested in one of those is cloned
+//! before and put back after, like the view's writable places.
+//!
 //! Protected paths: each protected path that exists is a read-only bind
 //! mount of itself, and each directory on the way to one (and each symlink: a mount
 //! can cover a symlink too) is a bind mount of itself (`backend::protect`). A mount point cannot be renamed, removed or
@@ -35,6 +40,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use libc::c_int;
 
 use super::sys;
+use crate::isolation::Layer;
 use crate::plan::ExecPlan;
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
@@ -91,73 +97,186 @@ impl Writable {
     }
 }
 
+/// Why a call's mount namespace could not be made: the errno, the layer
+/// that failed, and whether the namespace exists (half made).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MountFailure {
+    pub errno: c_int,
+    pub layer: Layer,
+    pub made: bool,
+}
+
+/// A bind mount of a place over itself.
+#[derive(Debug, Clone)]
+struct Bind {
+    place: CString,
+    /// Read-only (and nosuid, nodev), or as it is (a pin).
+    read_only: bool,
+    /// The place is a symlink, and the mount covers the link itself.
+    link: bool,
+    /// With the mounts below it (each made read-only too), else alone.
+    recursive: bool,
+}
+
+/// One mount made in the call's namespace, in order.
+#[derive(Debug, Clone)]
+enum Step {
+    /// The tree of `writable[i]`, cloned before anything was made
+    /// read-only, put back over its place.
+    Keep(usize),
+    Bind(Bind),
+}
+
 /// The mounts of one call, prepared before the supervisor starts.
 #[derive(Debug, Clone)]
 pub(super) struct MountPlan {
-    /// (place, read-only, a symlink itself), shallowest first.
-    binds: Vec<(CString, bool, bool)>,
-    /// The places kept writable in a read-only view of the host; `None`
-    /// when the call gets no such view.
-    writable: Option<Vec<Writable>>,
+    /// The places kept writable under what is made read-only: each is
+    /// cloned first and put back by its [`Step::Keep`].
+    writable: Vec<Writable>,
+    /// Whether every host mount is made read-only (the view of the host)
+    /// before the steps.
+    view: bool,
+    /// The mounts, shallowest first (a place is put back before anything
+    /// is mounted below it).
+    steps: Vec<Step>,
     /// The tool's working directory, by path.
     cwd: CString,
 }
 
 impl MountPlan {
-    /// The mounts `plan` needs: the read-only view keeping `writable`
-    /// writable (`None`: no view), and the protected paths that exist.
-    /// `None` when it needs neither.
-    pub(super) fn prepare(plan: &ExecPlan, writable: Option<Vec<Writable>>) -> Option<MountPlan> {
-        let held = crate::backend::protect::held(plan);
-        if held.is_empty() && writable.is_none() {
-            return None;
-        }
-        let mut binds: Vec<(CString, bool, bool)> = Vec::new();
-        for h in &held {
-            let mut places = vec![h.source.clone()];
-            places.extend(crate::reach::mount_aliases(&h.source));
+    /// The mounts `plan` needs: the read-only view keeping `view_writable`
+    /// writable (`None`: no view); each read-only allowed dir nested in a
+    /// writable one, read-only with what is below it (Landlock alone would
+    /// let the writable dir's rights reach into it), and the writable dirs
+    /// nested in one of those kept writable; the protected paths that
+    /// exist. `None` when it needs none of these.
+    pub(super) fn prepare(
+        plan: &ExecPlan,
+        view_writable: Option<Vec<Writable>>,
+    ) -> Option<MountPlan> {
+        use std::os::fd::AsFd as _;
+        let view = view_writable.is_some();
+        let mut writable = view_writable.unwrap_or_default();
+        let cstr = |p: &std::path::Path| CString::new(p.as_os_str().as_bytes()).ok();
+        let mut binds: Vec<Bind> = Vec::new();
+        // Read-only allowed dirs inside writable ones, by every path the
+        // host's bind mounts give them.
+        let nested: Vec<&std::path::Path> = plan
+            .mounts
+            .iter()
+            .filter(|m| {
+                m.read_only
+                    && crate::backend::protect::outermost_writable(&plan.mounts, &m.path).is_some()
+            })
+            .map(|m| m.path.as_path())
+            .collect();
+        for n in &nested {
+            let mut places = vec![n.to_path_buf()];
+            places.extend(crate::reach::mount_aliases(n));
             for p in places {
-                // A path with a NUL byte cannot exist.
-                if let Ok(c) = CString::new(p.as_os_str().as_bytes())
-                    && !binds.iter().any(|(b, _, l)| *b == c && *l == h.link)
+                if let Some(c) = cstr(&p)
+                    && !binds.iter().any(|b| b.place == c)
                 {
-                    binds.push((c, h.read_only, h.link));
+                    binds.push(Bind {
+                        place: c,
+                        read_only: true,
+                        link: false,
+                        recursive: true,
+                    });
                 }
             }
         }
-        binds.sort_by_key(|(c, _, _)| c.as_bytes().iter().filter(|&&b| b == b'/').count());
-        let cwd = CString::new(plan.cwd.as_ref()?.path.as_os_str().as_bytes()).ok()?;
+        if !view {
+            // Writable dirs under those: cloned before, put back after.
+            for (m, (path, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
+                if !m.read_only
+                    && nested.iter().any(|n| path != n && path.starts_with(n))
+                    && let Some(w) = Writable::of(path, dir.as_fd())
+                {
+                    writable.push(w);
+                }
+            }
+        }
+        for h in crate::backend::protect::held(plan) {
+            let mut places = vec![h.source.clone()];
+            places.extend(crate::reach::mount_aliases(&h.source));
+            for p in places {
+                // A path with a NUL byte cannot exist. A place already
+                // bound (a nested read-only dir) is pinned by its mount.
+                if let Some(c) = cstr(&p)
+                    && !binds.iter().any(|b| b.place == c && b.link == h.link)
+                {
+                    binds.push(Bind {
+                        place: c,
+                        read_only: h.read_only,
+                        link: h.link,
+                        recursive: false,
+                    });
+                }
+            }
+        }
+        if binds.is_empty() && !view {
+            return None;
+        }
+        let depth = |c: &CString| c.as_bytes().iter().filter(|&&b| b == b'/').count();
+        let mut steps: Vec<(usize, Step)> = (0..writable.len())
+            .map(|i| (depth(&writable[i].path), Step::Keep(i)))
+            .collect();
+        steps.extend(binds.into_iter().map(|b| (depth(&b.place), Step::Bind(b))));
+        // Stable: at one depth a place is put back before it is bound over.
+        steps.sort_by_key(|(d, _)| *d);
+        let cwd = cstr(&plan.cwd.as_ref()?.path)?;
         Some(MountPlan {
-            binds,
             writable,
+            view,
+            steps: steps.into_iter().map(|(_, s)| s).collect(),
             cwd,
         })
     }
 
     /// Whether the plan makes the read-only view of the host.
     pub(super) fn readonly_host(&self) -> bool {
-        self.writable.is_some()
+        self.view
     }
 
-    /// Whether the plan holds protected paths (some exist).
+    /// Whether the plan holds paths (protected paths, or read-only allowed
+    /// dirs nested in writable ones, exist).
     pub(super) fn holds_paths(&self) -> bool {
-        !self.binds.is_empty()
+        self.steps.iter().any(|s| matches!(s, Step::Bind(_)))
     }
 
     /// In the supervisor, before the tool is created: a new mount namespace
     /// (slave to toolhost's, so nothing here reaches the host) with the
     /// mounts, and `cwd_fd` replaced by the same directory opened in it.
-    /// `Err` is the errno, and whether the namespace was made: once it is,
-    /// a failure leaves the call half protected (or its cwd in toolhost's
-    /// namespace, where nothing is mounted), so the caller must not run it.
+    /// On failure, the errno, the layer that failed and whether the
+    /// namespace was made: once it is, a failure leaves the call half
+    /// protected (or its cwd in toolhost's namespace, where nothing is
+    /// mounted), so the caller must not run it.
     ///
     /// # Safety
     /// Only in the supervisor (raw system calls only); `cwd_fd` is open.
-    pub(super) unsafe fn apply(&self, cwd_fd: c_int) -> Result<(), (c_int, bool)> {
+    pub(super) unsafe fn apply(&self, cwd_fd: c_int) -> Result<(), MountFailure> {
         // SAFETY: unshare takes no pointers; `make` has the same contract.
         unsafe {
-            sys::unshare(libc::CLONE_NEWNS).map_err(|e| (e, false))?;
-            self.make(cwd_fd).map_err(|e| (e, true))
+            sys::unshare(libc::CLONE_NEWNS).map_err(|errno| MountFailure {
+                errno,
+                layer: self.first_layer(),
+                made: false,
+            })?;
+            self.make(cwd_fd).map_err(|(errno, layer)| MountFailure {
+                errno,
+                layer,
+                made: true,
+            })
+        }
+    }
+
+    /// The layer a namespace that could not be made fails first.
+    fn first_layer(&self) -> Layer {
+        if self.readonly_host() {
+            Layer::ReadonlyHost
+        } else {
+            Layer::ProtectedPaths
         }
     }
 
@@ -165,7 +284,7 @@ impl MountPlan {
     ///
     /// # Safety
     /// As [`apply`](Self::apply), after `unshare(CLONE_NEWNS)`.
-    unsafe fn make(&self, cwd_fd: c_int) -> Result<(), c_int> {
+    unsafe fn make(&self, cwd_fd: c_int) -> Result<(), (c_int, Layer)> {
         // SAFETY: only system calls on NUL-terminated strings owned by `self`
         // or literals, on fds opened here or `cwd_fd` (open by the caller's
         // contract), and on stat buffers on this stack.
@@ -180,29 +299,16 @@ impl MountPlan {
                     0,
                     0,
                 ],
-            )?;
-            if let Some(writable) = &self.writable {
-                readonly_view(writable)?;
+            )
+            .map_err(|e| (e, self.first_layer()))?;
+            let mut trees: [c_int; MAX_WRITABLE] = [-1; MAX_WRITABLE];
+            let r = self.mounts(&mut trees);
+            for t in trees.into_iter().filter(|&t| t >= 0) {
+                let _ = sys::close(t);
             }
-            for (place, read_only, link) in &self.binds {
-                // A symlink itself: O_PATH | O_NOFOLLOW opens the link (the
-                // one symlink openat2 then allows), and the mount covers it.
-                let flags = if *link {
-                    libc::O_PATH | libc::O_NOFOLLOW
-                } else {
-                    libc::O_PATH
-                };
-                let fd = match open_no_symlinks(place, flags) {
-                    Ok(fd) => fd,
-                    // Gone since `prepare`: nothing there to protect. An
-                    // alias hidden under another mount is not reachable.
-                    Err(libc::ENOENT) => continue,
-                    Err(e) => return Err(e),
-                };
-                let r = bind_over(fd, *read_only);
-                let _ = sys::close(fd);
-                r?;
-            }
+            r?;
+            // The working directory is the namespace's as a whole.
+            let whole = |e| (e, self.first_layer());
             let new = match open_no_symlinks(&self.cwd, libc::O_PATH | libc::O_DIRECTORY) {
                 Ok(fd) => fd,
                 // A symlink in the cwd's own path (the plan keeps the path
@@ -211,7 +317,8 @@ impl MountPlan {
                     libc::AT_FDCWD,
                     self.cwd.as_ptr(),
                     libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                )? as c_int,
+                )
+                .map_err(whole)? as c_int,
             };
             let mut a: libc::stat = std::mem::zeroed();
             let mut b: libc::stat = std::mem::zeroed();
@@ -221,83 +328,77 @@ impl MountPlan {
                 || a.st_ino != b.st_ino
             {
                 let _ = sys::close(new);
-                return Err(libc::ESTALE);
+                return Err(whole(libc::ESTALE));
             }
             let r = sys::dup3(new, cwd_fd, libc::O_CLOEXEC);
             let _ = sys::close(new);
-            r?;
+            r.map_err(whole)?;
             Ok(())
         }
     }
-}
 
-/// Every mount of the namespace read-only, but `writable`: each is cloned
-/// (with the mounts below it) as the host has it, before the rest is made
-/// read-only, and put back over itself after. Each place must be the
-/// directory `prepare` found, before and after.
-///
-/// # Safety
-/// Only in the supervisor, in the call's new mount namespace: raw system
-/// calls only.
-unsafe fn readonly_view(writable: &[Writable]) -> Result<(), c_int> {
-    let mut trees: [c_int; MAX_WRITABLE] = [-1; MAX_WRITABLE];
-    // SAFETY: raw system calls on NUL-terminated strings owned by
-    // `writable`, on fds opened here, and on a mount_attr on this stack.
-    let r = unsafe {
-        (|| {
-            if writable.len() > MAX_WRITABLE {
-                return Err(libc::E2BIG);
-            }
-            for (w, tree) in writable.iter().zip(trees.iter_mut()) {
-                let fd = open_same_dir(w)?;
-                let t = sys::call(
-                    libc::SYS_open_tree,
-                    [
-                        fd as usize,
-                        c"".as_ptr() as usize,
-                        (OPEN_TREE_CLONE
-                            | AT_RECURSIVE
-                            | libc::O_CLOEXEC as libc::c_uint
-                            | AT_EMPTY_PATH) as usize,
-                        0,
-                        0,
-                        0,
-                    ],
-                );
+    /// The writable places cloned (into `trees`, which the caller closes),
+    /// with the submounts each has; then, for the view, every mount made
+    /// read-only; then the steps in order. Each place kept writable must be
+    /// the directory `prepare` found, when cloned and when put back.
+    ///
+    /// # Safety
+    /// As [`make`](Self::make).
+    unsafe fn mounts(&self, trees: &mut [c_int; MAX_WRITABLE]) -> Result<(), (c_int, Layer)> {
+        let kept = |e| (e, self.first_layer());
+        let paths = |e| (e, Layer::ProtectedPaths);
+        if self.writable.len() > MAX_WRITABLE {
+            return Err(kept(libc::E2BIG));
+        }
+        // SAFETY: raw system calls on NUL-terminated strings owned by
+        // `self`, on fds opened here, and on a mount_attr on this stack.
+        unsafe {
+            for (w, tree) in self.writable.iter().zip(trees.iter_mut()) {
+                let fd = open_same_dir(w).map_err(kept)?;
+                let t = clone_tree(fd, true);
                 let _ = sys::close(fd);
-                *tree = t? as c_int;
+                *tree = t.map_err(kept)?;
             }
-            let attr = MountAttr {
-                attr_set: MOUNT_ATTR_RDONLY,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
-            };
-            sys::call(
-                libc::SYS_mount_setattr,
-                [
-                    libc::AT_FDCWD as usize,
-                    c"/".as_ptr() as usize,
-                    AT_RECURSIVE as usize,
-                    &attr as *const MountAttr as usize,
-                    std::mem::size_of::<MountAttr>(),
-                    0,
-                ],
-            )?;
-            for (w, &tree) in writable.iter().zip(trees.iter()) {
-                let fd = open_same_dir(w)?;
-                let r = move_over(tree, fd);
-                let _ = sys::close(fd);
-                r?;
+            if self.view {
+                set_readonly(libc::AT_FDCWD, c"/", true).map_err(kept)?;
+            }
+            for step in &self.steps {
+                match step {
+                    Step::Keep(i) => {
+                        let (Some(w), Some(&tree)) = (self.writable.get(*i), trees.get(*i)) else {
+                            return Err(kept(libc::EINVAL));
+                        };
+                        let fd = open_same_dir(w).map_err(kept)?;
+                        let r = move_over(tree, fd);
+                        let _ = sys::close(fd);
+                        r.map_err(kept)?;
+                    }
+                    Step::Bind(b) => {
+                        // A symlink itself: O_PATH | O_NOFOLLOW opens the
+                        // link (the one symlink openat2 then allows), and
+                        // the mount covers it.
+                        let flags = if b.link {
+                            libc::O_PATH | libc::O_NOFOLLOW
+                        } else {
+                            libc::O_PATH
+                        };
+                        let fd = match open_no_symlinks(&b.place, flags) {
+                            Ok(fd) => fd,
+                            // Gone since `prepare`: nothing there to hold.
+                            // An alias hidden under another mount is not
+                            // reachable.
+                            Err(libc::ENOENT) => continue,
+                            Err(e) => return Err(paths(e)),
+                        };
+                        let r = bind_over(fd, b);
+                        let _ = sys::close(fd);
+                        r.map_err(paths)?;
+                    }
+                }
             }
             Ok(())
-        })()
-    };
-    for t in trees.into_iter().filter(|&t| t >= 0) {
-        // SAFETY: an fd opened above.
-        let _ = unsafe { sys::close(t) };
+        }
     }
-    r
 }
 
 /// The directory `w` names, opened `O_PATH`, if it is the one `prepare`
@@ -354,47 +455,82 @@ unsafe fn open_no_symlinks(path: &CString, flags: c_int) -> Result<c_int, c_int>
     }
 }
 
-/// Mounts the place open as `fd` over itself, read-only (and nosuid, nodev)
-/// or as it is.
+/// A detached copy of the mount at the place open as `fd` (with the mounts
+/// below it if `recursive`); its fd.
 ///
 /// # Safety
-/// Only in the supervisor before the tool exists: raw system calls only.
-unsafe fn bind_over(fd: c_int, read_only: bool) -> Result<(), c_int> {
-    // SAFETY: every pointer passed is a NUL-terminated literal or a valid
-    // mount_attr of the size passed; the fds are open.
+/// Only in the supervisor: raw system calls only; `fd` is open.
+unsafe fn clone_tree(fd: c_int, recursive: bool) -> Result<c_int, c_int> {
+    let rec = if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: the empty path is a NUL-terminated literal; `fd` is open.
     unsafe {
-        let tree = sys::call(
+        sys::call(
             libc::SYS_open_tree,
             [
                 fd as usize,
                 c"".as_ptr() as usize,
-                (OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_EMPTY_PATH) as usize,
+                (OPEN_TREE_CLONE | rec | libc::O_CLOEXEC as libc::c_uint | AT_EMPTY_PATH) as usize,
                 0,
                 0,
                 0,
             ],
-        )? as c_int;
-        if read_only {
-            let attr = MountAttr {
-                attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
-            };
-            if let Err(e) = sys::call(
-                libc::SYS_mount_setattr,
-                [
-                    tree as usize,
-                    c"".as_ptr() as usize,
-                    AT_EMPTY_PATH as usize,
-                    &attr as *const MountAttr as usize,
-                    std::mem::size_of::<MountAttr>(),
-                    0,
-                ],
-            ) {
-                let _ = sys::close(tree);
-                return Err(e);
-            }
+        )
+        .map(|t| t as c_int)
+    }
+}
+
+/// Makes the mount at `path` from `dirfd` (`""`: the detached tree `dirfd`)
+/// read-only, with the mounts below it if `recursive`; a detached tree's
+/// also nosuid and nodev.
+///
+/// # Safety
+/// Only in the supervisor: raw system calls only; `dirfd` is open or
+/// `AT_FDCWD`.
+unsafe fn set_readonly(dirfd: c_int, path: &std::ffi::CStr, recursive: bool) -> Result<(), c_int> {
+    let detached = path.is_empty();
+    let attr = MountAttr {
+        attr_set: if detached {
+            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+        } else {
+            MOUNT_ATTR_RDONLY
+        },
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive { AT_RECURSIVE } else { 0 } | if detached { AT_EMPTY_PATH } else { 0 };
+    // SAFETY: `path` is NUL-terminated and `attr` a valid mount_attr of the
+    // size passed, on this stack; the kernel only reads both.
+    unsafe {
+        sys::call(
+            libc::SYS_mount_setattr,
+            [
+                dirfd as usize,
+                path.as_ptr() as usize,
+                flags as usize,
+                &attr as *const MountAttr as usize,
+                std::mem::size_of::<MountAttr>(),
+                0,
+            ],
+        )
+        .map(|_| ())
+    }
+}
+
+/// Mounts the place open as `fd` over itself as `b` says: read-only (and
+/// nosuid, nodev) or as it is, alone or with the mounts below it.
+///
+/// # Safety
+/// Only in the supervisor before the tool exists: raw system calls only.
+unsafe fn bind_over(fd: c_int, b: &Bind) -> Result<(), c_int> {
+    // SAFETY: the fds are open (the caller's, and the tree made here).
+    unsafe {
+        let tree = clone_tree(fd, b.recursive)?;
+        if b.read_only
+            && let Err(e) = set_readonly(tree, c"", b.recursive)
+        {
+            let _ = sys::close(tree);
+            return Err(e);
         }
         let r = move_over(tree, fd);
         let _ = sys::close(tree);

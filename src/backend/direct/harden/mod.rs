@@ -228,15 +228,25 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
     // exist (none to hold is held).
     wanted |= Layer::ProtectedPaths.bit();
     let writable = if root {
-        wanted |= Layer::ReadonlyHost.bit();
-        let w = writable_places(plan, tmp.as_ref());
-        if w.is_none() {
-            tracing::warn!(
-                "direct backend: no read-only view of the host for this call (more than {} writable places, or one that cannot be named)",
-                super::mounts::MAX_WRITABLE
-            );
+        match writable_places(plan, tmp.as_ref()) {
+            Ok(Some(w)) => {
+                wanted |= Layer::ReadonlyHost.bit();
+                Some(w)
+            }
+            // A writable `/`: the call may write every host file, its
+            // metadata with it; there is no read-only host to view.
+            Ok(None) => None,
+            Err(why) => {
+                if strict {
+                    return Err(unavailable(Layer::ReadonlyHost, &why));
+                }
+                wanted |= Layer::ReadonlyHost.bit();
+                tracing::warn!(
+                    "direct backend: no read-only view of the host for this call: {why}"
+                );
+                None
+            }
         }
-        w
     } else {
         None
     };
@@ -248,11 +258,11 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
         if strict {
             return Err(unavailable(
                 Layer::ProtectedPaths,
-                "holding the protected paths needs a mount namespace (root, or a user namespace)",
+                "holding the protected paths, and the read-only allowed dirs nested in writable ones, needs a mount namespace (root, or a user namespace)",
             ));
         }
         tracing::warn!(
-            "direct backend: no mount namespace for this call: its protected paths are not held"
+            "direct backend: no mount namespace for this call: its protected paths, and its read-only allowed dirs nested in writable ones, are not held"
         );
     }
     let mounts = mounts.filter(|_| tool.pidns);
@@ -338,25 +348,35 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
 
 /// The places a call may write, for the read-only view of the host: its
 /// writable allowed dirs and its private tmp, by path and by what they are
-/// now. `None` if there are more than the view can keep, or one cannot be
-/// named, or one is `/` (then there is no read-only host to view).
+/// now. `Ok(None)` if one is `/` (then there is no read-only host to view);
+/// `Err` if there are more than the view can keep, or one cannot be named.
 fn writable_places(
     plan: &ExecPlan,
     tmp: Option<&PrivateTmp>,
-) -> Option<Vec<super::mounts::Writable>> {
+) -> Result<Option<Vec<super::mounts::Writable>>, String> {
     use std::os::fd::AsFd;
     let mut w = Vec::new();
+    let unnamed =
+        |p: &std::path::Path| format!("the writable place {} cannot be named", p.display());
     for (m, (path, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
         if !m.read_only {
-            // `/` has no parent: a writable `/` leaves nothing to view.
-            path.parent()?;
-            w.push(super::mounts::Writable::of(path, dir.as_fd())?);
+            if path.parent().is_none() {
+                return Ok(None);
+            }
+            w.push(super::mounts::Writable::of(path, dir.as_fd()).ok_or_else(|| unnamed(path))?);
         }
     }
     if let Some(t) = tmp {
-        w.push(super::mounts::Writable::of(&t.path, t.fd.as_fd())?);
+        w.push(super::mounts::Writable::of(&t.path, t.fd.as_fd()).ok_or_else(|| unnamed(&t.path))?);
     }
-    (w.len() <= super::mounts::MAX_WRITABLE).then_some(w)
+    if w.len() > super::mounts::MAX_WRITABLE {
+        return Err(format!(
+            "{} writable places, more than the {} a read-only view of the host keeps",
+            w.len(),
+            super::mounts::MAX_WRITABLE
+        ));
+    }
+    Ok(Some(w))
 }
 
 /// Applies the layers in the tool process. Returns the applied layers, or

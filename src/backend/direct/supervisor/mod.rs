@@ -105,6 +105,8 @@ pub(super) struct Params {
     pub harden: ToolHardening,
     /// The mount namespace over the protected paths, if any (`mounts`).
     pub mounts: Option<MountPlan>,
+    /// Whether the tool's stdin is `/dev/null` (the call has none).
+    pub stdin_null: bool,
     exec: ExecArgs,
 }
 
@@ -188,6 +190,7 @@ impl Params {
             limits,
             harden,
             mounts: None,
+            stdin_null: false,
             exec: ExecArgs {
                 program,
                 search_path,
@@ -605,34 +608,45 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
         // The call's mount namespace, before anything of the tool's exists.
         if let Some(m) = &p.mounts {
             if m.readonly_host() {
-                // Close-on-exec: the tool uses it before exec, and only there.
-                sh.proc_dir.store(
-                    sys::openat(
-                        libc::AT_FDCWD,
-                        c"/proc".as_ptr(),
-                        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                    )
-                    .map_or(-1, |fd| fd as c_int),
-                    Ordering::SeqCst,
-                );
+                // Close-on-exec: the tool uses it before exec, and only
+                // there, to set its OOM score (`/proc` is read-only in the
+                // view). Without it the tool would lose that: no call.
+                match sys::openat(
+                    libc::AT_FDCWD,
+                    c"/proc".as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                ) {
+                    Ok(fd) => sh.proc_dir.store(fd as c_int, Ordering::SeqCst),
+                    Err(e) => report_not_started(p, e, STAGE_SETUP, 0),
+                }
             }
             match m.apply(p.cwd_fd) {
                 Ok(()) => {
                     ns_layers |= Layer::ProtectedPaths.bit();
                     if m.readonly_host() {
                         ns_layers |= Layer::ReadonlyHost.bit();
+                        // An fd opened in toolhost's namespace reaches the
+                        // host's mounts, read-only view or not: a call
+                        // without stdin gets the view's `/dev/null`, so
+                        // that a root tool cannot fchmod, fchown or
+                        // futimens the host's through its fd 0.
+                        if p.stdin_null && !reopen_null_stdin() {
+                            report_not_started(
+                                p,
+                                libc::EBADF,
+                                STAGE_ISOLATION,
+                                Layer::ReadonlyHost.bit(),
+                            );
+                        }
                     }
                 }
                 // Half made (or the cwd changed under us): never run.
-                Err((e, true)) => {
-                    report_not_started(p, e, STAGE_ISOLATION, Layer::ProtectedPaths.bit())
-                }
-                Err((e, false)) if p.harden.strict => {
-                    report_not_started(p, e, STAGE_ISOLATION, Layer::ProtectedPaths.bit())
+                Err(f) if f.made || p.harden.strict => {
+                    report_not_started(p, f.errno, STAGE_ISOLATION, f.layer.bit())
                 }
                 // No mount namespace at all, best effort: the call runs, and
                 // reports the layer missing.
-                Err((_, false)) => {}
+                Err(_) => {}
             }
         }
         if p.harden.pidns && sys::unshare(libc::CLONE_NEWPID).is_ok() {
@@ -685,6 +699,27 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
             );
             supervise(p, sh, tool.map(|pid| pid as pid_t), false, ns_layers)
         }
+    }
+}
+
+/// fd 0 replaced by `/dev/null` opened in this (the call's) mount
+/// namespace; whether it was.
+///
+/// # Safety
+/// Only in the supervisor: raw system calls only.
+unsafe fn reopen_null_stdin() -> bool {
+    // SAFETY: a NUL-terminated literal; fds opened here.
+    unsafe {
+        let Ok(null) = sys::openat(libc::AT_FDCWD, c"/dev/null".as_ptr(), libc::O_RDONLY) else {
+            return false;
+        };
+        let null = null as c_int;
+        if null == 0 {
+            return true;
+        }
+        let r = sys::dup3(null, 0, 0);
+        let _ = sys::close(null);
+        r.is_ok()
     }
 }
 

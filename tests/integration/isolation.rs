@@ -580,29 +580,37 @@ async fn strict_refuses_a_call_with_more_writable_places_than_the_view_keeps() {
 /// A read-only allowed dir nested in a writable one stays read-only (the
 /// writable dir's Landlock rights reach into it; a read-only mount of it
 /// in the call's namespace does not let them): a write, a chmod and a
-/// rename of it fail and its canary and mode are as before, while a
+/// rename of it fail, and so does a rename of the dir between it and the
+/// writable one (which would move it away and let a new one take its
+/// place, from a review); its canary and mode are as before, while a
 /// writable dir nested in it, and the outer dir, are written. For a root
 /// toolhost (the view of the host) and an unprivileged one (through its
-/// user namespace). Twin under `off`: the write is made.
+/// user namespace). Twin under `off`: each is made.
 #[test]
 fn a_read_only_dir_nested_in_a_writable_one_stays_read_only() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::os::unix::process::CommandExt;
     let t = Tmp::new();
     std::fs::set_permissions(&t.root, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let ro = t.ws().join("ro");
+    let ro = t.ws().join("a").join("ro");
     let inner = ro.join("w");
     std::fs::create_dir_all(&inner).unwrap();
     std::fs::write(ro.join("canary"), CANARY).unwrap();
     let (uid, gid) = (65534u32, 65534u32);
     if is_root() {
-        for p in [t.ws(), ro.clone(), inner.clone(), ro.join("canary")] {
+        for p in [
+            t.ws(),
+            t.ws().join("a"),
+            ro.clone(),
+            inner.clone(),
+            ro.join("canary"),
+        ] {
             std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
         }
     }
-    let script = "echo x > ro/canary; echo write=$?; chmod 700 ro; echo chmod=$?; \
-                  mv ro ro2; echo mv=$?; echo y > ro/w/inner; echo inner=$?; \
-                  echo z > outer; echo outer=$?";
+    let script = "echo x > a/ro/canary; echo write=$?; chmod 700 a/ro; echo chmod=$?; \
+                  mv a/ro a/ro2; echo mv=$?; mv a b; echo mvparent=$?; \
+                  echo y > a/ro/w/inner; echo inner=$?; echo z > outer; echo outer=$?";
     let run = |isolation: &str, unprivileged: bool| {
         let ws = t.ws();
         let ro_arg = format!("{}:ro", ro.display());
@@ -632,14 +640,14 @@ fn a_read_only_dir_nested_in_a_writable_one_stays_read_only() {
         }
         let v = run("best-effort", unprivileged);
         assert_eq!(
-            v["stdout"], "write=2\nchmod=1\nmv=1\ninner=0\nouter=0\n",
+            v["stdout"], "write=2\nchmod=1\nmv=1\nmvparent=1\ninner=0\nouter=0\n",
             "unprivileged {unprivileged}: {v}"
         );
         let applied = v["isolation"]["applied"].as_array().unwrap();
         assert!(applied.iter().any(|l| l == "protected_paths"), "{v}");
         assert_eq!(std::fs::read_to_string(ro.join("canary")).unwrap(), CANARY);
         assert_eq!(mode(), before);
-        assert!(ro.is_dir() && !t.ws().join("ro2").exists());
+        assert!(ro.is_dir() && !t.ws().join("b").exists());
         assert_eq!(std::fs::read_to_string(inner.join("inner")).unwrap(), "y\n");
         std::fs::remove_file(inner.join("inner")).unwrap();
         std::fs::remove_file(t.ws().join("outer")).unwrap();
@@ -647,15 +655,82 @@ fn a_read_only_dir_nested_in_a_writable_one_stays_read_only() {
     // Twin: without the kernel layers nothing holds it.
     let v = run("off", false);
     assert_eq!(
-        v["stdout"], "write=0\nchmod=0\nmv=0\ninner=2\nouter=0\n",
+        v["stdout"], "write=0\nchmod=0\nmv=0\nmvparent=0\ninner=2\nouter=0\n",
         "{v}"
     );
-    let moved = t.ws().join("ro2");
+    let moved = t.ws().join("b").join("ro2");
     assert_eq!(
         std::fs::read_to_string(moved.join("canary")).unwrap(),
         "x\n"
     );
     assert_eq!(std::fs::metadata(&moved).unwrap().mode() & 0o7777, 0o700);
+}
+
+/// The same through a bind mount (from a review): a read-only allowed dir
+/// named by a path through a bind mount of the writable dir is the same
+/// directory, which Landlock's rights reach through the writable dir's
+/// path; it is read-only by both paths, for a root and an unprivileged
+/// toolhost. Twin: a read-only dir that no writable dir reaches gets no
+/// mount, and the writable dir is written. In a private mount namespace
+/// (root, as in CI).
+#[test]
+fn a_read_only_dir_reached_through_a_bind_mount_stays_read_only() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        return;
+    }
+    let t = Tmp::new();
+    std::fs::set_permissions(&t.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = t.ws();
+    std::fs::create_dir_all(ws.join("ro")).unwrap();
+    std::fs::write(ws.join("ro").join("f"), CANARY).unwrap();
+    let alias = t.root.join("alias");
+    let apart = t.root.join("apart");
+    std::fs::create_dir_all(&alias).unwrap();
+    std::fs::create_dir_all(&apart).unwrap();
+    for p in [ws.clone(), ws.join("ro"), ws.join("ro").join("f")] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    let run = |user: &str, ro: &std::path::Path| {
+        let script = format!(
+            "mount --bind {ws} {alias} && cd {ws} && exec {user} {bin} run --allow-dir {ws} --allow-dir {ro}:ro -- \
+             sh -c 'echo x > {ws}/ro/f; echo w=$?; echo x > {alias}/ro/f; echo a=$?; echo ok > out; echo out=$?'",
+            ws = ws.display(),
+            alias = alias.display(),
+            ro = ro.display(),
+            bin = toolhost_bin().display(),
+        );
+        let out = std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script])
+            .env_remove("TOOLHOST_CONFIG")
+            .env_remove("TOOLHOST_LOG")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let unprivileged = "setpriv --reuid=65534 --regid=65534 --clear-groups";
+    for user in ["", unprivileged] {
+        assert_eq!(
+            run(user, &alias.join("ro")),
+            "w=2\na=2\nout=0\n",
+            "user {user:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("ro").join("f")).unwrap(),
+            CANARY
+        );
+        std::fs::remove_file(ws.join("out")).unwrap();
+    }
+    // Twin: a read-only dir apart from the writable one; the workspace's
+    // own `ro` is then only the writable dir's, by both paths (unprivileged:
+    // a root toolhost's view keeps only the writable dir's own path
+    // writable).
+    assert_eq!(run(unprivileged, &apart), "w=0\na=0\nout=0\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("ro").join("f")).unwrap(),
+        "x\n"
+    );
 }
 
 #[tokio::test]

@@ -11,10 +11,13 @@
 //! each of those fails with EROFS. Writes that Landlock refuses fail with
 //! EROFS too now (the mount is checked first).
 //!
-//! Read-only allowed dirs nested in a writable one (whose Landlock rights
-//! reach into them) are read-only bind mounts of themselves, with the mounts
-//! below them; a writable allowed dir nested in one of those is cloned
-//! before and put back after, like the view's writable places.
+//! Read-only allowed dirs a writable one reaches (nested in it, by its own
+//! path or through a bind mount: Landlock's rights follow the directory,
+//! whatever path leads to it) are read-only bind mounts of themselves, by
+//! each such path, with the mounts below them; the directories between the
+//! writable dir and each are pinned (bind mounts of themselves), so that
+//! none can be moved away and replaced; a writable place nested in one is
+//! cloned before and put back after, like the view's writable places.
 //!
 //! Protected paths: each protected path that exists is a read-only bind
 //! mount of itself, and each directory on the way to one (and each symlink: a mount
@@ -116,6 +119,9 @@ struct Bind {
     link: bool,
     /// With the mounts below it (each made read-only too), else alone.
     recursive: bool,
+    /// The device and inode the place must be (`None`: a place that is
+    /// gone or is something else now needs no mount).
+    expect: Option<(u64, u64)>,
 }
 
 /// One mount made in the call's namespace, in order.
@@ -144,79 +150,148 @@ pub(super) struct MountPlan {
 }
 
 impl MountPlan {
-    /// The mounts `plan` needs: the read-only view keeping `view_writable`
-    /// writable (`None`: no view); each read-only allowed dir nested in a
-    /// writable one, read-only with what is below it (Landlock alone would
-    /// let the writable dir's rights reach into it), and the writable dirs
-    /// nested in one of those kept writable; the protected paths that
-    /// exist. `None` when it needs none of these.
+    /// The mounts `plan` needs, from `places`, the places it may write (its
+    /// writable allowed dirs and private tmp):
+    /// - with `view`, the read-only view of the host keeping `places`
+    ///   writable;
+    /// - each read-only allowed dir that a writable one reaches, by every
+    ///   path to it that lies in a writable dir (its own, or another
+    ///   through the host's bind mounts: Landlock's rights follow the
+    ///   directory, not the path), read-only with what is below it; the
+    ///   directories between the writable dir and it pinned (a mount of
+    ///   themselves, so that it cannot be moved away and another put in its
+    ///   place); and, without the view, the places in it kept writable;
+    /// - the protected paths that exist.
+    ///
+    /// `None` when it needs none of these; `Err` when more places must be
+    /// kept writable than the supervisor can hold.
     pub(super) fn prepare(
         plan: &ExecPlan,
-        view_writable: Option<Vec<Writable>>,
-    ) -> Option<MountPlan> {
+        places: Vec<Writable>,
+        view: bool,
+    ) -> Result<Option<MountPlan>, String> {
         use std::os::fd::AsFd as _;
-        let view = view_writable.is_some();
-        let mut writable = view_writable.unwrap_or_default();
         let cstr = |p: &std::path::Path| CString::new(p.as_os_str().as_bytes()).ok();
+        // Every path to a writable dir: its own, and each through a bind
+        // mount of it or of a dir above it (Landlock's rights follow the
+        // directory whatever path reaches it).
+        let mut roots: Vec<std::path::PathBuf> = Vec::new();
+        for m in plan.mounts.iter().filter(|m| !m.read_only) {
+            roots.push(m.path.clone());
+            roots.extend(crate::reach::mount_aliases(&m.path));
+        }
+        let in_writable = |p: &std::path::Path| roots.iter().any(|r| p.starts_with(r));
+        // The shallowest of those that `p` lies strictly in.
+        let outermost = |p: &std::path::Path| {
+            roots
+                .iter()
+                .filter(|r| p != r.as_path() && p.starts_with(r))
+                .min_by_key(|r| r.components().count())
+                .cloned()
+        };
         let mut binds: Vec<Bind> = Vec::new();
-        // Read-only allowed dirs inside writable ones, by every path the
-        // host's bind mounts give them.
-        let nested: Vec<&std::path::Path> = plan
-            .mounts
-            .iter()
-            .filter(|m| {
-                m.read_only
-                    && crate::backend::protect::outermost_writable(&plan.mounts, &m.path).is_some()
-            })
-            .map(|m| m.path.as_path())
-            .collect();
-        for n in &nested {
-            let mut places = vec![n.to_path_buf()];
-            places.extend(crate::reach::mount_aliases(n));
-            for p in places {
-                if let Some(c) = cstr(&p)
-                    && !binds.iter().any(|b| b.place == c)
-                {
-                    binds.push(Bind {
-                        place: c,
+        let add = |binds: &mut Vec<Bind>, b: Bind| match binds
+            .iter_mut()
+            .find(|o| o.place == b.place && o.link == b.link)
+        {
+            Some(o) => {
+                o.read_only |= b.read_only;
+                o.recursive |= b.recursive;
+                o.expect = o.expect.or(b.expect);
+            }
+            None => binds.push(b),
+        };
+        // Read-only allowed dirs a writable one reaches.
+        let mut held_ro: Vec<std::path::PathBuf> = Vec::new();
+        for (m, (path, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
+            if !m.read_only {
+                continue;
+            }
+            let Some(me) = Writable::of(path, dir.as_fd()) else {
+                return Err(format!(
+                    "the read-only dir {} cannot be named",
+                    path.display()
+                ));
+            };
+            let mut ways = vec![path.clone()];
+            ways.extend(crate::reach::mount_aliases(path));
+            for (i, way) in ways.into_iter().enumerate() {
+                if !in_writable(&way) {
+                    continue;
+                }
+                let Some(place) = cstr(&way) else { continue };
+                add(
+                    &mut binds,
+                    Bind {
+                        place,
                         read_only: true,
                         link: false,
                         recursive: true,
-                    });
+                        // Its own path must lead to it; another that no
+                        // longer does (a mount over it) is no way in.
+                        expect: (i == 0).then_some((me.dev, me.ino)),
+                    },
+                );
+                if let Some(outer) = outermost(&way) {
+                    let mut cur = way.clone();
+                    while cur.pop() && cur != outer && cur.starts_with(&outer) {
+                        if let Some(place) = cstr(&cur) {
+                            add(
+                                &mut binds,
+                                Bind {
+                                    place,
+                                    read_only: false,
+                                    link: false,
+                                    recursive: false,
+                                    expect: None,
+                                },
+                            );
+                        }
+                    }
                 }
-            }
-        }
-        if !view {
-            // Writable dirs under those: cloned before, put back after.
-            for (m, (path, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
-                if !m.read_only
-                    && nested.iter().any(|n| path != n && path.starts_with(n))
-                    && let Some(w) = Writable::of(path, dir.as_fd())
-                {
-                    writable.push(w);
-                }
+                held_ro.push(way);
             }
         }
         for h in crate::backend::protect::held(plan) {
-            let mut places = vec![h.source.clone()];
-            places.extend(crate::reach::mount_aliases(&h.source));
-            for p in places {
-                // A path with a NUL byte cannot exist. A place already
-                // bound (a nested read-only dir) is pinned by its mount.
-                if let Some(c) = cstr(&p)
-                    && !binds.iter().any(|b| b.place == c && b.link == h.link)
-                {
-                    binds.push(Bind {
-                        place: c,
-                        read_only: h.read_only,
-                        link: h.link,
-                        recursive: false,
-                    });
+            let mut ways = vec![h.source.clone()];
+            ways.extend(crate::reach::mount_aliases(&h.source));
+            for p in ways {
+                // A path with a NUL byte cannot exist.
+                if let Some(place) = cstr(&p) {
+                    add(
+                        &mut binds,
+                        Bind {
+                            place,
+                            read_only: h.read_only,
+                            link: h.link,
+                            recursive: false,
+                            expect: None,
+                        },
+                    );
                 }
             }
         }
+        // The places kept writable: every one under the view; else those
+        // in a read-only dir held above.
+        let writable: Vec<Writable> = if view {
+            places
+        } else {
+            places
+                .into_iter()
+                .filter(|w| {
+                    let p = std::path::Path::new(std::ffi::OsStr::from_bytes(w.path.as_bytes()));
+                    held_ro.iter().any(|r| p != r && p.starts_with(r))
+                })
+                .collect()
+        };
+        if writable.len() > MAX_WRITABLE {
+            return Err(format!(
+                "{} writable places inside read-only ones, more than the {MAX_WRITABLE} a call's mount namespace keeps",
+                writable.len()
+            ));
+        }
         if binds.is_empty() && !view {
-            return None;
+            return Ok(None);
         }
         let depth = |c: &CString| c.as_bytes().iter().filter(|&&b| b == b'/').count();
         let mut steps: Vec<(usize, Step)> = (0..writable.len())
@@ -225,13 +300,15 @@ impl MountPlan {
         steps.extend(binds.into_iter().map(|b| (depth(&b.place), Step::Bind(b))));
         // Stable: at one depth a place is put back before it is bound over.
         steps.sort_by_key(|(d, _)| *d);
-        let cwd = cstr(&plan.cwd.as_ref()?.path)?;
-        Some(MountPlan {
+        let Some(cwd) = plan.cwd.as_ref().and_then(|c| cstr(&c.path)) else {
+            return Ok(None);
+        };
+        Ok(Some(MountPlan {
             writable,
             view,
             steps: steps.into_iter().map(|(_, s)| s).collect(),
             cwd,
-        })
+        }))
     }
 
     /// Whether the plan makes the read-only view of the host.
@@ -387,9 +464,19 @@ impl MountPlan {
                             // Gone since `prepare`: nothing there to hold.
                             // An alias hidden under another mount is not
                             // reachable.
-                            Err(libc::ENOENT) => continue,
+                            Err(libc::ENOENT) if b.expect.is_none() => continue,
                             Err(e) => return Err(paths(e)),
                         };
+                        if let Some((dev, ino)) = b.expect {
+                            let mut st: libc::stat = std::mem::zeroed();
+                            if sys::fstat(fd, &mut st).is_err()
+                                || st.st_dev as u64 != dev
+                                || st.st_ino as u64 != ino
+                            {
+                                let _ = sys::close(fd);
+                                return Err(paths(libc::ESTALE));
+                            }
+                        }
                         let r = bind_over(fd, b);
                         let _ = sys::close(fd);
                         r.map_err(paths)?;

@@ -102,6 +102,17 @@ fn warn_once_userns(why: &str) {
     });
 }
 
+/// `strict` refusing a call whose own configuration keeps `layer` from it.
+fn refused_for_call(layer: Layer, why: &str) -> Outcome {
+    Outcome::new(
+        OutcomeKind::IsolationUnavailable,
+        format!(
+            "isolation = \"strict\": {} cannot be applied to this call ({why}); the call did not run",
+            layer.name()
+        ),
+    )
+}
+
 fn unavailable(layer: Layer, why: &str) -> Outcome {
     Outcome::new(
         OutcomeKind::IsolationUnavailable,
@@ -227,33 +238,43 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
     // its user's power over host files); and the protected paths that
     // exist (none to hold is held).
     wanted |= Layer::ProtectedPaths.bit();
-    let writable = if root {
-        match writable_places(plan, tmp.as_ref()) {
-            Ok(Some(w)) => {
-                wanted |= Layer::ReadonlyHost.bit();
-                Some(w)
+    let places = writable_places(plan, tmp.as_ref());
+    let view = if root {
+        match view_wanted(plan, &places) {
+            Ok(view) => {
+                if view {
+                    wanted |= Layer::ReadonlyHost.bit();
+                }
+                view
             }
-            // A writable `/`: the call may write every host file, its
-            // metadata with it; there is no read-only host to view.
-            Ok(None) => None,
             Err(why) => {
                 if strict {
-                    return Err(unavailable(Layer::ReadonlyHost, &why));
+                    return Err(refused_for_call(Layer::ReadonlyHost, &why));
                 }
                 wanted |= Layer::ReadonlyHost.bit();
                 tracing::warn!(
                     "direct backend: no read-only view of the host for this call: {why}"
                 );
-                None
+                false
             }
         }
     } else {
-        None
+        false
     };
-    let mounts = super::mounts::MountPlan::prepare(plan, writable);
-    if mounts.as_ref().is_none_or(|m| !m.holds_paths()) {
+    // Err: the paths to hold need more places kept writable than the
+    // supervisor can hold (wanted, not applied: reported missing).
+    let (mounts, unheld) =
+        match super::mounts::MountPlan::prepare(plan, places.unwrap_or_default(), view) {
+            Ok(m) => (m, false),
+            Err(why) if strict => return Err(refused_for_call(Layer::ProtectedPaths, &why)),
+            Err(why) => {
+                tracing::warn!("direct backend: no mount namespace for this call: {why}");
+                (None, true)
+            }
+        };
+    if !unheld && mounts.as_ref().is_none_or(|m| !m.holds_paths()) {
         parent_applied |= Layer::ProtectedPaths.bit();
-    } else if !tool.pidns {
+    } else if !unheld && !tool.pidns {
         // No namespaces at all here (neither root nor a user namespace).
         if strict {
             return Err(unavailable(
@@ -346,37 +367,51 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
     })
 }
 
-/// The places a call may write, for the read-only view of the host: its
-/// writable allowed dirs and its private tmp, by path and by what they are
-/// now. `Ok(None)` if one is `/` (then there is no read-only host to view);
-/// `Err` if there are more than the view can keep, or one cannot be named.
+/// The places a call may write: its writable allowed dirs and its private
+/// tmp, by path and by what they are now. `Err` if one cannot be named.
 fn writable_places(
     plan: &ExecPlan,
     tmp: Option<&PrivateTmp>,
-) -> Result<Option<Vec<super::mounts::Writable>>, String> {
+) -> Result<Vec<super::mounts::Writable>, String> {
     use std::os::fd::AsFd;
-    let mut w = Vec::new();
     let unnamed =
         |p: &std::path::Path| format!("the writable place {} cannot be named", p.display());
+    let mut w = Vec::new();
     for (m, (path, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
         if !m.read_only {
-            if path.parent().is_none() {
-                return Ok(None);
-            }
             w.push(super::mounts::Writable::of(path, dir.as_fd()).ok_or_else(|| unnamed(path))?);
         }
     }
     if let Some(t) = tmp {
         w.push(super::mounts::Writable::of(&t.path, t.fd.as_fd()).ok_or_else(|| unnamed(&t.path))?);
     }
-    if w.len() > super::mounts::MAX_WRITABLE {
+    Ok(w)
+}
+
+/// Whether a root toolhost's call gets the read-only view of the host:
+/// not when `/` is a writable allowed dir (the call may write every host
+/// file, its metadata with it: there is no read-only host to view); `Err`
+/// when the view cannot keep the call's writable places.
+fn view_wanted(
+    plan: &ExecPlan,
+    places: &Result<Vec<super::mounts::Writable>, String>,
+) -> Result<bool, String> {
+    if plan
+        .mounts
+        .iter()
+        .any(|m| !m.read_only && m.path.parent().is_none())
+    {
+        return Ok(false);
+    }
+    let places = places.as_ref().map_err(String::clone)?;
+    if places.len() > super::mounts::MAX_WRITABLE {
         return Err(format!(
             "{} writable places, more than the {} a read-only view of the host keeps",
-            w.len(),
+            places.len(),
             super::mounts::MAX_WRITABLE
         ));
     }
-    Ok(Some(w))
+    Ok(true)
 }
 
 /// Applies the layers in the tool process. Returns the applied layers, or

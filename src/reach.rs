@@ -110,14 +110,18 @@ pub(crate) fn fs_position(
 /// bind mount of a dir above it), and the mount point of each mount of a dir
 /// inside it. Linux; the mount points listed are those of
 /// toolhost's mount namespace.
+///
+/// `mounts` is the mount table ([`mount_table`], read once for many).
 #[cfg(target_os = "linux")]
-pub(crate) fn mount_aliases(canonical: &Path) -> Vec<PathBuf> {
-    let mounts = mount_table();
-    let Some((dev, pos)) = fs_position(canonical, &mounts) else {
+pub(crate) fn mount_aliases_in(
+    mounts: &[(String, PathBuf, PathBuf)],
+    canonical: &Path,
+) -> Vec<PathBuf> {
+    let Some((dev, pos)) = fs_position(canonical, mounts) else {
         return Vec::new();
     };
     let mut out: Vec<PathBuf> = Vec::new();
-    for (d, root, point) in &mounts {
+    for (d, root, point) in mounts {
         if *d != dev {
             continue;
         }

@@ -175,10 +175,23 @@ impl MountPlan {
         // Every path to a writable dir: its own, and each through a bind
         // mount of it or of a dir above it (Landlock's rights follow the
         // directory whatever path reaches it).
+        // The mount table, read once, and only when there is a read-only
+        // dir that a writable one may reach or a protected path to hold.
+        let held = crate::backend::protect::held(plan);
+        let any_ro = plan.mounts.iter().any(|m| m.read_only);
+        let any_rw = plan.mounts.iter().any(|m| !m.read_only);
+        let table = if (any_ro && any_rw) || !held.is_empty() {
+            crate::reach::mount_table()
+        } else {
+            Vec::new()
+        };
+        let aliases = |p: &std::path::Path| crate::reach::mount_aliases_in(&table, p);
         let mut roots: Vec<std::path::PathBuf> = Vec::new();
-        for m in plan.mounts.iter().filter(|m| !m.read_only) {
-            roots.push(m.path.clone());
-            roots.extend(crate::reach::mount_aliases(&m.path));
+        if any_ro {
+            for m in plan.mounts.iter().filter(|m| !m.read_only) {
+                roots.push(m.path.clone());
+                roots.extend(aliases(&m.path));
+            }
         }
         let in_writable = |p: &std::path::Path| roots.iter().any(|r| p.starts_with(r));
         // The shallowest of those that `p` lies strictly in.
@@ -204,7 +217,7 @@ impl MountPlan {
         // Read-only allowed dirs a writable one reaches.
         let mut held_ro: Vec<std::path::PathBuf> = Vec::new();
         for (m, (path, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
-            if !m.read_only {
+            if !m.read_only || !any_rw {
                 continue;
             }
             let Some(me) = Writable::of(path, dir.as_fd()) else {
@@ -214,7 +227,7 @@ impl MountPlan {
                 ));
             };
             let mut ways = vec![path.clone()];
-            ways.extend(crate::reach::mount_aliases(path));
+            ways.extend(aliases(path));
             for (i, way) in ways.into_iter().enumerate() {
                 if !in_writable(&way) {
                     continue;
@@ -252,9 +265,9 @@ impl MountPlan {
                 held_ro.push(way);
             }
         }
-        for h in crate::backend::protect::held(plan) {
+        for h in held {
             let mut ways = vec![h.source.clone()];
-            ways.extend(crate::reach::mount_aliases(&h.source));
+            ways.extend(aliases(&h.source));
             for p in ways {
                 // A path with a NUL byte cannot exist.
                 if let Some(place) = cstr(&p) {

@@ -733,6 +733,75 @@ fn a_read_only_dir_reached_through_a_bind_mount_stays_read_only() {
     );
 }
 
+/// Host mounts below a held read-only dir and its pinned parents stay as
+/// the host has them (from a review: the pins and binds were made without
+/// the mounts below them, which hid them, and an unprivileged toolhost's
+/// calls failed): a writable allowed dir that is a host mount inside the
+/// read-only dir is written, a sibling host mount is read, and the private
+/// tmp, reached through a symlinked `TMPDIR` inside the read-only dir, is
+/// written; the read-only dir itself is not. Root and unprivileged, in a
+/// private mount namespace (root, as in CI).
+#[test]
+fn host_mounts_below_a_held_dir_stay_as_the_host_has_them() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        return;
+    }
+    let t = Tmp::new();
+    let ws = t.ws();
+    for d in ["a/ro/w", "a/ro/tmpbase", "a/cache"] {
+        std::fs::create_dir_all(ws.join(d)).unwrap();
+    }
+    let wdata = t.root.join("wdata");
+    let cachefs = t.root.join("cachefs");
+    std::fs::create_dir_all(&wdata).unwrap();
+    std::fs::create_dir_all(&cachefs).unwrap();
+    std::fs::write(cachefs.join("c"), CANARY).unwrap();
+    let link = t.root.join("tl");
+    std::os::unix::fs::symlink(ws.join("a/ro/tmpbase"), &link).unwrap();
+    for d in [
+        &t.root,
+        &ws,
+        &ws.join("a"),
+        &ws.join("a/ro"),
+        &ws.join("a/ro/w"),
+        &ws.join("a/ro/tmpbase"),
+        &ws.join("a/cache"),
+        &wdata,
+        &cachefs,
+    ] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let script = format!(
+        "mount --bind {wdata} {ws}/a/ro/w && mount --bind {cachefs} {ws}/a/cache && cd {ws} && \
+         for u in '' 'setpriv --reuid=65534 --regid=65534 --clear-groups'; do \
+         TMPDIR={link} $u {bin} run --allow-dir {ws} --allow-dir {ws}/a/ro:ro --allow-dir {ws}/a/ro/w -- \
+         sh -c 'echo x > a/ro/w/n$(id -u); echo w=$?; cat a/cache/c; echo; echo x > $TMPDIR/x; echo tmp=$?; echo y > a/ro/y; echo ro=$?'; done",
+        wdata = wdata.display(),
+        cachefs = cachefs.display(),
+        ws = ws.display(),
+        link = link.display(),
+        bin = toolhost_bin().display(),
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("TOOLHOST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let once = format!("w=0\n{CANARY}\ntmp=0\nro=2\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        once.repeat(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The writes went to the host's mount, not to the dir it covers.
+    assert!(wdata.join("n0").exists() && wdata.join("n65534").exists());
+    assert!(!ws.join("a/ro/w/n0").exists() && !ws.join("a/ro/y").exists());
+}
+
 #[tokio::test]
 async fn a_root_tool_cannot_make_device_nodes_or_administer_the_network() {
     if !is_root() {

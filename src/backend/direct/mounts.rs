@@ -109,7 +109,9 @@ pub(super) struct MountFailure {
     pub made: bool,
 }
 
-/// A bind mount of a place over itself.
+/// A bind mount of a place over itself, with the mounts below it (a clone
+/// without them would hide them, and in a user namespace the kernel
+/// refuses one that would uncover what a mount covers).
 #[derive(Debug, Clone)]
 struct Bind {
     place: CString,
@@ -117,8 +119,6 @@ struct Bind {
     read_only: bool,
     /// The place is a symlink, and the mount covers the link itself.
     link: bool,
-    /// With the mounts below it (each made read-only too), else alone.
-    recursive: bool,
     /// The device and inode the place must be (`None`: a place that is
     /// gone or is something else now needs no mount).
     expect: Option<(u64, u64)>,
@@ -209,7 +209,6 @@ impl MountPlan {
         {
             Some(o) => {
                 o.read_only |= b.read_only;
-                o.recursive |= b.recursive;
                 o.expect = o.expect.or(b.expect);
             }
             None => binds.push(b),
@@ -239,7 +238,6 @@ impl MountPlan {
                         place,
                         read_only: true,
                         link: false,
-                        recursive: true,
                         // Its own path must lead to it; another that no
                         // longer does (a mount over it) is no way in.
                         expect: (i == 0).then_some((me.dev, me.ino)),
@@ -255,7 +253,6 @@ impl MountPlan {
                                     place,
                                     read_only: false,
                                     link: false,
-                                    recursive: false,
                                     expect: None,
                                 },
                             );
@@ -277,7 +274,6 @@ impl MountPlan {
                             place,
                             read_only: h.read_only,
                             link: h.link,
-                            recursive: false,
                             expect: None,
                         },
                     );
@@ -445,12 +441,12 @@ impl MountPlan {
         unsafe {
             for (w, tree) in self.writable.iter().zip(trees.iter_mut()) {
                 let fd = open_same_dir(w).map_err(kept)?;
-                let t = clone_tree(fd, true);
+                let t = clone_tree(fd);
                 let _ = sys::close(fd);
                 *tree = t.map_err(kept)?;
             }
             if self.view {
-                set_readonly(libc::AT_FDCWD, c"/", true).map_err(kept)?;
+                set_readonly(libc::AT_FDCWD, c"/").map_err(kept)?;
             }
             for step in &self.steps {
                 match step {
@@ -555,13 +551,12 @@ unsafe fn open_no_symlinks(path: &CString, flags: c_int) -> Result<c_int, c_int>
     }
 }
 
-/// A detached copy of the mount at the place open as `fd` (with the mounts
-/// below it if `recursive`); its fd.
+/// A detached copy of the mount at the place open as `fd`, with the mounts
+/// below it; its fd.
 ///
 /// # Safety
 /// Only in the supervisor: raw system calls only; `fd` is open.
-unsafe fn clone_tree(fd: c_int, recursive: bool) -> Result<c_int, c_int> {
-    let rec = if recursive { AT_RECURSIVE } else { 0 };
+unsafe fn clone_tree(fd: c_int) -> Result<c_int, c_int> {
     // SAFETY: the empty path is a NUL-terminated literal; `fd` is open.
     unsafe {
         sys::call(
@@ -569,7 +564,8 @@ unsafe fn clone_tree(fd: c_int, recursive: bool) -> Result<c_int, c_int> {
             [
                 fd as usize,
                 c"".as_ptr() as usize,
-                (OPEN_TREE_CLONE | rec | libc::O_CLOEXEC as libc::c_uint | AT_EMPTY_PATH) as usize,
+                (OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint | AT_EMPTY_PATH)
+                    as usize,
                 0,
                 0,
                 0,
@@ -580,13 +576,13 @@ unsafe fn clone_tree(fd: c_int, recursive: bool) -> Result<c_int, c_int> {
 }
 
 /// Makes the mount at `path` from `dirfd` (`""`: the detached tree `dirfd`)
-/// read-only, with the mounts below it if `recursive`; a detached tree's
+/// read-only, with the mounts below it; a detached tree's
 /// also nosuid and nodev.
 ///
 /// # Safety
 /// Only in the supervisor: raw system calls only; `dirfd` is open or
 /// `AT_FDCWD`.
-unsafe fn set_readonly(dirfd: c_int, path: &std::ffi::CStr, recursive: bool) -> Result<(), c_int> {
+unsafe fn set_readonly(dirfd: c_int, path: &std::ffi::CStr) -> Result<(), c_int> {
     let detached = path.is_empty();
     let attr = MountAttr {
         attr_set: if detached {
@@ -598,7 +594,7 @@ unsafe fn set_readonly(dirfd: c_int, path: &std::ffi::CStr, recursive: bool) -> 
         propagation: 0,
         userns_fd: 0,
     };
-    let flags = if recursive { AT_RECURSIVE } else { 0 } | if detached { AT_EMPTY_PATH } else { 0 };
+    let flags = AT_RECURSIVE | if detached { AT_EMPTY_PATH } else { 0 };
     // SAFETY: `path` is NUL-terminated and `attr` a valid mount_attr of the
     // size passed, on this stack; the kernel only reads both.
     unsafe {
@@ -617,17 +613,17 @@ unsafe fn set_readonly(dirfd: c_int, path: &std::ffi::CStr, recursive: bool) -> 
     }
 }
 
-/// Mounts the place open as `fd` over itself as `b` says: read-only (and
-/// nosuid, nodev) or as it is, alone or with the mounts below it.
+/// Mounts the place open as `fd` over itself with the mounts below it, as
+/// `b` says: read-only (and nosuid, nodev) or as it is.
 ///
 /// # Safety
 /// Only in the supervisor before the tool exists: raw system calls only.
 unsafe fn bind_over(fd: c_int, b: &Bind) -> Result<(), c_int> {
     // SAFETY: the fds are open (the caller's, and the tree made here).
     unsafe {
-        let tree = clone_tree(fd, b.recursive)?;
+        let tree = clone_tree(fd)?;
         if b.read_only
-            && let Err(e) = set_readonly(tree, c"", b.recursive)
+            && let Err(e) = set_readonly(tree, c"")
         {
             let _ = sys::close(tree);
             return Err(e);

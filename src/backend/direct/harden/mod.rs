@@ -383,7 +383,17 @@ fn writable_places(
         }
     }
     if let Some(t) = tmp {
-        w.push(super::mounts::Writable::of(&t.path, t.fd.as_fd()).ok_or_else(|| unnamed(&t.path))?);
+        // Its path as the mounts see it (TMPDIR may lead through a
+        // symlink), when a read-only dir may be held around it: a place
+        // kept writable in one is found, and ordered, by its path.
+        let path = if plan.mounts.iter().any(|m| m.read_only) {
+            use std::os::fd::AsRawFd;
+            std::fs::read_link(format!("/proc/self/fd/{}", t.fd.as_raw_fd()))
+                .unwrap_or_else(|_| t.path.clone())
+        } else {
+            t.path.clone()
+        };
+        w.push(super::mounts::Writable::of(&path, t.fd.as_fd()).ok_or_else(|| unnamed(&path))?);
     }
     Ok(w)
 }

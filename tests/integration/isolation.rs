@@ -666,6 +666,18 @@ fn a_read_only_dir_nested_in_a_writable_one_stays_read_only() {
     assert_eq!(std::fs::metadata(&moved).unwrap().mode() & 0o7777, 0o700);
 }
 
+/// `sh -c script` in a private mount namespace (root): the bind mounts it
+/// makes end with it. No stdin, and toolhost's config and log unset.
+fn in_private_mount_ns(script: &str) -> std::process::Output {
+    std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", script])
+        .env_remove("TOOLHOST_CONFIG")
+        .env_remove("TOOLHOST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
 /// The same through a bind mount (from a review): a read-only allowed dir
 /// named by a path through a bind mount of the writable dir is the same
 /// directory, which Landlock's rights reach through the writable dir's
@@ -700,13 +712,7 @@ fn a_read_only_dir_reached_through_a_bind_mount_stays_read_only() {
             ro = ro.display(),
             bin = toolhost_bin().display(),
         );
-        let out = std::process::Command::new("unshare")
-            .args(["-m", "--propagation", "private", "sh", "-c", &script])
-            .env_remove("TOOLHOST_CONFIG")
-            .env_remove("TOOLHOST_LOG")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
+        let out = in_private_mount_ns(&script);
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let unprivileged = "setpriv --reuid=65534 --regid=65534 --clear-groups";
@@ -783,13 +789,7 @@ fn host_mounts_below_a_held_dir_stay_as_the_host_has_them() {
         link = link.display(),
         bin = toolhost_bin().display(),
     );
-    let out = std::process::Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .env_remove("TOOLHOST_CONFIG")
-        .env_remove("TOOLHOST_LOG")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let out = in_private_mount_ns(&script);
     let once = format!("w=0\n{CANARY}\ntmp=0\nro=2\n");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),

@@ -238,7 +238,13 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
     // its user's power over host files); and the protected paths that
     // exist (none to hold is held).
     wanted |= Layer::ProtectedPaths.bit();
-    let places = writable_places(plan, tmp.as_ref());
+    // Needed for the view, or to keep places writable inside held
+    // read-only dirs; else not looked at (no system calls).
+    let places = if root || plan.mounts.iter().any(|m| m.read_only) {
+        writable_places(plan, tmp.as_ref())
+    } else {
+        Ok(Vec::new())
+    };
     let view = if root {
         match view_wanted(plan, &places) {
             Ok(view) => {

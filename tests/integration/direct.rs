@@ -495,6 +495,52 @@ async fn dropping_the_call_kills_the_tree() {
     );
 }
 
+/// When toolhost itself dies (SIGKILL: nothing of its own runs), the call's
+/// processes die with it, a `setsid` one included: the supervisor takes its
+/// parent-death signal (as a root toolhost's PID namespace init it knows
+/// toolhost gone by toolhost's pidfd, since `getppid` is 0 there) and kills
+/// the tree. Positive control: they all run while toolhost does. Under
+/// `best-effort` (a PID namespace) and `off` (none).
+#[cfg(target_os = "linux")]
+#[test]
+fn the_call_dies_with_toolhost() {
+    for (iso, mark) in [("best-effort", "8317"), ("off", "8318")] {
+        let t = Tmp::new();
+        // Only the sleeps' command lines hold `sleep {mark}`.
+        let script = format!("m={mark}; sleep ${{m}}1 & setsid sleep ${{m}}2 & sleep ${{m}}3");
+        let mut cli = std::process::Command::new(toolhost_bin())
+            .args(["run", "--isolation", iso, "--timeout", "60", "--"])
+            .args(["sh", "-c", &script])
+            .current_dir(t.ws())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .env_remove("TOOLHOST_CONFIG")
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let seen = loop {
+            let seen = processes_with(&format!("sleep {mark}"));
+            if seen.len() == 3 || Instant::now() > deadline {
+                break seen;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if seen.len() != 3 {
+            let _ = cli.kill();
+            panic!("{iso}: the call's processes run: {seen:?}");
+        }
+        // SAFETY: kill of our own child, not yet waited for.
+        assert_eq!(unsafe { libc::kill(cli.id() as i32, libc::SIGKILL) }, 0);
+        cli.wait().unwrap();
+        assert_eq!(
+            still_alive(&seen, Duration::from_secs(5)),
+            Vec::<i32>::new(),
+            "{iso}"
+        );
+    }
+}
+
 /// The parent-death signal is tied to the thread that forked. Spawn from a thread
 /// that then exits, and check the call is *not* killed by that (and still works).
 #[test]
@@ -574,7 +620,18 @@ async fn tool_cannot_kill_its_supervisor_or_stop_toolhost() {
          kill -STOP {me} 2>/dev/null && echo stopped-toolhost; \
          kill -0 $$ && echo can-signal-self"
     );
-    for (level, ancestors) in [(IsolationLevel::BestEffort, 2), (IsolationLevel::Off, 1)] {
+    // Under best-effort a root toolhost's supervisor is the PID namespace's
+    // init; an unprivileged one's has the init below it.
+    // SAFETY: geteuid cannot fail.
+    let pidns_ancestors = if unsafe { libc::geteuid() } == 0 {
+        1
+    } else {
+        2
+    };
+    for (level, ancestors) in [
+        (IsolationLevel::BestEffort, pidns_ancestors),
+        (IsolationLevel::Off, 1),
+    ] {
         let sb = t.sandbox(SandboxConfig {
             isolation: level,
             ..config_timeout(20.0)
@@ -585,8 +642,8 @@ async fn tool_cannot_kill_its_supervisor_or_stop_toolhost() {
             !r.stdout.contains("killed-ancestor") && !r.stdout.contains("stopped-toolhost"),
             "{r:?}"
         );
-        // Positive controls: it found its supervisor (and the namespace's
-        // init) on its way to toolhost, and it can signal itself.
+        // Positive controls: it found its supervisor (and, unprivileged, the
+        // namespace's init) on its way to toolhost, and it can signal itself.
         assert!(
             r.stdout.contains(&format!("ancestors={ancestors}\n")),
             "{level:?}: {r:?}"
@@ -695,7 +752,9 @@ async fn the_supervisor_runs_none_of_toolhosts_signal_handlers() {
             loop {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 // The path from us to the marked sleep: the supervisor (our
-                // child), under it the init, then the tool's processes.
+                // child; for a root toolhost the PID namespace's init), for
+                // an unprivileged one the init under it, then the tool's
+                // processes.
                 if let Some(path) = path_to(me, b"sleep\x002.0371\x00")
                     && path.len() >= 3
                 {
@@ -708,11 +767,17 @@ async fn the_supervisor_runs_none_of_toolhosts_signal_handlers() {
         } => seen,
     };
     let path = seen.expect("found the call's processes");
-    let (sups, below) = (&path[..1], &path[1..2]);
-    for pid in sups.iter().chain(below) {
-        if let Some(caught) = caught_signals(*pid) {
-            assert_eq!(caught, 0, "pid {pid} has handlers: {caught:#x}");
-        }
+    // Those that did not exec: toolhost's image, in toolhost's memory.
+    let exe = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let ours: Vec<u32> = path
+        .iter()
+        .copied()
+        .filter(|&pid| exe(pid) == exe(me))
+        .collect();
+    assert_eq!(ours.first(), Some(&path[0]), "the supervisor: {path:?}");
+    for pid in ours {
+        let caught = caught_signals(pid).expect("alive");
+        assert_eq!(caught, 0, "pid {pid} has handlers: {caught:#x}");
     }
     let r = call.await;
     assert_eq!(r.stdout, "done\n", "{r:?}");

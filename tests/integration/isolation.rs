@@ -1201,6 +1201,36 @@ async fn each_call_runs_in_a_pid_namespace_of_its_own() {
     assert!(applied(&r).contains(&"pidns"), "{r:?}");
 }
 
+/// The call's own processes can name its PID namespace's init (pid 1: for a
+/// root toolhost the supervisor itself, which ends the call on a kill
+/// request): what they send it neither ends the call nor changes its
+/// result (Landlock's signal scoping refuses it where the kernel has it;
+/// the supervisor ignores signals from inside the namespace everywhere).
+/// toolhost's own kill request at the timeout, from outside, does end it.
+#[tokio::test]
+async fn signals_to_pid_1_from_inside_the_call_do_not_end_it() {
+    let t = Tmp::new();
+    let sb = t.sandbox(level(IsolationLevel::BestEffort));
+    let r = sh(
+        &sb,
+        "for s in USR2 TERM INT HUP USR1 CHLD; do kill -$s 1 2>/dev/null; done; \
+         sleep 0.3; echo done",
+    )
+    .await;
+    assert!(applied(&r).contains(&"pidns"), "{r:?}");
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.stdout, "done\n", "{r:?}");
+
+    let sb = t.sandbox(SandboxConfig {
+        timeout: Duration::from_millis(500),
+        ..level(IsolationLevel::BestEffort)
+    });
+    let r = sh(&sb, "kill -USR2 1 2>/dev/null; sleep 30; echo late").await;
+    assert!(r.timed_out, "{r:?}");
+    assert!(r.duration < Duration::from_secs(10), "{r:?}");
+    assert!(!r.stdout.contains("late"), "{r:?}");
+}
+
 /// An unprivileged toolhost (here: the CLI run as `nobody` when the tests run
 /// as root) gets its network and PID namespaces through a user namespace that
 /// maps only its own uid: TCP to a listening loopback port of the host fails

@@ -108,20 +108,31 @@ pub(super) struct Spawned {
     pub child: Child,
 }
 
-/// toolhost's ends of the tool's pipes, and the supervisor's pidfd.
+/// toolhost's ends of the tool's pipes, the supervisor's pidfd, and the
+/// status pipe its report comes on.
 pub(super) struct Child {
     pub stdin: Option<pipe::Sender>,
     pub stdout: Option<pipe::Receiver>,
     pub stderr: Option<pipe::Receiver>,
     pidfd: Arc<AsyncFd<OwnedFd>>,
+    /// The status pipe (a duplicate of [`Control`]'s end), watched only.
+    report: AsyncFd<OwnedFd>,
 }
 
 impl Child {
-    /// Waits until the supervisor has exited (cancel-safe). It is reaped by
-    /// [`Control::finish`]; the status is its report's business.
+    /// Waits until the call is over (cancel-safe): the supervisor has
+    /// written its report, which it does once every process of the call is
+    /// gone, or has exited (the pipe then reaches EOF). The supervisor's own
+    /// exit, with what it tears down, is not waited for: [`Control::finish`]
+    /// reaps it if it is gone, else a thread does. The status is the
+    /// report's business.
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
-        // A pidfd is readable once its process has exited, and stays so.
-        let _ = self.pidfd.readable().await?;
+        // Both stay readable once they are: a report is read only after
+        // this returns, and a pidfd is readable once its process has exited.
+        tokio::select! {
+            r = self.report.readable() => drop(r?),
+            r = self.pidfd.readable() => drop(r?),
+        }
         Ok(ExitStatus::from_raw(0))
     }
 
@@ -202,16 +213,17 @@ impl Control {
     /// Nothing to wait for here before [`finish`](Self::finish).
     pub async fn settle(&mut self) {}
 
-    /// Reaps the supervisor (it has exited: [`Child::wait`]) and reads its
-    /// report.
+    /// Reads the supervisor's report (the call is over: [`Child::wait`]),
+    /// and reaps the supervisor, here if it has exited, else on the reaper
+    /// thread (it exits right after its report).
     pub fn finish(&mut self, _status: Option<ExitStatus>) -> Finished {
-        let reaped = reap(self.pidfd.get_ref().as_raw_fd(), false);
         let report = self.status.take().and_then(read_report);
+        let clean = report.is_some_and(|r| r.survivors == 0 || not_started(&r));
         if let Some(kept) = self.kept.take() {
-            if reaped {
-                kept.settle(report.is_some_and(|r| r.survivors == 0 || not_started(&r)));
+            if reap(self.pidfd.get_ref().as_raw_fd(), false) {
+                kept.settle(clean);
             } else {
-                hand_to_reaper(&self.pidfd, None, kept);
+                hand_to_reaper(&self.pidfd, Reaped::After(clean), kept);
             }
         }
         let Some(r) = report else {
@@ -289,13 +301,25 @@ fn reap(pidfd: RawFd, block: bool) -> bool {
     }
 }
 
-/// A supervisor still running when its call let go (a dropped future, or a
-/// wait that failed): one thread, for the whole process, waits for such
-/// supervisors in turn and settles what each reads. Each has been sent a
-/// kill request, so it exits within its cleanup budget; one that takes long
-/// only delays the settling of those queued after it.
-fn hand_to_reaper(pidfd: &AsyncFd<OwnedFd>, status: Option<File>, kept: Kept) {
-    type Job = (OwnedFd, Option<File>, Kept);
+/// Whether the call of a supervisor handed to the reaper left nothing
+/// behind: known from its report already, or to be read from it.
+enum Reaped {
+    /// The report was read: the call was clean (or not).
+    After(bool),
+    /// The status pipe, to read the report from once the supervisor is
+    /// reaped (none: unknown, so not clean).
+    Report(Option<File>),
+}
+
+/// A supervisor still running when its call let go (a dropped future, a
+/// wait that failed, or a call that ended on its report while the
+/// supervisor was still exiting): one thread, for the whole process, waits
+/// for such supervisors in turn and settles what each reads. Each has been
+/// sent a kill request or has reported, so it exits within its cleanup
+/// budget; one that takes long only delays the settling of those queued
+/// after it.
+fn hand_to_reaper(pidfd: &AsyncFd<OwnedFd>, how: Reaped, kept: Kept) {
+    type Job = (OwnedFd, Reaped, Kept);
     static REAPER: std::sync::OnceLock<Option<std::sync::Mutex<std::sync::mpsc::Sender<Job>>>> =
         std::sync::OnceLock::new();
     let fd = match pidfd.get_ref().try_clone() {
@@ -310,12 +334,15 @@ fn hand_to_reaper(pidfd: &AsyncFd<OwnedFd>, status: Option<File>, kept: Kept) {
         std::thread::Builder::new()
             .name("toolhost-reap".into())
             .spawn(move || {
-                for (fd, status, kept) in rx {
+                for (fd, how, kept) in rx {
                     let reaped = reap(fd.as_raw_fd(), true);
-                    let report = status.and_then(read_report);
-                    kept.settle(
-                        reaped && report.is_some_and(|r| r.survivors == 0 || not_started(&r)),
-                    );
+                    let clean = match how {
+                        Reaped::After(clean) => clean,
+                        Reaped::Report(status) => status
+                            .and_then(read_report)
+                            .is_some_and(|r| r.survivors == 0 || not_started(&r)),
+                    };
+                    kept.settle(reaped && clean);
                 }
             })
             .inspect_err(|e| tracing::error!("direct backend: no thread to reap supervisors: {e}"))
@@ -329,7 +356,7 @@ fn hand_to_reaper(pidfd: &AsyncFd<OwnedFd>, status: Option<File>, kept: Kept) {
             let _ = tx
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .send((fd, status, kept));
+                .send((fd, how, kept));
         }
         None => drop(kept), // leaks (its Drop)
     }
@@ -341,9 +368,30 @@ impl Drop for Control {
             // The call was let go unfinished: end it, then let a thread
             // wait for the supervisor.
             let _ = pidfd_signal(self.pidfd.get_ref().as_raw_fd(), supervisor::KILL_REQUEST);
-            hand_to_reaper(&self.pidfd, self.status.take(), kept);
+            hand_to_reaper(&self.pidfd, Reaped::Report(self.status.take()), kept);
         }
     }
+}
+
+/// A pidfd of this process, made once, above 2 (for the supervisor to keep):
+/// the supervisor that is its call's PID namespace's init watches it to know
+/// toolhost gone. -1 where the kernel has none (before Linux 5.3): the
+/// supervisor is then not the init (`supervisor::start`).
+fn own_pidfd() -> RawFd {
+    static OWN: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| {
+        // SAFETY: pidfd_open of this process; the fd, if any, is fresh and
+        // ours (close-on-exec, as every pidfd).
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: as above.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        owned_above_stdio(fd).ok()
+    })
+    .as_ref()
+    .map_or(-1, |fd| fd.as_raw_fd())
 }
 
 fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -396,6 +444,11 @@ pub(super) fn spawn(_cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::R
         .ok_or_else(|| io::Error::other("no working directory"))?;
     let (status_read, status_write) = cloexec_pipe()?;
     set_nonblocking(&status_read)?;
+    // SAFETY: a fresh duplicate, moved into the AsyncFd, which owns it
+    // (open, the same pipe) until it is dropped.
+    let report =
+        unsafe { AsyncFd::register_with_interest(status_read.try_clone()?, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
     let status_write = owned_above_stdio(status_write)?;
     let (stdin_ours, stdin_tool) = match plan.stdin {
         Some(_) => {
@@ -447,6 +500,7 @@ pub(super) fn spawn(_cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::R
     ];
     params.mounts = h.0.mounts.clone();
     params.stdin_null = plan.stdin.is_none();
+    params.toolhost_pidfd = own_pidfd();
     // toolhost's ends, ready before the supervisor exists: nothing can fail
     // between its start and the Control that keeps what it reads.
     let receiver = |fd: OwnedFd| -> io::Result<pipe::Receiver> {
@@ -497,6 +551,7 @@ pub(super) fn spawn(_cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::R
             stdout: Some(stdout),
             stderr: Some(stderr),
             pidfd,
+            report,
         },
     })
 }

@@ -338,18 +338,26 @@ pub(super) unsafe fn swap_disposition(
     Ok(old.handler)
 }
 
-/// Waits for a signal of `set` (blocked); returns its number.
-pub(super) unsafe fn sigwait(set: &SigSet) -> SysResult {
-    let mut info = [0u64; 16];
-    // SAFETY: a 128-byte siginfo buffer on this stack; no timeout.
+/// Waits for a signal of `set` (blocked); returns its number and the pid
+/// of its sender as this process's PID namespace names it: 0 for the
+/// kernel, and for a sender outside the namespace (toolhost, when the
+/// supervisor is the namespace's init).
+pub(super) unsafe fn sigwait(set: &SigSet) -> Result<(c_int, pid_t), c_int> {
+    // SAFETY: all zeroes is a valid siginfo_t (plain integers and padding).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a siginfo buffer on this stack; no timeout. `si_pid` is read
+    // for every signal: the kernel zeroes the siginfo first, and the
+    // signals waited for here (kill, pidfd_send_signal, SIGCHLD, the
+    // parent-death signal) carry a sender pid at that place or none.
     unsafe {
-        sys!(
+        let sig = sys!(
             libc::SYS_rt_sigtimedwait,
             set as *const SigSet,
-            info.as_mut_ptr(),
+            &mut info as *mut libc::siginfo_t,
             0usize,
             8usize
-        )
+        )?;
+        Ok((sig as c_int, info.si_pid()))
     }
 }
 

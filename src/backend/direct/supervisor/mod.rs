@@ -29,15 +29,31 @@
 //! CLONE_VFORK)`, as `posix_spawn` does, and execs directly.
 //!
 //! With isolation on (and where the host allows: root, or through toolhost's
-//! user namespace), the call also gets a PID namespace: the supervisor
-//! unshares one and starts a small init in it (`init_main`, sharing the
-//! supervisor's memory), which starts the tool (pid 2 there) and reaps the
-//! namespace. When the tool exits, the init exits, and the kernel kills every
-//! process left in the namespace before the init can be reaped; to end the
-//! call early, the supervisor SIGKILLs the init. The tool's escapees cannot
-//! leave the namespace, and its signals by pid reach only the namespace. The
-//! tool is not pid 1 itself because pid 1 ignores signals it has no handler
-//! for, SIGXCPU of the CPU limit included.
+//! user namespace), the call also gets a PID namespace. The tool's escapees
+//! cannot leave it, and its signals by pid reach only the namespace. The
+//! tool is pid 2 there, not pid 1, because pid 1 ignores signals it has no
+//! handler for, SIGXCPU of the CPU limit included. Two ways, one per kind
+//! of toolhost:
+//! - **root**: the supervisor itself is the namespace's init (`clone3`
+//!   with `CLONE_NEWPID`), one process fewer per call. It starts the tool
+//!   as pid 2, and ends the call by killing every process of the namespace
+//!   (`kill(-1)`, which from pid 1 reaches all of them but itself) and
+//!   reaping them. Signals sent by the call's own processes (its sender is
+//!   in the namespace: `si_pid` is not 0) never end the call; toolhost's,
+//!   from outside, do. `getppid()` means nothing to a namespace's init, so
+//!   it knows toolhost gone by a pidfd of toolhost (`Params::toolhost_pidfd`).
+//! - **unprivileged**, through toolhost's user namespace: the supervisor
+//!   enters it, unshares a PID namespace and starts a small init in it
+//!   (`init_main`, sharing the supervisor's memory), which starts the tool
+//!   (pid 2 there) and reaps the namespace. When the tool exits, the init
+//!   exits, and the kernel kills every process left in the namespace before
+//!   the init can be reaped; to end the call early, the supervisor SIGKILLs
+//!   the init.
+//!
+//! toolhost takes the call as ended when the report arrives (the status
+//! pipe is readable), not when the supervisor has exited: what the
+//! supervisor's exit tears down (the call's mount and PID namespaces) is
+//! off the call's path, and the supervisor is reaped later (`linux`).
 //!
 //! The parent-death signal is tied to the *thread* that created the
 //! supervisor, which may be a tokio worker that exits later. The supervisor
@@ -75,7 +91,7 @@ use super::harden::ToolHardening;
 use super::mounts::MountPlan;
 use super::sys::{self, SigSet, sig_bit};
 use crate::isolation::Layer;
-use reap::{report_not_started, supervise};
+use reap::{Contain, report_not_started, supervise};
 use tool::{close_from, exec_tool, prepare_tool};
 
 mod reap;
@@ -95,6 +111,10 @@ pub(super) struct RLimit {
 #[derive(Debug)]
 pub(super) struct Params {
     pub toolhost_pid: pid_t,
+    /// A pidfd of toolhost's own process (readable once it has exited),
+    /// above 2, or -1. With one, and a PID namespace wanted without a user
+    /// namespace, the supervisor is the namespace's init.
+    pub toolhost_pidfd: c_int,
     /// The tool's stdin, stdout and stderr, moved to 0, 1 and 2 in the
     /// supervisor. Like every fd here, above 2 in toolhost (`linux::spawn`).
     pub stdio: [c_int; 3],
@@ -184,6 +204,7 @@ impl Params {
         envp_ptrs.push(std::ptr::null());
         Ok(Params {
             toolhost_pid,
+            toolhost_pidfd: -1,
             stdio: [-1; 3],
             status_fd,
             cwd_fd,
@@ -475,6 +496,10 @@ pub(super) fn start(params: &Params) -> io::Result<Started> {
         });
     }
     let flags = libc::CLONE_PIDFD | libc::SIGCHLD | if sys::SHARED_VM { libc::CLONE_VM } else { 0 };
+    // The supervisor as the init of the call's PID namespace: where
+    // toolhost can make one itself (root: no user namespace to enter
+    // first), and can be watched from inside it (its pidfd).
+    let as_init = params.harden.pidns && params.harden.userns_fd < 0 && params.toolhost_pidfd >= 0;
     let mut pidfd: c_int = -1;
     // Every signal blocked in this thread across the clone: the supervisor
     // starts with them all blocked, so no handler of toolhost's runs in it.
@@ -503,7 +528,7 @@ pub(super) fn start(params: &Params) -> io::Result<Started> {
         // or the flag is missing (before Linux 5.5), clone, and the
         // supervisor resets them itself (`default_handlers`).
         let stack_size = SUPERVISOR_STACK.div_ceil(page_size()) * page_size();
-        let args = sys::CloneArgs {
+        let mut args = sys::CloneArgs {
             flags: flags as u64 & !(libc::SIGCHLD as u64) | sys::CLONE_CLEAR_SIGHAND,
             pidfd: &mut pidfd as *mut c_int as u64,
             child_tid: 0,
@@ -513,7 +538,23 @@ pub(super) fn start(params: &Params) -> io::Result<Started> {
             stack_size: stack_size as u64,
             tls: 0,
         };
-        let r = match sys::clone3(&args, supervisor_main, shared.cast()) {
+        let mut r = Err(libc::EINVAL);
+        if as_init {
+            args.flags |= libc::CLONE_NEWPID as u64;
+            r = sys::clone3(&args, supervisor_main, shared.cast());
+            args.flags &= !(libc::CLONE_NEWPID as u64);
+        }
+        // Without a namespace of its own (a host that refuses one: the
+        // supervisor then tries `unshare`, and reports what it got).
+        if !as_init
+            || matches!(
+                r,
+                Err(libc::EPERM | libc::EINVAL | libc::ENOSPC | libc::EUSERS)
+            )
+        {
+            r = sys::clone3(&args, supervisor_main, shared.cast());
+        }
+        let r = match r {
             Err(libc::ENOSYS | libc::EINVAL | libc::E2BIG | libc::EPERM) => {
                 (*shared).handlers_cleared.store(0, Ordering::SeqCst);
                 sys::clone(
@@ -565,7 +606,9 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
         }
         let _ = sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
         let _ = sys::prctl(libc::PR_SET_PDEATHSIG, PARENT_DEATH as usize);
-        if sys::getppid() != p.toolhost_pid {
+        // pid 1: the init of the call's PID namespace (`start`).
+        let as_init = sys::getpid() == 1;
+        if toolhost_gone(p, as_init) {
             sys::exit(1);
         }
         if !sys::SHARED_VM {
@@ -584,6 +627,7 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
         }
         let mut keep = [
             p.status_fd,
+            p.toolhost_pidfd,
             p.cwd_fd,
             p.harden.ruleset_fd,
             p.harden.netns_fd,
@@ -649,7 +693,24 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
                 Err(_) => {}
             }
         }
-        if p.harden.pidns && sys::unshare(libc::CLONE_NEWPID).is_ok() {
+        if as_init {
+            // The tool is pid 2 of our namespace; its orphans come to us.
+            let tool = sys::clone(
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                sh.tool_stack_top,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                tool_main,
+                arg,
+            );
+            supervise(
+                p,
+                sh,
+                tool.map(|pid| pid as pid_t),
+                Contain::AsInit,
+                ns_layers | Layer::PidNamespace.bit(),
+            )
+        } else if p.harden.pidns && sys::unshare(libc::CLONE_NEWPID).is_ok() {
             // Our next child is the init of a new PID namespace; it starts
             // the tool (pid 2 there) and reaps what is orphaned in it.
             sh.supervisor_pidfd.store(
@@ -684,7 +745,13 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
             if pidfd >= 0 {
                 let _ = sys::close(pidfd);
             }
-            supervise(p, sh, init.map(|pid| pid as pid_t), true, ns_layers)
+            supervise(
+                p,
+                sh,
+                init.map(|pid| pid as pid_t),
+                Contain::Init,
+                ns_layers,
+            )
         } else {
             // The tool runs on its own stack, in our memory, until it execs;
             // we are suspended meanwhile (CLONE_VFORK), so nothing else
@@ -697,7 +764,32 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
                 tool_main,
                 arg,
             );
-            supervise(p, sh, tool.map(|pid| pid as pid_t), false, ns_layers)
+            supervise(
+                p,
+                sh,
+                tool.map(|pid| pid as pid_t),
+                Contain::Group,
+                ns_layers,
+            )
+        }
+    }
+}
+
+/// Whether toolhost has exited. The supervisor's parent is the toolhost
+/// thread that created it, or another of toolhost's threads once that one
+/// has exited; outside a PID namespace of its own `getppid()` tells, inside
+/// it is 0, and toolhost's pidfd tells (readable once every thread of
+/// toolhost has exited).
+///
+/// # Safety
+/// Only in the supervisor: raw system calls only.
+pub(super) unsafe fn toolhost_gone(p: &Params, as_init: bool) -> bool {
+    // SAFETY: getppid, and a zero-timeout poll of an fd of this call.
+    unsafe {
+        if as_init {
+            p.toolhost_pidfd < 0 || sys::poll_in(p.toolhost_pidfd)
+        } else {
+            sys::getppid() != p.toolhost_pid
         }
     }
 }

@@ -19,12 +19,27 @@ use super::tool::close_from;
 use super::{
     CLEANUP_BUDGET_NS, PARENT_DEATH, Params, REASON_EXITED, REASON_KILLED, REASON_NOT_STARTED,
     REASON_PARENT_GONE, Report, STAGE_ISOLATION, STAGE_SETUP, SUPERVISOR_SIGNALS, Shared,
+    toolhost_gone,
 };
 use crate::backend::direct::sys::{self, now_ns};
 
-/// Waits for `child` (the tool, or in a PID namespace its init; `Err`, the
-/// errno of its clone), ends the call and reports. `ns_layers`: the
-/// namespace layers applied here.
+/// How the call's processes are held, and so how they are ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Contain {
+    /// No PID namespace: the tool's process group, then every child of this
+    /// subreaper, round after round.
+    Group,
+    /// `child` is the init of the call's PID namespace: killing it kills
+    /// the namespace.
+    Init,
+    /// This process is the init of the call's PID namespace and `child` the
+    /// tool (pid 2): `kill(-1)` reaches every other process of it.
+    AsInit,
+}
+
+/// Waits for `child` (the tool, or with [`Contain::Init`] the namespace's
+/// init; `Err`, the errno of its clone), ends the call and reports.
+/// `ns_layers`: the namespace layers applied here.
 ///
 /// # Safety
 /// Only in the supervisor: raw system calls only, with no allocation and no
@@ -33,9 +48,12 @@ pub(super) unsafe fn supervise(
     p: &Params,
     sh: &Shared,
     child: Result<pid_t, c_int>,
-    in_pidns: bool,
+    contain: Contain,
     ns_layers: u32,
 ) -> ! {
+    // Contain::Init: the namespace's init is our child; AsInit: we are it.
+    let under_init = contain == Contain::Init;
+    let as_init = contain == Contain::AsInit;
     // SAFETY: runs in the supervisor (see `# Safety`): waits, kills, write
     // and exit on this process's children and on the status fd in `p`.
     unsafe {
@@ -83,6 +101,9 @@ pub(super) unsafe fn supervise(
             layers,
             ..Report::default()
         };
+        // As the namespace's init, the CPU time of every process of it that
+        // we reap (orphans come to us), as the init's own rusage counts them.
+        let mut orphans_cpu: u64 = 0;
         // The signals of SUPERVISOR_SIGNALS stay blocked; we take them with
         // sigtimedwait. Each round first looks for exited children without
         // blocking (the tool's zombie is left unreaped: it keeps its
@@ -99,23 +120,33 @@ pub(super) unsafe fn supervise(
                     break 'wait;
                 }
                 let mut st = 0;
-                let _ = sys::wait4(pid, &mut st, libc::WNOHANG, None);
+                let mut ru: libc::rusage = std::mem::zeroed();
+                if matches!(sys::wait4(pid, &mut st, libc::WNOHANG, Some(&mut ru)), Ok(r) if r != 0)
+                    && as_init
+                {
+                    orphans_cpu += cpu_micros(&ru);
+                }
             }
-            let sig = match sys::sigwait(&SUPERVISOR_SIGNALS) {
-                Ok(sig) => sig as c_int,
+            let (sig, sender) = match sys::sigwait(&SUPERVISOR_SIGNALS) {
+                Ok(got) => got,
                 Err(_) => continue,
             };
             if sig == libc::SIGCHLD {
                 continue;
             }
+            // As the init, the call's own processes can name us (pid 1):
+            // what they send is not toolhost's, nor the kernel's.
+            if as_init && sender != 0 {
+                continue;
+            }
             if sig == PARENT_DEATH {
-                if sys::getppid() != p.toolhost_pid {
+                if toolhost_gone(p, as_init) {
                     report.reason = REASON_PARENT_GONE;
                     break;
                 }
                 // Only the spawning thread exited: follow the new parent thread.
                 let _ = sys::prctl(libc::PR_SET_PDEATHSIG, PARENT_DEATH as usize);
-                if sys::getppid() != p.toolhost_pid {
+                if toolhost_gone(p, as_init) {
                     report.reason = REASON_PARENT_GONE;
                     break;
                 }
@@ -129,11 +160,15 @@ pub(super) unsafe fn supervise(
         // One budget for the whole cleanup, below toolhost's grace for a kill
         // request (KILL_GRACE in `direct`).
         let deadline = now_ns() + CLEANUP_BUDGET_NS;
-        if in_pidns {
+        if under_init {
             // Killing the init kills every process of the namespace; by the
             // time it can be reaped, they are gone. (The tool's pid is a pid
             // of that namespace, meaningless here.)
             let _ = sys::kill(tool, libc::SIGKILL);
+        } else if as_init {
+            // Every process of our namespace but us; those that come to us
+            // later (their parent killed first) are killed again below.
+            let _ = sys::kill(-1, libc::SIGKILL);
         } else {
             let _ = sys::kill(-tool, libc::SIGKILL);
             let _ = sys::kill(tool, libc::SIGKILL);
@@ -143,8 +178,8 @@ pub(super) unsafe fn supervise(
         // The init can be reaped only once every process of its namespace is
         // gone; one stuck in the kernel (D state: a hung network or FUSE
         // mount) would hold us: wait within the cleanup budget, then report
-        // it as a survivor.
-        let reaped = if in_pidns {
+        // it as a survivor. As the init, the same for the tool itself.
+        let reaped = if under_init || as_init {
             loop {
                 let r = sys::wait4(tool, &mut status, libc::WNOHANG, Some(&mut ru));
                 if !matches!(r, Ok(0)) || now_ns() > deadline {
@@ -156,14 +191,13 @@ pub(super) unsafe fn supervise(
             sys::wait4(tool, &mut status, 0, Some(&mut ru))
         };
         let reaped = reaped == Ok(tool as usize);
-        let stuck = in_pidns && !reaped;
+        let stuck = under_init && !reaped;
         if reaped {
             report.wait_status = status;
-            let us = |t: libc::timeval| (t.tv_sec as u64) * 1_000_000 + t.tv_usec as u64;
             // In a PID namespace: the init's and all it reaped, the tool first.
-            report.cpu_micros = us(ru.ru_utime) + us(ru.ru_stime);
+            report.cpu_micros = cpu_micros(&ru);
         }
-        if in_pidns {
+        if under_init {
             report.wait_status = if sh.tool_reaped.load(Ordering::SeqCst) == 1 {
                 sh.tool_status.load(Ordering::SeqCst)
             } else {
@@ -171,7 +205,11 @@ pub(super) unsafe fn supervise(
                 libc::SIGKILL
             };
         }
-        report.survivors = kill_all_children(deadline) + u32::from(stuck);
+        let (left, cpu) = kill_all_children(deadline, as_init);
+        if as_init {
+            report.cpu_micros += orphans_cpu + cpu;
+        }
+        report.survivors = left + u32::from(stuck);
 
         let bytes = report.encode();
         let _ = sys::write(p.status_fd, &bytes);
@@ -201,34 +239,48 @@ pub(super) unsafe fn report_not_started(p: &Params, errno: c_int, stage: u32, la
 }
 
 /// Kills every child of this (subreaper) process, round after round, until it has
-/// none; returns how many were still there at `deadline`.
+/// none; returns how many were still there at `deadline`, and the CPU time
+/// (µs) of those it reaped. `as_init`: this process is the init of the
+/// call's PID namespace, and each round also kills every process of it.
 ///
 /// # Safety
 /// Only in the supervisor: raw system calls only.
-pub(super) unsafe fn kill_all_children(deadline: i64) -> u32 {
+pub(super) unsafe fn kill_all_children(deadline: i64, as_init: bool) -> (u32, u64) {
     // SAFETY: signals and reaps only this process's own children (pids it is
-    // subreaper of), and sleeps.
+    // subreaper of) or, as the namespace's init, the processes of its
+    // namespace, and sleeps.
     unsafe {
         let mut buf = [0u8; 4096];
+        let mut cpu = 0;
         loop {
             let r = loop {
                 let mut st = 0;
-                match sys::wait4(-1, &mut st, libc::WNOHANG | libc::__WALL, None) {
+                let mut ru: libc::rusage = std::mem::zeroed();
+                match sys::wait4(-1, &mut st, libc::WNOHANG | libc::__WALL, Some(&mut ru)) {
                     Ok(0) => break Ok(0),
-                    Ok(_) => {}
+                    Ok(_) => cpu += cpu_micros(&ru),
                     Err(e) => break Err(e),
                 }
             };
             if r == Err(libc::ECHILD) {
-                return 0;
+                return (0, cpu);
+            }
+            if as_init {
+                let _ = sys::kill(-1, libc::SIGKILL);
             }
             let killed = kill_listed_children(&mut buf);
             if now_ns() > deadline {
-                return killed.max(1);
+                return (killed.max(1), cpu);
             }
             sys::nanosleep(200_000);
         }
     }
+}
+
+/// User + system time of a rusage, in µs.
+fn cpu_micros(ru: &libc::rusage) -> u64 {
+    let us = |t: libc::timeval| (t.tv_sec as u64) * 1_000_000 + t.tv_usec as u64;
+    us(ru.ru_utime) + us(ru.ru_stime)
 }
 
 /// Reads `/proc/thread-self/children` and SIGKILLs each pid in it. Children of

@@ -504,7 +504,10 @@ async fn dropping_the_call_kills_the_tree() {
 #[cfg(target_os = "linux")]
 #[test]
 fn the_call_dies_with_toolhost() {
-    for (iso, mark) in [("best-effort", "8317"), ("off", "8318")] {
+    // Five times each: the supervisor may take its parent-death signal while
+    // toolhost's last thread is still exiting (found in review).
+    let rounds = [("best-effort", "8317"), ("off", "8318")].repeat(5);
+    for (iso, mark) in rounds {
         let t = Tmp::new();
         // Only the sleeps' command lines hold `sleep {mark}`.
         let script = format!("m={mark}; sleep ${{m}}1 & setsid sleep ${{m}}2 & sleep ${{m}}3");
@@ -542,7 +545,9 @@ fn the_call_dies_with_toolhost() {
 }
 
 /// The parent-death signal is tied to the thread that forked. Spawn from a thread
-/// that then exits, and check the call is *not* killed by that (and still works).
+/// that exits once the tool runs (the supervisor then takes the signal while
+/// it watches the call), and check the call is *not* killed by that (and
+/// still works).
 #[test]
 fn spawning_thread_exit_does_not_kill_the_call() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -554,13 +559,20 @@ fn spawning_thread_exit_does_not_kill_the_call() {
     let sb = Arc::new(t.sandbox(config()));
     let handle = rt.handle().clone();
     let sb2 = sb.clone();
+    let started = t.ws().join("started");
     let fut = std::thread::spawn(move || {
         let _guard = handle.enter();
-        let mut fut = Box::pin(async move { sh(&sb2, "sleep 1; echo survived").await });
+        let mut fut =
+            Box::pin(async move { sh(&sb2, ": > started; sleep 1; echo survived").await });
         let waker = std::task::Waker::noop();
         let mut cx = std::task::Context::from_waker(waker);
         // The first poll forks the supervisor from this thread.
         assert!(fut.as_mut().poll(&mut cx).is_pending());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !started.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(started.exists(), "the tool runs");
         fut
     })
     .join()

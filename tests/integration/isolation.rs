@@ -1204,17 +1204,27 @@ async fn each_call_runs_in_a_pid_namespace_of_its_own() {
 /// The call's own processes can name its PID namespace's init (pid 1: for a
 /// root toolhost the supervisor itself, which ends the call on a kill
 /// request): what they send it neither ends the call nor changes its
-/// result (Landlock's signal scoping refuses it where the kernel has it;
-/// the supervisor ignores signals from inside the namespace everywhere).
+/// result, by `kill` or by `rt_sigqueueinfo` claiming to come from outside
+/// the namespace (sender pid 0). Landlock's signal scoping refuses both
+/// where the kernel has it; the supervisor takes a kill request only as
+/// `SI_USER` from outside the namespace, which no process can forge.
 /// toolhost's own kill request at the timeout, from outside, does end it.
 #[tokio::test]
 async fn signals_to_pid_1_from_inside_the_call_do_not_end_it() {
     let t = Tmp::new();
     let sb = t.sandbox(level(IsolationLevel::BestEffort));
+    // rt_sigqueueinfo (129 on x86_64) with si_code SI_QUEUE (-1) and si_pid 0.
+    let forge = if cfg!(target_arch = "x86_64") {
+        r#"for s in 12 15 2 1 10; do perl -e 'my $s = shift; syscall(129, 1, $s, pack("iiiiiI", $s, 0, -1, 0, 0, 0) . "\0" x 104)' $s; done;"#
+    } else {
+        ""
+    };
     let r = sh(
         &sb,
-        "for s in USR2 TERM INT HUP USR1 CHLD; do kill -$s 1 2>/dev/null; done; \
-         sleep 0.3; echo done",
+        &format!(
+            "for s in USR2 TERM INT HUP USR1 CHLD; do kill -$s 1 2>/dev/null; done; \
+             {forge} sleep 0.3; echo done"
+        ),
     )
     .await;
     assert!(applied(&r).contains(&"pidns"), "{r:?}");

@@ -38,10 +38,14 @@
 //!   with `CLONE_NEWPID`), one process fewer per call. It starts the tool
 //!   as pid 2, and ends the call by killing every process of the namespace
 //!   (`kill(-1)`, which from pid 1 reaches all of them but itself) and
-//!   reaping them. Signals sent by the call's own processes (its sender is
-//!   in the namespace: `si_pid` is not 0) never end the call; toolhost's,
-//!   from outside, do. `getppid()` means nothing to a namespace's init, so
-//!   it knows toolhost gone by a pidfd of toolhost (`Params::toolhost_pidfd`).
+//!   reaping them. Signals sent by the call's own processes never end the
+//!   call: it takes a signal only as `SI_USER` from outside the namespace
+//!   (`si_pid` 0), as toolhost's kill requests and the kernel's
+//!   parent-death signal come, which no process inside can forge.
+//!   `getppid()` means nothing to a namespace's init, so it knows toolhost
+//!   gone by a pidfd of toolhost (`Params::toolhost_pidfd`), looked at on
+//!   each parent-death signal and, after the first, every 100 ms (the
+//!   signal may come while toolhost's last thread is still exiting).
 //! - **unprivileged**, through toolhost's user namespace: the supervisor
 //!   enters it, unshares a PID namespace and starts a small init in it
 //!   (`init_main`, sharing the supervisor's memory), which starts the tool
@@ -92,7 +96,7 @@ use super::mounts::MountPlan;
 use super::sys::{self, SigSet, sig_bit};
 use crate::isolation::Layer;
 use reap::{Contain, report_not_started, supervise};
-use tool::{close_from, exec_tool, prepare_tool};
+use tool::{close_all_but, close_from, exec_tool, prepare_tool};
 
 mod reap;
 mod tool;
@@ -633,15 +637,7 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
             p.harden.netns_fd,
             p.harden.userns_fd,
         ];
-        keep.sort_unstable();
-        let mut next: c_int = 3;
-        for fd in keep {
-            if fd >= next {
-                close_from(next, fd - 1);
-                next = fd + 1;
-            }
-        }
-        close_from(next, c_int::MAX);
+        close_all_but(&mut keep);
 
         // An unprivileged toolhost's user namespace: it lets us make the PID
         // namespace below, and the tool enter the network namespace.

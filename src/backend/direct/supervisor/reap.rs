@@ -15,13 +15,17 @@ use std::sync::atomic::Ordering;
 
 use libc::{c_int, pid_t};
 
-use super::tool::close_from;
+use super::tool::close_all_but;
 use super::{
     CLEANUP_BUDGET_NS, PARENT_DEATH, Params, REASON_EXITED, REASON_KILLED, REASON_NOT_STARTED,
     REASON_PARENT_GONE, Report, STAGE_ISOLATION, STAGE_SETUP, SUPERVISOR_SIGNALS, Shared,
     toolhost_gone,
 };
 use crate::backend::direct::sys::{self, now_ns};
+
+/// How often the supervisor, as its namespace's init, looks whether
+/// toolhost is gone once one of toolhost's threads has died (see the wait).
+const WATCH_NS: i64 = 100_000_000;
 
 /// How the call's processes are held, and so how they are ended.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -78,10 +82,10 @@ pub(super) unsafe fn supervise(
         let Ok(tool) = child else {
             report_not_started(p, libc::ECHILD, STAGE_SETUP, layers);
         };
-        // Keep nothing of toolhost's but the status pipe; in particular not the
-        // output pipes, so they reach EOF as soon as the tool's tree is gone.
-        close_from(3, p.status_fd - 1);
-        close_from(p.status_fd + 1, c_int::MAX);
+        // Keep nothing of toolhost's but the status pipe and toolhost's pidfd
+        // (`toolhost_gone`); in particular not the output pipes, so they reach
+        // EOF as soon as the tool's tree is gone.
+        close_all_but(&mut [p.status_fd, p.toolhost_pidfd]);
         if let Ok(null) = sys::openat(libc::AT_FDCWD, c"/dev/null".as_ptr(), libc::O_RDWR) {
             let null = null as c_int;
             for fd in 0..3 {
@@ -104,6 +108,9 @@ pub(super) unsafe fn supervise(
         // As the namespace's init, the CPU time of every process of it that
         // we reap (orphans come to us), as the init's own rusage counts them.
         let mut orphans_cpu: u64 = 0;
+        // Whether to look at toolhost's pidfd between signals (as the init,
+        // once a parent-death signal came while toolhost was still there).
+        let mut watch_toolhost = false;
         // The signals of SUPERVISOR_SIGNALS stay blocked; we take them with
         // sigtimedwait. Each round first looks for exited children without
         // blocking (the tool's zombie is left unreaped: it keeps its
@@ -127,16 +134,25 @@ pub(super) unsafe fn supervise(
                     orphans_cpu += cpu_micros(&ru);
                 }
             }
-            let (sig, sender) = match sys::sigwait(&SUPERVISOR_SIGNALS) {
+            let got = match sys::sigwait(&SUPERVISOR_SIGNALS, watch_toolhost.then_some(WATCH_NS)) {
                 Ok(got) => got,
+                Err(libc::EAGAIN) if toolhost_gone(p, as_init) => {
+                    report.reason = REASON_PARENT_GONE;
+                    break;
+                }
                 Err(_) => continue,
             };
+            let sig = got.signo;
             if sig == libc::SIGCHLD {
                 continue;
             }
             // As the init, the call's own processes can name us (pid 1):
-            // what they send is not toolhost's, nor the kernel's.
-            if as_init && sender != 0 {
+            // what they send is not toolhost's, nor the kernel's. Theirs
+            // carry their pid; toolhost's (kill, pidfd_send_signal) and the
+            // kernel's parent-death signal come as SI_USER from outside the
+            // namespace, pid 0, which no process can forge (sigqueue's
+            // SI_QUEUE may claim pid 0, not SI_USER).
+            if as_init && !(got.code == libc::SI_USER && got.pid == 0) {
                 continue;
             }
             if sig == PARENT_DEATH {
@@ -150,6 +166,12 @@ pub(super) unsafe fn supervise(
                     report.reason = REASON_PARENT_GONE;
                     break;
                 }
+                // As the init, toolhost's last thread may be exiting right
+                // now (its pidfd turns readable only once it is gone, and we
+                // may have been handed to a parent outside toolhost, whose
+                // death would never tell us): look again every WATCH_NS
+                // from now on.
+                watch_toolhost = as_init;
                 continue;
             }
             // KILL_REQUEST, SIGTERM, SIGINT, SIGHUP.

@@ -274,6 +274,25 @@ pub(super) unsafe fn close_from(first: c_int, last: c_int) {
     }
 }
 
+/// Closes every fd from 3 up but those in `keep` (-1 entries are ignored).
+///
+/// # Safety
+/// Only in the supervisor or its init: the fds closed are ones it is done
+/// with.
+pub(super) unsafe fn close_all_but(keep: &mut [c_int]) {
+    keep.sort_unstable();
+    let mut next: c_int = 3;
+    for &fd in keep.iter() {
+        if fd >= next {
+            // SAFETY: the caller's contract.
+            unsafe { close_from(next, fd - 1) };
+            next = fd + 1;
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { close_from(next, c_int::MAX) };
+}
+
 pub(super) fn max_fd() -> c_int {
     let mut l = libc::rlimit {
         rlim_cur: 0,

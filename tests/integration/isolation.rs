@@ -1204,18 +1204,23 @@ async fn each_call_runs_in_a_pid_namespace_of_its_own() {
 /// The call's own processes can name its PID namespace's init (pid 1: for a
 /// root toolhost the supervisor itself, which ends the call on a kill
 /// request): what they send it neither ends the call nor changes its
-/// result, by `kill` or by `rt_sigqueueinfo` claiming to come from outside
-/// the namespace (sender pid 0). Landlock's signal scoping refuses both
-/// where the kernel has it; the supervisor takes a kill request only as
-/// `SI_USER` from outside the namespace, which no process can forge.
-/// toolhost's own kill request at the timeout, from outside, does end it.
+/// result: by `kill`, by `rt_sigqueueinfo` claiming to come from outside
+/// the namespace (sender pid 0), or after a flood of real-time signals
+/// past the pending-signal limit (the kernel then drops the siginfo, and the
+/// signal reads as a `kill` from outside). Landlock's signal scoping refuses
+/// all of them where the kernel has it; the supervisor takes a kill request
+/// only once toolhost has marked it in the call's shared memory. toolhost's
+/// own kill request at the timeout does end the call.
 #[tokio::test]
 async fn signals_to_pid_1_from_inside_the_call_do_not_end_it() {
     let t = Tmp::new();
     let sb = t.sandbox(level(IsolationLevel::BestEffort));
-    // rt_sigqueueinfo (129 on x86_64) with si_code SI_QUEUE (-1) and si_pid 0.
+    // rt_sigqueueinfo (129 on x86_64) with si_code SI_QUEUE (-1) and si_pid
+    // 0; then 100,000 SIGRTMIN+1 (35) to pass the pending-signal limit, and
+    // kill requests with their siginfo dropped.
     let forge = if cfg!(target_arch = "x86_64") {
-        r#"for s in 12 15 2 1 10; do perl -e 'my $s = shift; syscall(129, 1, $s, pack("iiiiiI", $s, 0, -1, 0, 0, 0) . "\0" x 104)' $s; done;"#
+        r#"for s in 12 15 2 1 10; do perl -e 'my $s = shift; syscall(129, 1, $s, pack("iiiiiI", $s, 0, -1, 0, 0, 0) . "\0" x 104)' $s; done;
+           perl -e 'kill 35, 1 for 1 .. 100000; syscall(234, 1, 1, $_) for 12, 15, 2, 1';"#
     } else {
         ""
     };

@@ -207,7 +207,16 @@ pub(super) struct Control {
 impl Control {
     /// Asks the supervisor to kill the tool's whole tree and exit.
     pub fn kill_tree(&mut self, _child: &mut Child) {
+        self.mark_kill();
         let _ = pidfd_signal(self.pidfd.get_ref().as_raw_fd(), supervisor::KILL_REQUEST);
+    }
+
+    /// Marks the kill request in the call's shared memory, where the
+    /// supervisor looks for it (`supervisor::Region::request_kill`).
+    fn mark_kill(&self) {
+        if let Some(r) = self.kept.as_ref().and_then(|k| k.region.as_ref()) {
+            r.request_kill();
+        }
     }
 
     /// Nothing to wait for here before [`finish`](Self::finish).
@@ -367,6 +376,9 @@ impl Drop for Control {
         if let Some(kept) = self.kept.take() {
             // The call was let go unfinished: end it, then let a thread
             // wait for the supervisor.
+            if let Some(r) = &kept.region {
+                r.request_kill();
+            }
             let _ = pidfd_signal(self.pidfd.get_ref().as_raw_fd(), supervisor::KILL_REQUEST);
             hand_to_reaper(&self.pidfd, Reaped::Report(self.status.take()), kept);
         }

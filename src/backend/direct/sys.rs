@@ -338,22 +338,9 @@ pub(super) unsafe fn swap_disposition(
     Ok(old.handler)
 }
 
-/// A signal taken by [`sigwait`].
-pub(super) struct Taken {
-    pub signo: c_int,
-    /// `si_code`: `SI_USER` for kill and pidfd_send_signal (and the
-    /// parent-death signal), `SI_QUEUE` for sigqueue, others for the kernel.
-    pub code: c_int,
-    /// The sender's pid as this process's PID namespace names it: 0 for a
-    /// sender outside the namespace (toolhost, when the supervisor is the
-    /// namespace's init). Only `SI_USER` makes it trustworthy: a sigqueue
-    /// sender chooses it.
-    pub pid: pid_t,
-}
-
 /// Waits for a signal of `set` (blocked), for at most `timeout_ns` if
-/// given (then `Err(EAGAIN)`).
-pub(super) unsafe fn sigwait(set: &SigSet, timeout_ns: Option<i64>) -> Result<Taken, c_int> {
+/// given (then `Err(EAGAIN)`); returns its number.
+pub(super) unsafe fn sigwait(set: &SigSet, timeout_ns: Option<i64>) -> Result<c_int, c_int> {
     // SAFETY: all zeroes is a valid siginfo_t (plain integers and padding).
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     let ts = timeout_ns.map(|ns| libc::timespec {
@@ -364,10 +351,6 @@ pub(super) unsafe fn sigwait(set: &SigSet, timeout_ns: Option<i64>) -> Result<Ta
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: a siginfo buffer and a timespec (or null) on this stack.
-    // `si_pid` is read for every signal: the kernel zeroes the siginfo
-    // first, and the signals waited for here (kill, pidfd_send_signal,
-    // SIGCHLD, the parent-death signal) carry a sender pid at that place or
-    // none.
     unsafe {
         let sig = sys!(
             libc::SYS_rt_sigtimedwait,
@@ -376,11 +359,7 @@ pub(super) unsafe fn sigwait(set: &SigSet, timeout_ns: Option<i64>) -> Result<Ta
             ts_ptr,
             8usize
         )?;
-        Ok(Taken {
-            signo: sig as c_int,
-            code: info.si_code,
-            pid: info.si_pid(),
-        })
+        Ok(sig as c_int)
     }
 }
 

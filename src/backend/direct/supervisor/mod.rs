@@ -39,10 +39,13 @@
 //!   as pid 2, and ends the call by killing every process of the namespace
 //!   (`kill(-1)`, which from pid 1 reaches all of them but itself) and
 //!   reaping them. Signals sent by the call's own processes never end the
-//!   call: it takes a signal only as `SI_USER` from outside the namespace
-//!   (`si_pid` 0), as toolhost's kill requests and the kernel's
-//!   parent-death signal come, which no process inside can forge.
-//!   `getppid()` means nothing to a namespace's init, so it knows toolhost
+//!   call: no siginfo proves its sender (over the pending-signal limit the
+//!   kernel drops it, and a dropped one reads as a `kill` from outside), so
+//!   a kill request counts only once toolhost has also set a word of the
+//!   call's shared memory (`Shared::kill_requested`), which no process of
+//!   the call can reach. (Hence only where the supervisor shares toolhost's
+//!   memory: x86_64.) `getppid()` means nothing to a namespace's init, so
+//!   it knows toolhost
 //!   gone by a pidfd of toolhost (`Params::toolhost_pidfd`), looked at on
 //!   each parent-death signal and, after the first, every 100 ms (the
 //!   signal may come while toolhost's last thread is still exiting).
@@ -317,8 +320,8 @@ const ALL_SIGNALS: SigSet = !0;
 
 /// What the supervisor, its init and the tool (before exec) share, at the
 /// start of the call's [`Region`]. Written by toolhost before the clone;
-/// after it, only the children write it, and toolhost reads nothing of it
-/// (the report comes on the status pipe).
+/// after it, only the children write it, but for `kill_requested`, and
+/// toolhost reads nothing of it (the report comes on the status pipe).
 #[repr(C)]
 struct Shared {
     params: *const Params,
@@ -346,6 +349,12 @@ struct Shared {
     proc_dir: AtomicI32,
     /// 1 when the supervisor was created with CLONE_CLEAR_SIGHAND.
     handlers_cleared: AtomicU32,
+    /// Set to 1 by toolhost before it sends a kill request: the one word
+    /// toolhost writes after the clone. A supervisor that is its PID
+    /// namespace's init takes a kill request only with it set, since the
+    /// call's own processes can signal pid 1 and no siginfo proves the
+    /// sender (see `reap::supervise`).
+    kill_requested: AtomicU32,
     /// The stack tops, in this region.
     init_stack_top: *mut c_void,
     tool_stack_top: *mut c_void,
@@ -445,6 +454,14 @@ impl Region {
         self.base.as_ptr().cast()
     }
 
+    /// Marks a kill request of toolhost's, before the signal that carries
+    /// it (see `Shared::kill_requested`).
+    pub(super) fn request_kill(&self) {
+        // SAFETY: the region's first page holds the call's Shared, written
+        // before the clone and alive as long as the region.
+        unsafe { (*self.shared()).kill_requested.store(1, Ordering::SeqCst) };
+    }
+
     /// Back to the pool: the call's processes are all gone.
     pub(super) fn release(self) {
         let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
@@ -495,6 +512,7 @@ pub(super) fn start(params: &Params) -> io::Result<Started> {
             supervisor_pidfd: AtomicI32::new(-1),
             proc_dir: AtomicI32::new(-1),
             handlers_cleared: AtomicU32::new(1),
+            kill_requested: AtomicU32::new(0),
             init_stack_top: region.at(init),
             tool_stack_top: region.at(tool),
         });
@@ -503,7 +521,12 @@ pub(super) fn start(params: &Params) -> io::Result<Started> {
     // The supervisor as the init of the call's PID namespace: where
     // toolhost can make one itself (root: no user namespace to enter
     // first), and can be watched from inside it (its pidfd).
-    let as_init = params.harden.pidns && params.harden.userns_fd < 0 && params.toolhost_pidfd >= 0;
+    // With shared memory only: a kill request is proved by a word of the
+    // region (`Shared::kill_requested`).
+    let as_init = sys::SHARED_VM
+        && params.harden.pidns
+        && params.harden.userns_fd < 0
+        && params.toolhost_pidfd >= 0;
     let mut pidfd: c_int = -1;
     // Every signal blocked in this thread across the clone: the supervisor
     // starts with them all blocked, so no handler of toolhost's runs in it.

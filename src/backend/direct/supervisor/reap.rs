@@ -134,25 +134,15 @@ pub(super) unsafe fn supervise(
                     orphans_cpu += cpu_micros(&ru);
                 }
             }
-            let got = match sys::sigwait(&SUPERVISOR_SIGNALS, watch_toolhost.then_some(WATCH_NS)) {
-                Ok(got) => got,
+            let sig = match sys::sigwait(&SUPERVISOR_SIGNALS, watch_toolhost.then_some(WATCH_NS)) {
+                Ok(sig) => sig,
                 Err(libc::EAGAIN) if toolhost_gone(p, as_init) => {
                     report.reason = REASON_PARENT_GONE;
                     break;
                 }
                 Err(_) => continue,
             };
-            let sig = got.signo;
             if sig == libc::SIGCHLD {
-                continue;
-            }
-            // As the init, the call's own processes can name us (pid 1):
-            // what they send is not toolhost's, nor the kernel's. Theirs
-            // carry their pid; toolhost's (kill, pidfd_send_signal) and the
-            // kernel's parent-death signal come as SI_USER from outside the
-            // namespace, pid 0, which no process can forge (sigqueue's
-            // SI_QUEUE may claim pid 0, not SI_USER).
-            if as_init && !(got.code == libc::SI_USER && got.pid == 0) {
                 continue;
             }
             if sig == PARENT_DEATH {
@@ -174,7 +164,14 @@ pub(super) unsafe fn supervise(
                 watch_toolhost = as_init;
                 continue;
             }
-            // KILL_REQUEST, SIGTERM, SIGINT, SIGHUP.
+            // KILL_REQUEST, SIGTERM, SIGINT, SIGHUP. As the init, the call's
+            // own processes can send us those (pid 1), and no siginfo proves
+            // a sender: a kill request counts only with toolhost's mark in
+            // our shared memory. (A parent-death signal above only makes us
+            // look at toolhost's pidfd, which nothing of the call can fake.)
+            if as_init && sh.kill_requested.load(Ordering::SeqCst) == 0 {
+                continue;
+            }
             report.reason = REASON_KILLED;
             break;
         }

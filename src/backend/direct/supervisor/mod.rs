@@ -714,18 +714,11 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
         }
         if as_init {
             // The tool is pid 2 of our namespace; its orphans come to us.
-            let tool = sys::clone(
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-                sh.tool_stack_top,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                tool_main,
-                arg,
-            );
+            let tool = start_tool(sh, arg);
             supervise(
                 p,
                 sh,
-                tool.map(|pid| pid as pid_t),
+                tool,
                 Contain::AsInit,
                 ns_layers | Layer::PidNamespace.bit(),
             )
@@ -772,25 +765,33 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
                 ns_layers,
             )
         } else {
-            // The tool runs on its own stack, in our memory, until it execs;
-            // we are suspended meanwhile (CLONE_VFORK), so nothing else
-            // touches either.
-            let tool = sys::clone(
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-                sh.tool_stack_top,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                tool_main,
-                arg,
-            );
-            supervise(
-                p,
-                sh,
-                tool.map(|pid| pid as pid_t),
-                Contain::Group,
-                ns_layers,
-            )
+            let tool = start_tool(sh, arg);
+            supervise(p, sh, tool, Contain::Group, ns_layers)
         }
+    }
+}
+
+/// Starts the tool (`tool_main`) as a child of this process; returns once
+/// it has exec'd or failed. The tool runs on its own stack, in our memory,
+/// until it execs; we are suspended meanwhile (CLONE_VFORK), so nothing
+/// else touches either.
+///
+/// # Safety
+/// In the supervisor or its init, with `arg` the call's Shared.
+unsafe fn start_tool(sh: &Shared, arg: *mut c_void) -> Result<pid_t, c_int> {
+    // SAFETY: the tool stack of the call's region, used by nothing else
+    // while the tool runs before exec (we are suspended); `tool_main` makes
+    // raw system calls only.
+    unsafe {
+        sys::clone(
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            sh.tool_stack_top,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            tool_main,
+            arg,
+        )
+        .map(|pid| pid as pid_t)
     }
 }
 
@@ -888,14 +889,7 @@ extern "C" fn init_main(arg: *mut c_void) -> c_int {
         if pidfd >= 0 && sys::poll_in(pidfd) {
             sys::exit(1);
         }
-        let tool = sys::clone(
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            sh.tool_stack_top,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            tool_main,
-            arg,
-        );
+        let tool = start_tool(sh, arg);
         if let Err(e) = tool {
             sh.tool_errno.store(e.max(1), Ordering::SeqCst);
             sh.tool_stage.store(STAGE_SETUP, Ordering::SeqCst);
@@ -911,7 +905,7 @@ extern "C" fn init_main(arg: *mut c_void) -> c_int {
         loop {
             let mut status: c_int = 0;
             match sys::wait4(-1, &mut status, libc::__WALL, None) {
-                Ok(r) if r == tool => {
+                Ok(r) if r == tool as usize => {
                     sh.tool_status.store(status, Ordering::SeqCst);
                     sh.tool_reaped.store(1, Ordering::SeqCst);
                     sys::exit(0);

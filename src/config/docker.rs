@@ -1,19 +1,22 @@
 //! The `[docker]` section: the engine, the image and how containers are
 //! made, with its checks.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 
 /// Settings of the `[docker]` section: the engine, the image and how
 /// containers are made.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, expecting = "a table")]
 #[non_exhaustive]
 pub struct DockerConfig {
     /// Image every call runs in. No default: the docker backend refuses calls
     /// until one is set, and never pulls one unless `pull` is true.
-    #[serde(deserialize_with = "super::keys::some")]
+    #[serde(
+        deserialize_with = "super::keys::some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub image: Option<String>,
     /// User (`uid[:gid]` or a name the image knows) the tool runs as in the
     /// container. Default (`None`): the owner (uid:gid) of the read-write
@@ -21,7 +24,10 @@ pub struct DockerConfig {
     /// owner; refused when they have different owners or the engine remaps
     /// uids (userns-remap, rootless), until this is set. Root is refused here:
     /// a tool runs as root only when root owns its workspace.
-    #[serde(deserialize_with = "super::keys::some")]
+    #[serde(
+        deserialize_with = "super::keys::some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub user: Option<String>,
     /// Host paths bind-mounted read-only at the same path in every container,
     /// besides the allowed dirs (absolute paths).
@@ -32,18 +38,30 @@ pub struct DockerConfig {
     pub pull: bool,
     /// Engine address: `unix:///path/docker.sock`, `tcp://host:port` or
     /// `https://host:port`. Default: `$DOCKER_HOST`, else the local socket.
-    #[serde(deserialize_with = "super::keys::some")]
+    #[serde(
+        deserialize_with = "super::keys::some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub host: Option<String>,
     /// TLS client files for a `tcp://`/`https://` engine (CA, certificate,
     /// key); all three, or none. Default: `$DOCKER_CERT_PATH/{ca,cert,key}.pem`
     /// when `$DOCKER_TLS_VERIFY` is set.
-    #[serde(deserialize_with = "super::keys::some")]
+    #[serde(
+        deserialize_with = "super::keys::some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tls_ca: Option<std::path::PathBuf>,
     /// TLS client certificate (see `tls_ca`).
-    #[serde(deserialize_with = "super::keys::some")]
+    #[serde(
+        deserialize_with = "super::keys::some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tls_cert: Option<std::path::PathBuf>,
     /// TLS client key (see `tls_ca`).
-    #[serde(deserialize_with = "super::keys::some")]
+    #[serde(
+        deserialize_with = "super::keys::some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tls_key: Option<std::path::PathBuf>,
     /// Warm mode: one container per sandbox, kept running, with toolhost's
     /// command server as its init running each call. Much faster; calls share

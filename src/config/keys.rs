@@ -69,6 +69,11 @@ pub(super) fn seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Er
     d.deserialize_any(Seconds)
 }
 
+/// A duration written as a number of seconds (what [`seconds`] reads).
+pub(super) fn as_seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
 /// A string read as `T` by its `FromStr`, whose error says what is wrong.
 pub(super) fn parsed<'de, D, T>(d: D) -> Result<T, D::Error>
 where

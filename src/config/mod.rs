@@ -57,11 +57,14 @@ impl ConfigError {
 /// unknown keys are refused); [`SandboxConfig::from_toml_str`] adds the
 /// key path to errors and runs [`SandboxConfig::validate`], which a config
 /// read any other way must pass too ([`crate::Sandbox::new`] runs it).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
     /// Wall-clock limit for one call; the whole process tree is killed at it. Default 15 s.
-    #[serde(deserialize_with = "keys::seconds")]
+    #[serde(
+        deserialize_with = "keys::seconds",
+        serialize_with = "keys::as_seconds"
+    )]
     pub timeout: Duration,
     /// Output budget for one call: stdout keeps 80% of it, stderr the rest. Default 10 MiB.
     pub max_output_bytes: u64,
@@ -100,14 +103,20 @@ pub struct SandboxConfig {
     /// Calls allowed per `rate_limit_window` per session; 0 disables. Default 60.
     pub rate_limit_calls: u64,
     /// Window of the rate limit. Default 60 s.
-    #[serde(deserialize_with = "keys::seconds")]
+    #[serde(
+        deserialize_with = "keys::seconds",
+        serialize_with = "keys::as_seconds"
+    )]
     pub rate_limit_window: Duration,
     /// On Linux, mark the toolhost process non-dumpable so that tools running as
     /// the same user cannot read its `/proc/PID/environ` (host secrets). Default true.
     pub protect_host_environ: bool,
     /// The agent tools' audit log (one hash-chained JSON line per call), if
     /// any. Default none.
-    #[serde(deserialize_with = "keys::some")]
+    #[serde(
+        deserialize_with = "keys::some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub audit_log: Option<std::path::PathBuf>,
     /// The highest permission level of a tool an agent may call. Default
     /// `dangerous` (no cap).
@@ -316,22 +325,76 @@ impl SandboxConfig {
         let cfg: SandboxConfig = serde_path_to_error::deserialize(toml).map_err(|e| {
             let path = e.path().to_string();
             let message = e.into_inner().message().to_string();
-            // The toml crate hands a date-time to serde as a table of one
-            // private key: name the key that holds it, not that one.
-            let (path, message) = match path.split_once(".$__toml_private") {
-                Some((holder, _)) => (holder.to_string(), "unexpected date-time".to_string()),
-                None if path.starts_with("$__toml_private") => {
-                    (".".to_string(), "unexpected date-time".to_string())
-                }
-                None => (path, message),
-            };
-            ConfigError {
-                key: (path != ".").then_some(path),
-                message,
-            }
+            Self::key_error(path, message)
         })?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Parses and validates a JSON object of the same keys and shapes as
+    /// the TOML file (seconds as numbers, sections as objects). A key left
+    /// out keeps its default. For bindings that build a config as data (the
+    /// Python package).
+    pub fn from_json_str(text: &str) -> Result<Self, ConfigError> {
+        let json_error = |e: serde_json::Error| {
+            if e.is_syntax() || e.is_eof() {
+                return format!("invalid JSON: {e}");
+            }
+            // serde_json ends its messages with where in the text.
+            let text = e.to_string();
+            match text.rsplit_once(" at line ") {
+                Some((m, _)) => m.to_string(),
+                None => text,
+            }
+        };
+        let mut json = serde_json::Deserializer::from_str(text);
+        let cfg: SandboxConfig = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+            let path = e.path().to_string();
+            Self::key_error(path, json_error(e.into_inner()))
+        })?;
+        json.end().map_err(|e| ConfigError {
+            key: None,
+            message: json_error(e),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// This config as JSON, in the shape [`SandboxConfig::from_json_str`]
+    /// reads back (keys without a value left out). `config_file` is not a
+    /// key and is not written.
+    ///
+    /// # Errors
+    /// A path that is not UTF-8 has no JSON spelling.
+    pub fn to_json(&self) -> Result<String, ConfigError> {
+        serde_json::to_string(self).map_err(|e| ConfigError {
+            key: None,
+            message: format!("cannot write the config as JSON: {e}"),
+        })
+    }
+
+    /// Records that this config was read from the file at `path` (as
+    /// [`SandboxConfig::from_file`] does): toolhost state, which no writable
+    /// allowed dir may hold.
+    pub fn set_config_file(&mut self, path: &Path) {
+        self.config_file = Some(where_read(path));
+    }
+
+    /// A `ConfigError` for a serde error at `path` (`.` is the whole file).
+    fn key_error(path: String, message: String) -> ConfigError {
+        // The toml crate hands a date-time to serde as a table of one
+        // private key: name the key that holds it, not that one.
+        let (path, message) = match path.split_once(".$__toml_private") {
+            Some((holder, _)) => (holder.to_string(), "unexpected date-time".to_string()),
+            None if path.starts_with("$__toml_private") => {
+                (".".to_string(), "unexpected date-time".to_string())
+            }
+            None => (path, message),
+        };
+        ConfigError {
+            key: (path != ".").then_some(path),
+            message,
+        }
     }
 
     /// Checks values that are valid TOML of the right type but cannot be enforced.
@@ -565,6 +628,109 @@ mod tests {
                 crate::policy::Capability::Shell
             ]
         );
+    }
+
+    /// A config written as JSON reads back the same, the default and one
+    /// with every key set off its default (through TOML too: the JSON shape
+    /// is the file's).
+    #[test]
+    fn json_round_trips() {
+        let d = SandboxConfig::default();
+        let json = d.to_json().unwrap();
+        assert_eq!(SandboxConfig::from_json_str(&json).unwrap(), d);
+        assert_eq!(SandboxConfig::from_json_str("{}").unwrap(), d);
+        let abs = if cfg!(windows) { "C:" } else { "" };
+        let text = format!(
+            r#"
+            timeout = 2.5
+            max_output_bytes = 1000
+            max_memory_mb = 0
+            allow_network = true
+            env_allowlist = ["PATH", "FOO"]
+            shell_allowed_binaries = ["ls"]
+            backend = "auto"
+            rate_limit_window = 0.25
+            audit_log = "{abs}/var/log/toolhost/audit.jsonl"
+            max_permission_level = "cautious"
+            blocked_capabilities = ["network", "shell"]
+            isolation = "off"
+            protected_paths = []
+            [docker]
+            image = "toolhost-test-busybox:1"
+            user = "1000:1000"
+            warm = true
+            [wasm]
+            tool_dirs = ["{abs}/opt/tools"]
+            cpu_meter = "fuel"
+            cache_dir = "{abs}/tmp/c"
+            pool_size = 0
+            "#,
+        );
+        let c = SandboxConfig::from_toml_str(&text).unwrap();
+        assert_ne!(c, d);
+        let json = c.to_json().unwrap();
+        assert_eq!(SandboxConfig::from_json_str(&json).unwrap(), c);
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(value["timeout"], 2.5);
+        assert_eq!(value["isolation"], "off");
+        assert_eq!(value["backend"], "auto");
+        assert_eq!(value["wasm"]["cpu_meter"], "fuel");
+        assert_eq!(value["blocked_capabilities"][1], "shell");
+        // Every key is written, but those without a value.
+        let written: Vec<&String> = value.as_object().unwrap().keys().collect();
+        assert_eq!(written.len(), SandboxConfig::keys().len());
+        assert!(!json.contains("config_file"));
+        let toml_text = toml::to_string(&c).unwrap();
+        assert_eq!(SandboxConfig::from_toml_str(&toml_text).unwrap(), c);
+    }
+
+    #[test]
+    fn json_errors_name_the_key() {
+        let cases: &[(&str, Option<&str>, &str)] = &[
+            (r#"{"timeot": 3}"#, Some("timeot"), "unknown field"),
+            (r#"{"timeout": "3"}"#, Some("timeout"), "seconds"),
+            (r#"{"timeout": 0}"#, Some("timeout"), "more than 0"),
+            (
+                r#"{"max_output_bytes": -1}"#,
+                Some("max_output_bytes"),
+                "invalid value",
+            ),
+            (
+                r#"{"env_allowlist": ["A", 1]}"#,
+                Some("env_allowlist[1]"),
+                "invalid type",
+            ),
+            (
+                r#"{"docker": {"imgae": "x"}}"#,
+                Some("docker.imgae"),
+                "unknown field",
+            ),
+            (
+                r#"{"docker": {"image": null}}"#,
+                Some("docker.image"),
+                "invalid type",
+            ),
+            (
+                r#"{"wasm": {"cpu_meter": "gas"}}"#,
+                Some("wasm.cpu_meter"),
+                "epoch or fuel",
+            ),
+            (r#"{"isolation": "some"}"#, Some("isolation"), "strict"),
+            (
+                r#"{"max_output_bytes": 0}"#,
+                Some("max_output_bytes"),
+                "at least 1",
+            ),
+            (r#"{"timeout": 1} x"#, None, "invalid JSON"),
+            (r#"{"timeout": 1"#, None, "invalid JSON"),
+            ("[]", None, "invalid type"),
+        ];
+        for (text, key, message) in cases {
+            let e = SandboxConfig::from_json_str(text).unwrap_err();
+            assert_eq!(e.key.as_deref(), *key, "{text}: {e}");
+            assert!(e.message.contains(message), "{text}: {e}");
+            assert!(!e.message.contains(" at line "), "{text}: {e}");
+        }
     }
 
     fn err(text: &str) -> ConfigError {

@@ -1,12 +1,13 @@
 //! The `[wasm]` section: where tools are found, CPU metering, the compile
 //! cache and the instance pool.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 
 /// How the wasm backend meters guest CPU time for `max_cpu_seconds`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CpuMeter {
     /// Epoch deadlines: a tick every 10 ms of wall-clock time while the guest
     /// runs; cheap. The default.
@@ -33,7 +34,7 @@ impl std::str::FromStr for CpuMeter {
 }
 
 /// Settings of the `[wasm]` section.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, expecting = "a table")]
 #[non_exhaustive]
 pub struct WasmConfig {
@@ -50,7 +51,10 @@ pub struct WasmConfig {
     /// Cache directory; default `$XDG_CACHE_HOME/toolhost/wasm` or
     /// `~/.cache/toolhost/wasm` (on Windows `%LOCALAPPDATA%\toolhost\wasm`
     /// first).
-    #[serde(deserialize_with = "super::keys::some")]
+    #[serde(
+        deserialize_with = "super::keys::some",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cache_dir: Option<std::path::PathBuf>,
     /// Most MiB the disk cache holds: past it, the entries used least recently
     /// are removed after each new entry is written. 0 means no cap.

@@ -52,7 +52,7 @@ def test_defaults_are_the_seeds():
 def test_every_toml_key_is_a_field():
     import dataclasses
 
-    fields = [f.name for f in dataclasses.fields(SandboxConfig)]
+    fields = [f.name for f in dataclasses.fields(SandboxConfig) if f.name != "config_file"]
     keys = toolhost._native.config_keys()
     assert sorted(fields) == sorted({k.split(".")[0] for k in keys})
     # Each key of a section is one of its defaults' keys or has none.
@@ -133,6 +133,15 @@ def test_a_config_file_inside_a_writable_dir_is_refused(ws):
     path.write_text("timeout = 2\n")
     with pytest.raises(ValueError, match="toolhost.toml"):
         Sandbox([ws], path)
+    # Also once read, changed, or given with the timeout shorthand.
+    import dataclasses
+
+    read = SandboxConfig.from_toml(path)
+    for config in (read, dataclasses.replace(read, timeout=3)):
+        with pytest.raises(ValueError, match="toolhost.toml"):
+            Sandbox([ws], config)
+    with pytest.raises(ValueError, match="toolhost.toml"):
+        Sandbox([ws], path, timeout=1)
     assert Sandbox([ws], SandboxConfig(timeout=2)).timeout == 2.0
 
 

@@ -108,25 +108,27 @@ class SandboxConfig:
     blocked_capabilities: List[str] = _default("blocked_capabilities")
     docker: Dict[str, Any] = _default("docker")
     wasm: Dict[str, Any] = _default("wasm")
+    # Not a key: the file this config was read from (`from_toml`), if any.
+    # toolhost state: a sandbox refuses it inside a writable allowed dir (a
+    # tool could loosen the next session's limits). A field, so that
+    # `dataclasses.replace` keeps it.
+    config_file: Optional[str] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        # The file a config was read from (toolhost state no writable dir
-        # may hold); not a key.
-        object.__setattr__(self, "_source", None)
         _native.check_config_json(self._to_json())
 
     @classmethod
     def from_toml(cls, path: PathLike) -> "SandboxConfig":
         """Reads a TOML config file; keys it does not set keep their defaults."""
         values = json.loads(_native.config_file_json(os.fspath(path)))
-        config = cls(**values)
-        object.__setattr__(config, "_source", os.fspath(path))
-        return config
+        return cls(**values, config_file=os.fspath(path))
 
     def to_dict(self) -> Dict[str, Any]:
         """The config as the TOML file's keys and values (keys without a
-        value left out)."""
-        return _plain(dataclasses.asdict(self))
+        value left out; `config_file` is not a key)."""
+        values = dataclasses.asdict(self)
+        del values["config_file"]
+        return _plain(values)
 
     def _to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -352,9 +354,7 @@ class Sandbox:
                 f"config must be a SandboxConfig, a dict or a TOML path, not {type(config).__name__}"
             )
         if timeout is not None:
-            source = getattr(config, "_source", None)
             config = dataclasses.replace(config, timeout=timeout)
-            object.__setattr__(config, "_source", source)
         if allowed_dirs is None:
             dirs: List[PathLike] = [os.getcwd()]
         elif isinstance(allowed_dirs, (str, os.PathLike)):
@@ -364,9 +364,7 @@ class Sandbox:
         pairs = [(os.fspath(d), False) for d in dirs] + [
             (os.fspath(d), True) for d in read_only_dirs
         ]
-        self._native = _native.NativeSandbox(
-            pairs, config._to_json(), getattr(config, "_source", None)
-        )
+        self._native = _native.NativeSandbox(pairs, config._to_json(), config.config_file)
         self._config = config
         self._toolbox: Optional[Toolbox] = None
 

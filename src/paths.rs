@@ -714,6 +714,17 @@ impl AllowedDirs {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     let last = existing.components().next_back();
                     match last {
+                        // A dangling symlink is not a missing name: what it
+                        // would create lies where it points, maybe in a
+                        // read-only dir, so the path is refused.
+                        Some(Component::Normal(_))
+                            if dir.symlink_metadata(target).is_ok_and(|m| m.is_symlink()) =>
+                        {
+                            return Err(PathError::Io {
+                                path: shown(),
+                                reason: "a symlink whose target does not exist".into(),
+                            });
+                        }
                         Some(Component::Normal(name)) => {
                             missing.push(name.to_os_string());
                             existing.pop();

@@ -28,7 +28,7 @@
 use std::ffi::OsString;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -233,6 +233,10 @@ impl Call {
     }
 }
 
+/// The most stdin a WASI call may have for its first step to run on the
+/// caller's thread ([`start`]).
+const INLINE_STDIN_MAX: usize = 64 * 1024;
+
 /// Ids of calls, unique in the process.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -246,7 +250,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// at its first file operation (which moves it to a thread of its own) or
 /// its first yield (an epoch tick, 10 ms), so the caller's thread is held
 /// no longer than that. Not taken for `direct`, `docker` or `auto` calls,
-/// whose first step starts processes or talks to an engine.
+/// whose first step starts processes or talks to an engine, nor for a
+/// stdin of more than [`INLINE_STDIN_MAX`] bytes, copied in that step.
 fn start<F>(py: Python<'_>, channel: &Channel, first_step_here: bool, call: F) -> PyResult<Call>
 where
     F: std::future::Future<Output = Done> + Send + 'static,
@@ -364,10 +369,8 @@ impl NativeSandbox {
 
     /// `(host path, guest path, allowed dir, read-only)` of `user_path`
     /// resolved inside `base_dir` (or the workspace), or `PathSafetyError`.
-    ///
-    /// A path whose last components do not exist yet resolves as the seed's
-    /// did (to where they would be created), when the part that exists is
-    /// inside and each missing component is a plain name.
+    /// Missing last components resolve to where they would be created, each
+    /// a plain name; a dangling symlink is refused.
     #[pyo3(signature = (user_path, base_dir=None))]
     fn resolve_path(
         &self,
@@ -375,7 +378,7 @@ impl NativeSandbox {
         user_path: PathBuf,
         base_dir: Option<PathBuf>,
     ) -> PyResult<(OsString, OsString, OsString, bool)> {
-        py.detach(|| resolve_lenient(&self.sandbox, &user_path, base_dir.as_deref()))
+        py.detach(|| resolve(&self.sandbox, &user_path, base_dir.as_deref()))
             .map_err(|e| PathSafetyError::new_err(e.to_string()))
     }
 
@@ -426,8 +429,14 @@ impl NativeSandbox {
                     .map_err(|e| PyValueError::new_err(e.to_string()))?,
             );
         }
-        // The first step runs here for a WASI call (see `start`).
-        let here = request.backend.unwrap_or(self.sandbox.config().backend) == BackendChoice::Wasm;
+        // The first step runs here for a WASI call (see `start`) whose stdin
+        // is small: a large one is copied into the guest's stdin in that
+        // step, which would hold the caller's thread.
+        let here = request.backend.unwrap_or(self.sandbox.config().backend) == BackendChoice::Wasm
+            && request
+                .stdin
+                .as_ref()
+                .is_none_or(|b| b.len() <= INLINE_STDIN_MAX);
         let sandbox = self.sandbox.clone();
         start(py, channel, here, async move {
             Done::Run(sandbox.run(request).await)
@@ -477,23 +486,28 @@ impl NativeSandbox {
     /// log: the tool result dict goes to `channel`. A cancel stops the run
     /// and records the call as cancelled.
     fn start_tool_call(&self, channel: &Channel, name: String, args_json: &str) -> PyResult<Call> {
-        let args: serde_json::Value = serde_json::from_str(args_json)
-            .map_err(|e| PyValueError::new_err(format!("the arguments are not JSON: {e}")))?;
+        // Arguments that are not JSON (a lone surrogate in a str) are a
+        // refusal as data, as every other bad call is.
+        let args: Result<serde_json::Value, String> = serde_json::from_str(args_json)
+            .map_err(|e| format!("the arguments are not valid JSON: {e}"));
         let (sandbox, cell) = (self.sandbox.clone(), self.toolbox.clone());
         let rt = runtime()?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let inner = channel.inner.clone();
         rt.spawn(async move {
-            let done = match toolbox(&cell, sandbox).await {
-                Ok(tb) => {
+            let done = match (toolbox(&cell, sandbox).await, args) {
+                (_, Err(e)) => Done::Json(serde_json::json!({
+                    "text": e, "is_error": true, "status": "invalid_request"
+                })),
+                (Ok(tb), Ok(args)) => {
                     let stop = async {
                         let _ = rx.await;
                     };
                     let result = tb.call_or_stop(&name, &args, stop).await;
                     Done::Json(serde_json::to_value(result).unwrap_or_else(json_failure))
                 }
-                Err(e) => Done::Json(serde_json::json!({
+                (Err(e), Ok(_)) => Done::Json(serde_json::json!({
                     "text": e, "is_error": true, "status": "unavailable"
                 })),
             };
@@ -557,45 +571,25 @@ fn json_failure(e: serde_json::Error) -> serde_json::Value {
     serde_json::json!({ "error": format!("cannot convert the result: {e}") })
 }
 
-/// [`Sandbox::resolve_path`], and for a path whose last components do not
-/// exist: the parent resolved (recursively) with the missing plain name
-/// joined. `..`, `.` or a root in the missing part is refused as before.
-fn resolve_lenient(
+/// [`Sandbox::resolve_path`] as `(host path, guest path, allowed dir,
+/// read-only)`.
+fn resolve(
     sandbox: &Sandbox,
     user_path: &Path,
     base_dir: Option<&Path>,
 ) -> Result<(OsString, OsString, OsString, bool), PathError> {
-    match sandbox.resolve_path(user_path, base_dir) {
-        Ok(r) => {
-            let dir = sandbox
-                .allowed_dirs()
-                .get(r.root_index())
-                .map(|d| d.path().as_os_str().to_owned())
-                .unwrap_or_default();
-            Ok((
-                r.host_path().as_os_str().to_owned(),
-                r.guest_path().as_os_str().to_owned(),
-                dir,
-                r.read_only(),
-            ))
-        }
-        Err(PathError::NotFound(p)) => {
-            let (Some(parent), Some(Component::Normal(name))) =
-                (user_path.parent(), user_path.components().next_back())
-            else {
-                return Err(PathError::NotFound(p));
-            };
-            let parent = if parent.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                parent
-            };
-            let (host, guest, dir, ro) = resolve_lenient(sandbox, parent, base_dir)?;
-            let join = |p: OsString| PathBuf::from(p).join(name).into_os_string();
-            Ok((join(host), join(guest), dir, ro))
-        }
-        Err(e) => Err(e),
-    }
+    let r = sandbox.resolve_path(user_path, base_dir)?;
+    let dir = sandbox
+        .allowed_dirs()
+        .get(r.root_index())
+        .map(|d| d.path().as_os_str().to_owned())
+        .unwrap_or_default();
+    Ok((
+        r.host_path().as_os_str().to_owned(),
+        r.guest_path().as_os_str().to_owned(),
+        dir,
+        r.read_only(),
+    ))
 }
 
 /// Reads a config from JSON, or the `ConfigError` that names its key.

@@ -218,3 +218,48 @@ def test_a_forked_child_gets_a_clear_error(ws):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert run(s.run_subprocess(["true"])).returncode == 0
+
+
+def socket_count() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return n
+
+
+def test_a_loop_closed_with_a_call_pending_ends_the_call_and_frees_the_loop(ws):
+    import gc
+    import weakref
+
+    s = Sandbox([ws], timeout=60)
+    run(s.run_subprocess(["true"]))
+    sockets = socket_count()
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(s.run_subprocess(tree("exec sleep 60")))
+    gc_pid, child, alive = loop.run_until_complete(both_pids(ws))
+    loop.close()  # the task is still pending, and is never cancelled
+    freed = weakref.ref(loop)
+    del task, loop
+    gc.collect()
+    assert alive
+    assert freed() is None
+    assert wait_gone(gc_pid) and wait_gone(child)
+    # The loop's channel (a socket pair) went with it.
+    assert socket_count() <= sockets
+
+
+def test_a_wasm_call_with_a_large_stdin_leaves_the_callers_thread_at_once(ws):
+    from toolhost import _native
+
+    s = Sandbox([ws])
+    run(s.run(["wc", "-c"], backend="wasm"))  # loaded: no compile on the path
+    ch = _native.Channel()
+    small = [s._native.start_run(ch, ["wc", "-c"], None, b"x" * 1000, [], "wasm").done for _ in range(3)]
+    large = s._native.start_run(ch, ["wc", "-c"], None, b"x" * (1 << 20), [], "wasm")
+    # A warm call with a small stdin ends in its first step (one may cross
+    # an epoch tick); a large stdin is handed to the runtime at once.
+    assert sum(small) >= 2 and not large.done
+    assert run(s.run(["wc", "-c"], stdin=b"x" * (1 << 20), backend="wasm")).stdout.split()[0] == str(1 << 20)

@@ -84,6 +84,12 @@ def test_timeout_shorthand_and_properties(ws):
         ({"env_allowlist": ["PATH", 3]}, "env_allowlist[1]"),
         ({"docker": {"imgae": "x"}}, "docker.imgae"),
         ({"wasm": {"cpu_meter": "gas"}}, "wasm.cpu_meter"),
+        ({"timeout": None}, "timeout"),
+        ({"max_memory_mb": None}, "max_memory_mb"),
+        ({"docker": {"pull": None}}, "docker.pull"),
+        ({"max_processes": True}, "max_processes"),
+        ({"timeout": float("nan")}, "timeout"),
+        ({"rate_limit_window": float("inf")}, "rate_limit_window"),
     ],
 )
 def test_a_bad_value_raises_a_value_error_naming_the_key(kwargs, key):
@@ -91,7 +97,8 @@ def test_a_bad_value_raises_a_value_error_naming_the_key(kwargs, key):
         SandboxConfig(**kwargs)
     assert isinstance(e.value, ValueError)
     assert e.value.key == key
-    assert f"`{key}`" in str(e.value)
+    if key is not None:
+        assert f"`{key}`" in str(e.value)
 
 
 def test_a_good_value_of_each_checked_key_is_taken():
@@ -100,6 +107,9 @@ def test_a_good_value_of_each_checked_key_is_taken():
         isolation="off", docker={"image": "x"}, wasm={"cpu_meter": "fuel"},
     )
     assert (c.timeout, c.backend, c.docker["image"]) == (0.5, "auto", "x")
+    # None is no value where a key may have none.
+    c = SandboxConfig(audit_log=None, docker={"image": None, "warm": True})
+    assert c.docker["image"] is None
 
 
 def test_a_value_changed_after_the_check_is_checked_by_the_sandbox(ws):
@@ -142,6 +152,15 @@ def test_a_config_file_inside_a_writable_dir_is_refused(ws):
             Sandbox([ws], config)
     with pytest.raises(ValueError, match="toolhost.toml"):
         Sandbox([ws], path, timeout=1)
+    # Read by a relative path, then the cwd changes.
+    cwd = os.getcwd()
+    os.chdir(ws)
+    try:
+        relative = SandboxConfig.from_toml("toolhost.toml")
+    finally:
+        os.chdir(cwd)
+    with pytest.raises(ValueError, match="toolhost.toml"):
+        Sandbox([ws], relative)
     assert Sandbox([ws], SandboxConfig(timeout=2)).timeout == 2.0
 
 
@@ -272,6 +291,19 @@ def test_paths_resolve_inside_and_escapes_raise(ws, tmp_path):
     with pytest.raises(ValueError):
         s.resolve_path("x", base_dir="/etc")
     assert s.validate_file_path(ws / "a.txt") and s.validate_file_path("a.txt")
+    assert s.validate_file_path(b"a.txt") and s.resolve_path(b"a.txt") == p
+    # A dangling symlink into a read-only dir is refused; once its target
+    # exists it resolves there, read-only.
+    inner = ws / "inner"
+    inner.mkdir()
+    nested = Sandbox([ws], read_only_dirs=[inner])
+    (ws / "dl").symlink_to("inner/newfile")
+    with pytest.raises(PathSafetyError, match="symlink"):
+        nested.resolve_path("dl")
+    assert not nested.validate_file_path("dl")
+    (inner / "newfile").write_text("n")
+    r = nested.resolve_path("dl")
+    assert r == (inner / "newfile").resolve() and r.read_only is True
     assert s.get_read_only_dirs() == [ro.resolve()]
 
 

@@ -67,6 +67,9 @@ def test_the_agent_tools_hold_their_policy(ws):
     r = run(tb.call("no_such_tool", {}))
     assert r.is_error and r.status == "unknown_tool"
     assert tb.calls == 7 and tb.denials >= 2
+    # Arguments that are not JSON (a lone surrogate) are a refusal as data.
+    r = run(tb.call("file_read", {"path": "\udcff"}))
+    assert r.is_error and r.status == "invalid_request"
 
 
 def test_the_shell_tool_is_off_until_allowed(ws):

@@ -10,8 +10,9 @@ fields and defaults, on asyncio::
 
 Each call runs on toolhost's own threads (Rust, tokio), never on the event
 loop's thread and without the GIL; its result reaches the loop through a
-socket the loop watches. Cancelling the awaiting task stops the call and
-kills its process tree (guest, container) before the cancellation goes on.
+socket the loop watches. Cancelling the awaiting task stops the call: the
+cancellation goes on once the kill of its whole process tree (guest,
+container) has been sent.
 
 The parts of this file:
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import os
 import threading
 import weakref
@@ -121,7 +123,8 @@ class SandboxConfig:
     def from_toml(cls, path: PathLike) -> "SandboxConfig":
         """Reads a TOML config file; keys it does not set keep their defaults."""
         values = json.loads(_native.config_file_json(os.fspath(path)))
-        return cls(**values, config_file=os.fspath(path))
+        # Absolute: the state check must find it whatever the cwd is then.
+        return cls(**values, config_file=os.path.abspath(os.fspath(path)))
 
     def to_dict(self) -> Dict[str, Any]:
         """The config as the TOML file's keys and values (keys without a
@@ -134,15 +137,22 @@ class SandboxConfig:
         return json.dumps(self.to_dict())
 
 
-def _plain(value: Any) -> Any:
-    """A config value as JSON takes it: paths as strings, tuples as lists,
-    ``None`` left out of tables."""
+def _plain(value: Any, key: str = "") -> Any:
+    """A config value as JSON takes it: paths as strings, tuples as lists.
+    ``None`` is JSON's null: no value for a key that may have none
+    (``audit_log``, ``docker["image"]``), a ``ConfigError`` for any other.
+    NaN and the infinities have no JSON spelling: a ``ConfigError`` naming
+    the key here."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+        return {str(k): _plain(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain(v, f"{key}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        error = ConfigError(f"config key `{key}`: must be a finite number (got {value})")
+        error.key = key
+        raise error
     return value
 
 
@@ -254,6 +264,11 @@ class _LoopChannel:
                 fut.set_result(value)
 
 
+# Loops that take attributes carry their channel (`_toolhost_channel`): a
+# loop closed with calls pending is then freed with its channel, whose
+# pending futures hold the loop (a weak-keyed map would keep both forever),
+# and the calls it held are cancelled. Other loops (uvloop's) are found in
+# a weak-keyed map.
 _channels: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopChannel]" = (
     weakref.WeakKeyDictionary()
 )
@@ -261,17 +276,24 @@ _channels_lock = threading.Lock()
 
 
 def _channel(loop: asyncio.AbstractEventLoop) -> _LoopChannel:
+    ch = getattr(loop, "_toolhost_channel", None)
+    if ch is not None:
+        return ch
     with _channels_lock:
         ch = _channels.get(loop)
         if ch is None:
-            ch = _channels[loop] = _LoopChannel(loop)
+            ch = _LoopChannel(loop)
+            try:
+                loop._toolhost_channel = ch  # type: ignore[attr-defined]
+            except AttributeError:
+                _channels[loop] = ch
         return ch
 
 
 async def _await_call(start: Callable[[Any], Any]) -> Any:
     """Starts a call on toolhost's runtime and waits for its result. A
-    cancel stops the call, and waits until its future is dropped (its
-    process tree killed) before it goes on."""
+    cancel stops the call, and waits until its future is dropped (the kill
+    of its process tree sent) before it goes on."""
     loop = asyncio.get_running_loop()
     ch = _channel(loop)
     call = start(ch.native)
@@ -388,16 +410,18 @@ class Sandbox:
         """The allowed dirs tools may only read."""
         return [Path(p) for p, ro in self._native.allowed_dirs() if ro]
 
-    def validate_file_path(self, path: PathLike) -> bool:
+    def validate_file_path(self, path: Union[PathLike, bytes]) -> bool:
         """Whether ``path`` resolves inside an allowed dir."""
-        return self._native.validate_file_path(os.fspath(path))
+        return self._native.validate_file_path(os.fsdecode(path))
 
-    def resolve_path(self, user_path: PathLike, base_dir: Optional[PathLike] = None) -> ResolvedPath:
+    def resolve_path(
+        self, user_path: Union[PathLike, bytes], base_dir: Optional[Union[PathLike, bytes]] = None
+    ) -> ResolvedPath:
         """Resolves ``user_path`` inside ``base_dir`` (which must itself be
         inside the sandbox) or the workspace; raises ``PathSafetyError`` (a
         ``ValueError``) on any escape."""
         host, guest, allowed, ro = self._native.resolve_path(
-            os.fspath(user_path), None if base_dir is None else os.fspath(base_dir)
+            os.fsdecode(user_path), None if base_dir is None else os.fsdecode(base_dir)
         )
         return ResolvedPath._make(host, guest, allowed, ro)
 

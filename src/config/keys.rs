@@ -122,13 +122,14 @@ where
 }
 
 /// A value that, when given, is `Some` (an empty string is refused by
-/// `validate`, not read as "unset").
+/// `validate`, not read as "unset"); JSON's `null` is `None`, as the key
+/// left out (TOML has no null).
 pub(super) fn some<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: serde::Deserialize<'de>,
 {
-    T::deserialize(d).map(Some)
+    Option::<T>::deserialize(d)
 }
 
 /// A section as a table only: a derived struct would also take an array

@@ -333,28 +333,24 @@ impl SandboxConfig {
 
     /// Parses and validates a JSON object of the same keys and shapes as
     /// the TOML file (seconds as numbers, sections as objects). A key left
-    /// out keeps its default. For bindings that build a config as data (the
-    /// Python package).
+    /// out keeps its default; `null` is no value for a key that may have
+    /// none (`audit_log`, `docker.image`, ...) and refused for any other.
+    /// For bindings that build a config as data (the Python package).
     pub fn from_json_str(text: &str) -> Result<Self, ConfigError> {
-        let json_error = |e: serde_json::Error| {
-            if e.is_syntax() || e.is_eof() {
-                return format!("invalid JSON: {e}");
-            }
-            // serde_json ends its messages with where in the text.
-            let text = e.to_string();
-            match text.rsplit_once(" at line ") {
-                Some((m, _)) => m.to_string(),
-                None => text,
-            }
-        };
-        let mut json = serde_json::Deserializer::from_str(text);
-        let cfg: SandboxConfig = serde_path_to_error::deserialize(&mut json).map_err(|e| {
-            let path = e.path().to_string();
-            Self::key_error(path, json_error(e.into_inner()))
-        })?;
-        json.end().map_err(|e| ConfigError {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| ConfigError {
             key: None,
-            message: json_error(e),
+            message: format!("invalid JSON: {e}"),
+        })?;
+        // A derived struct would also take an array of its fields in order.
+        if !value.is_object() {
+            return Err(ConfigError {
+                key: None,
+                message: "the config must be a JSON object of keys".into(),
+            });
+        }
+        let cfg: SandboxConfig = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            Self::key_error(path, e.into_inner().to_string())
         })?;
         cfg.validate()?;
         Ok(cfg)
@@ -676,12 +672,32 @@ mod tests {
         assert_eq!(value["backend"], "auto");
         assert_eq!(value["wasm"]["cpu_meter"], "fuel");
         assert_eq!(value["blocked_capabilities"][1], "shell");
-        // Every key is written, but those without a value.
+        // Every top-level key is written (this config gives each a value).
         let written: Vec<&String> = value.as_object().unwrap().keys().collect();
-        assert_eq!(written.len(), SandboxConfig::keys().len());
+        let keys = SandboxConfig::keys();
+        let top: std::collections::BTreeSet<&str> = keys
+            .iter()
+            .map(|k| k.split('.').next().unwrap_or(k))
+            .collect();
+        let written: std::collections::BTreeSet<&str> =
+            written.into_iter().map(String::as_str).collect();
+        assert_eq!(written, top);
         assert!(!json.contains("config_file"));
         let toml_text = toml::to_string(&c).unwrap();
         assert_eq!(SandboxConfig::from_toml_str(&toml_text).unwrap(), c);
+    }
+
+    /// `null` is no value for a key that may have none (as a key left out),
+    /// and refused for any other.
+    #[test]
+    fn json_null_is_no_value_only_where_there_may_be_none() {
+        let c = SandboxConfig::from_json_str(
+            r#"{"audit_log": null, "docker": {"image": null, "host": null}, "wasm": {"cache_dir": null}}"#,
+        )
+        .unwrap();
+        assert_eq!(c, SandboxConfig::default());
+        let c = SandboxConfig::from_json_str(r#"{"docker": {"image": "x"}}"#).unwrap();
+        assert_eq!(c.docker.image.as_deref(), Some("x"));
     }
 
     #[test]
@@ -705,9 +721,15 @@ mod tests {
                 Some("docker.imgae"),
                 "unknown field",
             ),
+            (r#"{"timeout": null}"#, Some("timeout"), "invalid type"),
             (
-                r#"{"docker": {"image": null}}"#,
-                Some("docker.image"),
+                r#"{"max_memory_mb": null}"#,
+                Some("max_memory_mb"),
+                "invalid type",
+            ),
+            (
+                r#"{"docker": {"pull": null}}"#,
+                Some("docker.pull"),
                 "invalid type",
             ),
             (
@@ -723,13 +745,18 @@ mod tests {
             ),
             (r#"{"timeout": 1} x"#, None, "invalid JSON"),
             (r#"{"timeout": 1"#, None, "invalid JSON"),
-            ("[]", None, "invalid type"),
+            ("[]", None, "JSON object"),
+            ("[15]", None, "JSON object"),
         ];
         for (text, key, message) in cases {
-            let e = SandboxConfig::from_json_str(text).unwrap_err();
+            let Err(e) = SandboxConfig::from_json_str(text) else {
+                panic!("{text} was taken");
+            };
             assert_eq!(e.key.as_deref(), *key, "{text}: {e}");
             assert!(e.message.contains(message), "{text}: {e}");
-            assert!(!e.message.contains(" at line "), "{text}: {e}");
+            // Where in the text: for a syntax error, not for a value.
+            let syntax = message == &"invalid JSON";
+            assert_eq!(e.message.contains(" at line "), syntax, "{text}: {e}");
         }
     }
 

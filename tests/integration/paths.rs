@@ -252,6 +252,44 @@ fn nested_read_only_dir_is_the_most_specific() {
     assert!(sb.resolve_path("missing/../../x", None).is_err());
 }
 
+/// A dangling symlink in a writable dir that points into a read-only one
+/// is refused: taken as a missing name, it resolved as writable, and an
+/// open for writing of the result created the file in the read-only dir.
+/// Its twins: a missing plain name resolves, and so does the link once its
+/// target exists (to the target, read-only).
+#[cfg(unix)]
+#[test]
+fn a_dangling_symlink_is_not_a_missing_name() {
+    let t = Tmp::new();
+    std::fs::create_dir(t.ws().join("ro")).unwrap();
+    std::os::unix::fs::symlink("ro/newfile", t.ws().join("dl")).unwrap();
+    let sb = Sandbox::new(
+        [
+            toolhost::AllowedDirSpec::read_write(t.ws()),
+            toolhost::AllowedDirSpec::read_only(t.ws().join("ro")),
+        ],
+        SandboxConfig::default(),
+    )
+    .unwrap();
+    for p in ["dl", "./dl", "dl/x"] {
+        match sb.resolve_path(p, None) {
+            Err(PathError::Io { reason, .. }) if reason.contains("symlink") => {}
+            Err(PathError::NotFound(_)) if p == "dl/x" => {}
+            other => panic!("{p}: {other:?}"),
+        }
+        assert!(!sb.validate_file_path(p), "{p}");
+    }
+    let r = sb.resolve_path("new.txt", None).unwrap();
+    assert!(!r.read_only());
+    std::fs::write(t.ws().join("ro/newfile"), "x").unwrap();
+    let r = sb.resolve_path("dl", None).unwrap();
+    assert!(r.read_only(), "{r:?}");
+    assert_eq!(
+        r.host_path(),
+        t.ws().join("ro/newfile").canonicalize().unwrap()
+    );
+}
+
 #[test]
 fn sandbox_dirs_must_exist_and_none_at_all_reaches_nothing() {
     let t = Tmp::new();

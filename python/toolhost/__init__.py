@@ -37,7 +37,18 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import (
+    Any,
+    Callable,
+    Coroutine,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Union,
+)
 
 from . import _native
 from ._native import ConfigError, PathSafetyError
@@ -131,7 +142,8 @@ class SandboxConfig:
         value left out; `config_file` is not a key)."""
         values = dataclasses.asdict(self)
         del values["config_file"]
-        return _plain(values)
+        plain: Dict[str, Any] = _plain(values)
+        return plain
 
     def _to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -276,9 +288,9 @@ _channels_lock = threading.Lock()
 
 
 def _channel(loop: asyncio.AbstractEventLoop) -> _LoopChannel:
-    ch = getattr(loop, "_toolhost_channel", None)
-    if ch is not None:
-        return ch
+    found: Optional[_LoopChannel] = getattr(loop, "_toolhost_channel", None)
+    if found is not None:
+        return found
     with _channels_lock:
         ch = _channels.get(loop)
         if ch is None:
@@ -465,7 +477,14 @@ class Sandbox:
         run = await self._start_run(_argv(argv), cwd, _stdin(stdin), env, backend)
         return RunResult._make(run)
 
-    def _start_run(self, args, cwd, stdin, env, backend):  # type: ignore[no-untyped-def]
+    def _start_run(
+        self,
+        args: List[Any],
+        cwd: Optional[PathLike],
+        stdin: Optional[bytes],
+        env: Optional[Mapping[str, str]],
+        backend: Optional[str],
+    ) -> Coroutine[Any, Any, Any]:
         cwd_s = None if cwd is None else os.fspath(cwd)
         env_l = list((env or {}).items())
         return _await_call(
@@ -480,7 +499,8 @@ class Sandbox:
     async def typed_tools(self) -> List[Dict[str, Any]]:
         """The typed tools (``toolhost:tool`` world) as they describe
         themselves: ``name``, ``description``, ``input_schema``, ``path``."""
-        return await _await_call(self._native.start_typed_tools)
+        tools: List[Dict[str, Any]] = await _await_call(self._native.start_typed_tools)
+        return tools
 
     async def call_tool(
         self, name: str, input: Mapping[str, Any], *, cwd: Optional[PathLike] = None
@@ -491,7 +511,8 @@ class Sandbox:
         out = await self._call_tool(name, input, cwd)
         if out.get("output") is None:
             raise ToolError(out.get("error") or out.get("message") or "the tool failed", out)
-        return out["output"]
+        output: Dict[str, Any] = out["output"]
+        return output
 
     async def call_tool_result(
         self, name: str, input: Mapping[str, Any], *, cwd: Optional[PathLike] = None
@@ -500,10 +521,15 @@ class Sandbox:
         ``error`` and the run's fields."""
         return await self._call_tool(name, input, cwd)
 
-    def _call_tool(self, name, input, cwd):  # type: ignore[no-untyped-def]
+    async def _call_tool(
+        self, name: str, input: Mapping[str, Any], cwd: Optional[PathLike]
+    ) -> Dict[str, Any]:
         text = json.dumps(input)
         cwd_s = None if cwd is None else os.fspath(cwd)
-        return _await_call(lambda ch: self._native.start_call_tool(ch, name, text, cwd_s))
+        out: Dict[str, Any] = await _await_call(
+            lambda ch: self._native.start_call_tool(ch, name, text, cwd_s)
+        )
+        return out
 
     def toolbox(self) -> "Toolbox":
         """The agent tools of this sandbox (one session: one rate limit and
@@ -565,7 +591,8 @@ class Toolbox:
         out = await _await_call(self._sandbox._native.start_tools)
         if isinstance(out, dict) and "error" in out:
             raise RuntimeError(out["error"])
-        return out
+        tools: List[Dict[str, Any]] = out
+        return tools
 
     async def call(self, name: str, args: Optional[Mapping[str, Any]] = None) -> ToolResult:
         """Calls a tool by name. Refusals, limits and failures are results

@@ -1,6 +1,6 @@
 """Type stubs of toolhost's native half (``toolhost._native``, Rust)."""
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 class ConfigError(ValueError):
     """A config value toolhost refuses; ``key`` names it, or is ``None``."""
@@ -41,7 +41,7 @@ class NativeSandbox:
         self, user_path: str, base_dir: Optional[str] = None
     ) -> Tuple[str, str, str, bool]: ...
     def build_env(self, extra_allow: Sequence[str] = ...) -> List[Tuple[str, str]]: ...
-    def wasm_tools(self) -> List[dict]: ...
+    def wasm_tools(self) -> List[Dict[str, Any]]: ...
     def start_run(
         self,
         channel: Channel,

@@ -716,9 +716,12 @@ impl AllowedDirs {
                     match last {
                         // A dangling symlink is not a missing name: what it
                         // would create lies where it points, maybe in a
-                        // read-only dir, so the path is refused.
+                        // read-only dir, so the path is refused. Looked at
+                        // without a trailing slash, which would follow it.
                         Some(Component::Normal(_))
-                            if dir.symlink_metadata(target).is_ok_and(|m| m.is_symlink()) =>
+                            if dir
+                                .symlink_metadata(existing.components().collect::<PathBuf>())
+                                .is_ok_and(|m| m.is_symlink()) =>
                         {
                             return Err(PathError::Io {
                                 path: shown(),

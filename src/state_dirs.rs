@@ -181,6 +181,21 @@ pub fn refuse_exposed_state(dirs: &AllowedDirs, config: &SandboxConfig) -> Resul
         }
         let trail = resolution_trail(&state.path);
         let resolved = trail.last().cloned().unwrap_or_else(|| state.path.clone());
+        // A file with more than one name may have one in a writable dir,
+        // which no path comparison can see.
+        #[cfg(unix)]
+        if let Ok(m) = std::fs::metadata(&resolved) {
+            use std::os::unix::fs::MetadataExt;
+            if m.is_file() && m.nlink() > 1 {
+                return Err(format!(
+                    "toolhost's {} {} has {} hard links: one may be in a writable allowed dir, where a tool could change it. Give it a single name ({})",
+                    state.what,
+                    state.path.display(),
+                    m.nlink(),
+                    state.moved_by
+                ));
+            }
+        }
         let hit = trail
             .iter()
             .find_map(|place| writable.holding(place).map(|w| (w, "contains")))

@@ -233,8 +233,8 @@ impl Call {
     }
 }
 
-/// The most stdin a WASI call may have for its first step to run on the
-/// caller's thread ([`start`]).
+/// The most stdin (or typed-tool input) a WASI call may have for its first
+/// step to run on the caller's thread ([`start`]).
 const INLINE_STDIN_MAX: usize = 64 * 1024;
 
 /// Ids of calls, unique in the process.
@@ -454,10 +454,14 @@ impl NativeSandbox {
         input_json: &str,
         cwd: Option<PathBuf>,
     ) -> PyResult<Call> {
-        let input: serde_json::Value = serde_json::from_str(input_json)
+        // Parsed without the GIL; a large input skips the first step here,
+        // as a large stdin does.
+        let here = input_json.len() <= INLINE_STDIN_MAX;
+        let input: serde_json::Value = py
+            .detach(|| serde_json::from_str(input_json))
             .map_err(|e| PyValueError::new_err(format!("the tool's input is not JSON: {e}")))?;
         let sandbox = self.sandbox.clone();
-        start(py, channel, true, async move {
+        start(py, channel, here, async move {
             let out = sandbox.call_tool(&name, &input, cwd.as_deref()).await;
             Done::Json(serde_json::to_value(out).unwrap_or_else(json_failure))
         })

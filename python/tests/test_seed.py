@@ -90,6 +90,10 @@ def test_timeout_shorthand_and_properties(ws):
         ({"max_processes": True}, "max_processes"),
         ({"timeout": float("nan")}, "timeout"),
         ({"rate_limit_window": float("inf")}, "rate_limit_window"),
+        ({"max_output_bytes": 10**400}, "max_output_bytes"),
+        ({"max_memory_mb": 2**64}, "max_memory_mb"),
+        ({"protected_paths": [b".git"]}, "protected_paths[0]"),
+        ({"docker": {True: 1}}, "docker"),
     ],
 )
 def test_a_bad_value_raises_a_value_error_naming_the_key(kwargs, key):
@@ -298,9 +302,12 @@ def test_paths_resolve_inside_and_escapes_raise(ws, tmp_path):
     inner.mkdir()
     nested = Sandbox([ws], read_only_dirs=[inner])
     (ws / "dl").symlink_to("inner/newfile")
-    with pytest.raises(PathSafetyError, match="symlink"):
-        nested.resolve_path("dl")
-    assert not nested.validate_file_path("dl")
+    (ws / "sub").mkdir()
+    (ws / "sub" / "dang").symlink_to("../inner/newfile")
+    for form in ("dl", "./dl/", "sub/dang", "sub/dang/", "sub/../dl/"):
+        with pytest.raises(PathSafetyError, match="symlink"):
+            nested.resolve_path(form)
+        assert not nested.validate_file_path(form)
     (inner / "newfile").write_text("n")
     r = nested.resolve_path("dl")
     assert r == (inner / "newfile").resolve() and r.read_only is True

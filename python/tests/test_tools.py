@@ -1,5 +1,7 @@
 """Typed WASI tools, the wasm backend, and the agent tools (Toolbox)."""
 
+import os
+
 import pytest
 
 from toolhost import Sandbox, SandboxConfig, ToolError
@@ -84,3 +86,29 @@ def test_the_rate_limit_refuses_past_its_budget(ws):
     statuses = [run(tb.call("file_list", {})).status for _ in range(3)]
     assert statuses == ["ok", "ok", "rate_limited"]
     assert tb.denials == 1
+
+
+def test_auto_picks_wasm_for_a_registered_tool_and_direct_otherwise(ws):
+    s = Sandbox([ws], SandboxConfig(backend="auto"))
+    assert run(s.run(["wc", "-c"], stdin="abc")).backend == "wasm"
+    assert run(s.run(["true"])).backend == "direct"
+
+
+@pytest.mark.skipif(
+    not os.environ.get("TOOLHOST_TEST_IMAGE"),
+    reason="no Docker engine and test image (scripts/docker-setup; CI always has them)",
+)
+def test_the_docker_backend_from_python(ws):
+    image = os.environ["TOOLHOST_TEST_IMAGE"]
+    (ws / "note.txt").write_text("a\nb\n")
+    s = Sandbox([ws], SandboxConfig(backend="docker", docker={"image": image}, timeout=60))
+    r = run(s.run(["sh", "-c", "wc -l < note.txt; echo made > out.txt; cat /etc/hostname >/dev/null; echo $HOME"]))
+    assert (r.backend, r.returncode) == ("docker", 0), r
+    assert r.stdout.split()[0] == "2" and (ws / "out.txt").read_text() == "made\n"
+    # No network in the container: only the loopback interface.
+    r = run(s.run(["ls", "/sys/class/net"]))
+    assert r.stdout.split() == ["lo"], r
+    quick = Sandbox([ws], SandboxConfig(backend="docker", docker={"image": image}, timeout=3))
+    r = run(quick.run_subprocess(["sleep", "30"]))
+    assert r.timed_out is True and r.returncode is None
+    run(s.aclose())

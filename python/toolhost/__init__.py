@@ -128,6 +128,8 @@ class SandboxConfig:
     config_file: Optional[str] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        if self.config_file is not None and not isinstance(self.config_file, (str, os.PathLike)):
+            raise TypeError(f"config_file must be a path, not {type(self.config_file).__name__}")
         _native.check_config_json(self._to_json())
 
     @classmethod
@@ -138,8 +140,9 @@ class SandboxConfig:
         return cls(**values, config_file=os.path.abspath(os.fspath(path)))
 
     def to_dict(self) -> Dict[str, Any]:
-        """The config as the TOML file's keys and values (keys without a
-        value left out; `config_file` is not a key)."""
+        """The config as the TOML file's keys and values. ``config_file`` is
+        not a key: a config made again from this dict has none, and the
+        sandbox cannot tell it came from a file."""
         values = dataclasses.asdict(self)
         del values["config_file"]
         plain: Dict[str, Any] = _plain(values)
@@ -153,18 +156,32 @@ def _plain(value: Any, key: str = "") -> Any:
     """A config value as JSON takes it: paths as strings, tuples as lists.
     ``None`` is JSON's null: no value for a key that may have none
     (``audit_log``, ``docker["image"]``), a ``ConfigError`` for any other.
-    NaN and the infinities have no JSON spelling: a ``ConfigError`` naming
-    the key here."""
+    What has no JSON spelling toolhost reads (NaN, the infinities, an int
+    past 64 bits, bytes, a key that is not a str) is a ``ConfigError``
+    naming the key here."""
+
+    def refuse(message: str) -> ConfigError:
+        error = ConfigError(f"config key `{key}`: {message}")
+        error.key = key
+        return error
+
     if isinstance(value, dict):
-        return {str(k): _plain(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise refuse(f"its keys must be str, not {type(k).__name__} ({k!r})")
+            out[k] = _plain(v, f"{key}.{k}" if key else k)
+        return out
     if isinstance(value, (list, tuple)):
         return [_plain(v, f"{key}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     if isinstance(value, float) and not math.isfinite(value):
-        error = ConfigError(f"config key `{key}`: must be a finite number (got {value})")
-        error.key = key
-        raise error
+        raise refuse(f"must be a finite number (got {value})")
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        raise refuse(f"{value} is out of range")
+    if isinstance(value, (bytes, bytearray)):
+        raise refuse("must be a str, not bytes")
     return value
 
 
@@ -398,7 +415,8 @@ class Sandbox:
         pairs = [(os.fspath(d), False) for d in dirs] + [
             (os.fspath(d), True) for d in read_only_dirs
         ]
-        self._native = _native.NativeSandbox(pairs, config._to_json(), config.config_file)
+        source = None if config.config_file is None else os.fspath(config.config_file)
+        self._native = _native.NativeSandbox(pairs, config._to_json(), source)
         self._config = config
         self._toolbox: Optional[Toolbox] = None
 

@@ -272,6 +272,27 @@ fn config_file_is_read_only_when_named() {
         ],
     );
     assert_eq!(out, "he");
+    // Refused while a hard link to it lies in the workspace (a tool would
+    // change it through that name), taken again once the link is gone.
+    let link = t.ws().join("linked.toml");
+    std::fs::hard_link(&cfg, &link).unwrap();
+    let (status, _, err) = code(
+        &t,
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--",
+            "echo",
+            "hello",
+        ],
+    );
+    assert_eq!(status, 125, "{err}");
+    assert!(
+        err.contains("config file") && err.contains("2 hard links"),
+        "{err}"
+    );
+    std::fs::remove_file(&link).unwrap();
     // Named relative to the workspace, through `..`: the same two places.
     let (_, out, err) = code(
         &t,

@@ -182,13 +182,14 @@ pub fn refuse_exposed_state(dirs: &AllowedDirs, config: &SandboxConfig) -> Resul
         let trail = resolution_trail(&state.path);
         let resolved = trail.last().cloned().unwrap_or_else(|| state.path.clone());
         // A file with more than one name may have one in a writable dir,
-        // which no path comparison can see.
+        // which no path comparison can see (where its other names are
+        // cannot be asked). Checked when the sandbox is built, as the rest.
         #[cfg(unix)]
         if let Ok(m) = std::fs::metadata(&resolved) {
             use std::os::unix::fs::MetadataExt;
-            if m.is_file() && m.nlink() > 1 {
+            if m.is_file() && m.nlink() > 1 && dirs.as_slice().iter().any(|d| !d.read_only()) {
                 return Err(format!(
-                    "toolhost's {} {} has {} hard links: one may be in a writable allowed dir, where a tool could change it. Give it a single name ({})",
+                    "toolhost's {} {} has {} hard links: one may be in a writable allowed dir, where a tool could change it, and toolhost cannot tell where the others are. Give it a single name (copy it) ({})",
                     state.what,
                     state.path.display(),
                     m.nlink(),

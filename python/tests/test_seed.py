@@ -156,6 +156,16 @@ def test_a_config_file_inside_a_writable_dir_is_refused(ws):
             Sandbox([ws], config)
     with pytest.raises(ValueError, match="toolhost.toml"):
         Sandbox([ws], path, timeout=1)
+    # A second hard link: refused while the sandbox has a writable dir (the
+    # link could be in it), taken by a sandbox with read-only dirs only.
+    outside = ws.parent / "etc.toml"
+    outside.write_text("timeout = 2\n")
+    os.link(outside, ws.parent / "backup.toml")
+    with pytest.raises(ValueError, match="2 hard links"):
+        Sandbox([ws], outside)
+    assert Sandbox([], outside, read_only_dirs=[ws]).timeout == 2.0
+    os.unlink(ws.parent / "backup.toml")
+    assert Sandbox([ws], outside).timeout == 2.0
     # Read by a relative path, then the cwd changes.
     cwd = os.getcwd()
     os.chdir(ws)

@@ -39,12 +39,31 @@ def wait_gone(pid: int, seconds: float = 5.0) -> bool:
     return not pid_alive(pid)
 
 
+def written(path):
+    """The text of `path` once it has some, else None."""
+    if os.path.exists(path):
+        text = open(path).read()
+        if text.strip():
+            return text
+    return None
+
+
 def wait_file(path, seconds: float = 5.0) -> str:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if os.path.exists(path):
-            text = open(path).read()
-            if text.strip():
-                return text
+        text = written(path)
+        if text is not None:
+            return text
         time.sleep(0.01)
+    raise AssertionError(f"{path} was not written within {seconds} s")
+
+
+async def file_written(path, seconds: float = 5.0) -> str:
+    """`wait_file` without a thread: polled from the running loop."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        text = written(path)
+        if text is not None:
+            return text
+        await asyncio.sleep(0.01)
     raise AssertionError(f"{path} was not written within {seconds} s")

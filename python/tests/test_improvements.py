@@ -11,7 +11,7 @@ import pytest
 
 from toolhost import Sandbox, SandboxConfig
 
-from conftest import pid_alive, run, wait_gone
+from conftest import file_written, pid_alive, run, wait_gone
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -26,18 +26,6 @@ def tree(last: str) -> list:
         "setsid sh -c 'read p x < /proc/self/stat; echo $p > gc.pid; exec sleep 60' & "
         f"read p x < /proc/self/stat; echo $p > child.pid; {last}",
     ]
-
-
-async def file_written(path, seconds: float = 5.0) -> str:
-    """`wait_file` without a thread: polled from the loop."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if os.path.exists(path):
-            text = open(path).read()
-            if text.strip():
-                return text
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{path} was not written within {seconds} s")
 
 
 async def both_pids(ws):

@@ -88,7 +88,8 @@ pub(crate) fn mount_points() -> Vec<Vec<u8>> {
 }
 
 /// Checks every `DEV:INO:PATH`: PATH is a mount point showing that device
-/// and inode (not followed if it is a symlink). Exits 125 if one is not.
+/// and inode (not followed if it is a symlink); `-:-:PATH` only that PATH
+/// is a mount point. Exits 125 if one is not.
 pub(crate) fn verify_mounts(expect: &[&std::ffi::OsStr]) {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
@@ -110,17 +111,25 @@ pub(crate) fn verify_mounts(expect: &[&std::ffi::OsStr]) {
             p.and_then(|p| std::str::from_utf8(p).ok())
                 .and_then(|s| s.parse::<u64>().ok())
         };
-        let (Some(dev), Some(ino), Some(path)) =
-            (num(parts.next()), num(parts.next()), parts.next())
-        else {
-            fail(bytes, "not DEV:INO:PATH");
+        let (dev, ino, path) = (parts.next(), parts.next(), parts.next());
+        let inode = match (dev, ino, path) {
+            (Some(b"-"), Some(b"-"), Some(path)) => (None, path),
+            (dev, ino, Some(path)) => match (num(dev), num(ino)) {
+                (Some(dev), Some(ino)) => (Some((dev, ino)), path),
+                _ => fail(bytes, "not DEV:INO:PATH"),
+            },
+            _ => fail(bytes, "not DEV:INO:PATH"),
         };
+        let (inode, path) = inode;
         if !points.iter().any(|p| p == path) {
             fail(
                 path,
                 "not a mount point here (the engine mounted it elsewhere)",
             );
         }
+        let Some((dev, ino)) = inode else {
+            continue;
+        };
         match std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(path)) {
             Ok(m) if (m.dev(), m.ino()) == (dev, ino) => {}
             Ok(_) => fail(path, "another place is mounted there than toolhost checked"),

@@ -69,6 +69,25 @@ pub struct DockerConfig {
     /// machine's architecture.
     /// Default false.
     pub warm: bool,
+    /// OCI runtime each container runs under, by the name the engine
+    /// registered it as (`runsc` for gVisor). Default (`None`): the engine's
+    /// default runtime (runc on Docker). A name the engine has not registered
+    /// is refused before the call, saying how to register it.
+    #[serde(
+        deserialize_with = "super::keys::some",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub runtime: Option<String>,
+    /// Runtime of the calls that allow the network, when it must differ from
+    /// `runtime`: a runsc registered with `--network=none` has no network to
+    /// give, and gVisor releases before 2023 need `--network=host` on kernels
+    /// that show every netns's `net.core` sysctls (docs/src/docker.md).
+    /// Default (`None`): `runtime`.
+    #[serde(
+        deserialize_with = "super::keys::some",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub network_runtime: Option<String>,
 }
 
 impl Default for DockerConfig {
@@ -84,6 +103,8 @@ impl Default for DockerConfig {
             tls_cert: None,
             tls_key: None,
             warm: false,
+            runtime: None,
+            network_runtime: None,
         }
     }
 }
@@ -97,7 +118,25 @@ fn names_root(user: &str) -> bool {
     name == "root" || (!digits.is_empty() && digits.bytes().all(|b| b == b'0'))
 }
 
+/// Whether `name` can name a runtime registered with an engine.
+fn valid_runtime_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        && name.len() <= 128
+}
+
 impl DockerConfig {
+    /// The runtime a call runs under: `network_runtime` for a call that
+    /// allows the network, when set; else `runtime` (`None`: the engine's
+    /// default).
+    pub fn runtime_for(&self, allow_network: bool) -> Option<&str> {
+        if allow_network && let Some(r) = &self.network_runtime {
+            return Some(r);
+        }
+        self.runtime.as_deref()
+    }
+
     /// Checks the section's values; [`crate::SandboxConfig::validate`] runs
     /// it. Run it yourself before giving a config built in code to
     /// [`crate::backend::docker::DockerBackend::new`] directly.
@@ -110,6 +149,29 @@ impl DockerConfig {
         string("docker.image", &self.image)?;
         string("docker.user", &self.user)?;
         string("docker.host", &self.host)?;
+        for (key, v) in [
+            ("docker.runtime", &self.runtime),
+            ("docker.network_runtime", &self.network_runtime),
+        ] {
+            string(key, v)?;
+            // The engine's own rule for a runtime's name.
+            if let Some(name) = v
+                && !valid_runtime_name(name)
+            {
+                return Err(ConfigError::key(
+                    key,
+                    format!(
+                        "{name:?} is not a runtime name: letters, digits, '.', '_' and '-', starting with a letter or digit"
+                    ),
+                ));
+            }
+        }
+        if self.network_runtime.is_some() && self.runtime.is_none() {
+            return Err(ConfigError::key(
+                "docker.network_runtime",
+                "needs docker.runtime: set the runtime of the calls without network too",
+            ));
+        }
         if self.user.as_deref().is_some_and(names_root) {
             return Err(ConfigError::key(
                 "docker.user",

@@ -582,6 +582,8 @@ mod tests {
             pull = true
             host = "tcp://127.0.0.1:2375"
             warm = true
+            runtime = "runsc"
+            network_runtime = "runsc-net"
             [wasm]
             tool_dirs = ["{abs}/opt/tools"]
             builtin_tools = false
@@ -609,6 +611,8 @@ mod tests {
         assert_eq!(c.docker.user.as_deref(), Some("1000:1000"));
         assert_eq!(c.docker.tmpfs_size_mb, 16);
         assert!(c.docker.pull && c.docker.warm);
+        assert_eq!(c.docker.runtime_for(false), Some("runsc"));
+        assert_eq!(c.docker.runtime_for(true), Some("runsc-net"));
         assert_eq!(c.docker.host.as_deref(), Some("tcp://127.0.0.1:2375"));
         assert_eq!(
             c.audit_log,
@@ -821,6 +825,18 @@ mod tests {
             ("[docker]\nuser = \"0\"", "docker.user"),
             ("[docker]\nuser = \"-0\"", "docker.user"),
             ("[docker]\nuser = \"-00:-0\"", "docker.user"),
+            ("[docker]\nruntime = \"\"", "docker.runtime"),
+            ("[docker]\nruntime = \"run sc\"", "docker.runtime"),
+            ("[docker]\nruntime = \"-runsc\"", "docker.runtime"),
+            ("[docker]\nruntime = \"/usr/bin/runsc\"", "docker.runtime"),
+            (
+                "[docker]\nnetwork_runtime = \"runsc\"",
+                "docker.network_runtime",
+            ),
+            (
+                "[docker]\nruntime = \"runsc\"\nnetwork_runtime = \"a:b\"",
+                "docker.network_runtime",
+            ),
             ("docker = 1979-05-27", "docker"),
             ("[wasm]\ncpu_meter = 1979-05-27T07:32:00Z", "wasm.cpu_meter"),
             ("max_cpu_seconds = 18446744073709551615", "max_cpu_seconds"),

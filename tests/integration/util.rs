@@ -245,3 +245,44 @@ pub fn uleb(mut v: u64, out: &mut Vec<u8>) {
         out.push(b | 0x80);
     }
 }
+
+/// The engines and runtimes the docker backend's tests run on:
+/// `scripts/docker-setup` makes each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// The Docker engine's default runtime, runc.
+    Runc,
+    /// The same engine with gVisor: `toolhost-runsc` (`--network=none`) for
+    /// calls without network, `toolhost-runsc-net` (`--network=host`) for
+    /// calls with it.
+    Runsc,
+}
+
+/// The gVisor runtimes `scripts/docker-setup` registers.
+pub(crate) const RUNSC: &str = "toolhost-runsc";
+pub(crate) const RUNSC_NET: &str = "toolhost-runsc-net";
+
+impl Engine {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Engine::Runc => "docker",
+            Engine::Runsc => "docker (runsc)",
+        }
+    }
+
+    /// Sets this engine's keys in a `[docker]` section.
+    pub(crate) fn configure(self, d: &mut toolhost::config::DockerConfig) {
+        if self == Engine::Runsc {
+            d.runtime = Some(RUNSC.into());
+            d.network_runtime = Some(RUNSC_NET.into());
+        }
+    }
+
+    /// The same keys as TOML lines of a `[docker]` section.
+    pub(crate) fn toml(self) -> String {
+        match self {
+            Engine::Runc => String::new(),
+            Engine::Runsc => format!("runtime = {RUNSC:?}\nnetwork_runtime = {RUNSC_NET:?}\n"),
+        }
+    }
+}

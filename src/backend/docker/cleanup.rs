@@ -8,6 +8,7 @@ use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 
 use super::engine::{engine_error, status};
 use super::finish::create_refusal;
+use super::gate::Pass;
 use super::warm;
 use crate::outcome::Outcome;
 use crate::plan::ExecPlan;
@@ -48,10 +49,15 @@ pub async fn flush_removals() {
     }
 }
 
-pub(super) fn spawn_removal(docker: Docker, id: String) {
+/// Removes container `id` in the background, and only then lets go of its
+/// pass through the gate (`gate.rs`).
+pub(super) fn spawn_removal(docker: Docker, id: String, pass: Option<Pass>) {
     match tokio::runtime::Handle::try_current() {
         Ok(h) => {
-            let task = h.spawn(async move { remove(&docker, &id).await });
+            let task = h.spawn(async move {
+                remove(&docker, &id).await;
+                drop(pass);
+            });
             let mut p = PENDING.lock().unwrap_or_else(|e| e.into_inner());
             p.retain(|t| !t.is_finished());
             p.push(task);
@@ -87,29 +93,38 @@ impl Drop for WarmSlot<'_> {
         if !self.keep
             && let Some(w) = self.slot.take()
         {
-            spawn_removal(self.docker.clone(), w.id);
+            spawn_removal(self.docker.clone(), w.id, None);
         }
     }
 }
 
 /// Creates a container named `name`, removed whatever happens from here on:
 /// by name until the engine has given its id (a dropped create leaves none),
-/// then by id through the returned guard.
+/// then by id through the returned guard. A container made under another
+/// runtime than its body names is removed and refused.
 pub(super) async fn create_guarded(
     docker: &Docker,
     name: String,
     body: ContainerCreateBody,
-    image: &str,
-    plan: &ExecPlan,
+    (image, plan): (&str, &ExecPlan),
+    pass: Option<Pass>,
 ) -> Result<(Removal, String), Outcome> {
     let opts = CreateContainerOptions {
         name: Some(name.clone()),
         ..Default::default()
     };
+    let wanted = body.host_config.as_ref().and_then(|h| h.runtime.clone());
     let mut guard = Removal::new(docker.clone(), name);
+    guard.pass = pass;
     match docker.create_container(Some(opts), body).await {
         Ok(c) => {
             guard.id = Some(c.id.clone());
+            if let Some(wanted) = wanted
+                && let Err(o) = super::runtime::verify(docker, &c.id, &wanted).await
+            {
+                guard.remove_now().await;
+                return Err(o);
+            }
             Ok((guard, c.id))
         }
         Err(e) => {
@@ -119,10 +134,12 @@ pub(super) async fn create_guarded(
     }
 }
 
-/// Removes the container when dropped, unless already removed.
+/// Removes the container when dropped, unless already removed, and holds
+/// its pass through the gate until then.
 pub(super) struct Removal {
     pub(super) docker: Docker,
     pub(super) id: Option<String>,
+    pub(super) pass: Option<Pass>,
 }
 
 impl Removal {
@@ -130,6 +147,7 @@ impl Removal {
         Removal {
             docker,
             id: Some(id),
+            pass: None,
         }
     }
 
@@ -137,17 +155,25 @@ impl Removal {
         if let Some(id) = self.id.take() {
             remove(&self.docker, &id).await;
         }
+        self.pass = None;
     }
 
-    pub(super) fn disarm(&mut self) {
+    /// The engine has started the container: an exclusive pass turns shared.
+    pub(super) fn started(&mut self) {
+        self.pass = self.pass.take().map(Pass::share);
+    }
+
+    /// Hands the container (and its pass) to the caller.
+    pub(super) fn disarm(&mut self) -> Option<Pass> {
         self.id = None;
+        self.pass.take()
     }
 }
 
 impl Drop for Removal {
     fn drop(&mut self) {
         if let Some(id) = self.id.take() {
-            spawn_removal(self.docker.clone(), id);
+            spawn_removal(self.docker.clone(), id, self.pass.take());
         }
     }
 }

@@ -27,6 +27,16 @@ pub struct EngineProbe {
     pub api_version: String,
     /// Engine OS (`linux`).
     pub os: String,
+    /// What the engine is: `Docker` or `Podman`.
+    pub product: String,
+    /// Its uid mapping: `rootless`, `userns-remap`, or `None` (the host's
+    /// uids).
+    pub remap: Option<&'static str>,
+    /// The runtimes it has registered (name, path and arguments), when it
+    /// says, and its default.
+    pub runtimes: Option<Vec<(String, String, Vec<String>)>>,
+    /// The engine's default runtime, when it says.
+    pub default_runtime: Option<String>,
     /// The configured image and whether the engine has it.
     pub image: Option<(String, Result<(), String>)>,
 }
@@ -245,6 +255,12 @@ impl DockerBackend {
             .version()
             .await
             .map_err(|e| format!("version: {}", engine_error(&e)))?;
+        let info = docker
+            .info()
+            .await
+            .map_err(|e| format!("info: {}", engine_error(&e)))?;
+        let runtimes = super::runtime::Runtimes::from_info(&info);
+        let product = product(&v);
         let image = match &self.config.image {
             None => None,
             Some(i) => Some((
@@ -267,9 +283,31 @@ impl DockerBackend {
             version: v.version.unwrap_or_default(),
             api_version: v.api_version.unwrap_or_default(),
             os: v.os.unwrap_or_default(),
+            product,
+            remap: super::user::uid_remap(info.security_options.as_deref().unwrap_or_default()),
+            runtimes: runtimes.registered.map(|r| {
+                r.into_iter()
+                    .map(|(name, (path, args))| (name, path, args))
+                    .collect()
+            }),
+            default_runtime: runtimes.default,
             image,
         })
     }
+}
+
+/// What an engine's version says it is: `Podman` when a component is
+/// Podman's engine, else `Docker`.
+pub(super) fn product(v: &bollard::models::SystemVersion) -> String {
+    let podman = v
+        .components
+        .iter()
+        .flatten()
+        .any(|c| c.name.to_ascii_lowercase().contains("podman"))
+        || v.platform
+            .as_ref()
+            .is_some_and(|p| p.name.to_ascii_lowercase().contains("podman"));
+    if podman { "Podman" } else { "Docker" }.to_string()
 }
 
 /// Removes toolhost containers whose owner process (on this host) is gone.

@@ -20,7 +20,9 @@
 //! The parts: [`DockerBackend`] and a call's run here; `engine` (reaching the
 //! engine, the image, owners); `spec` (the container's host config and
 //! mounts); `finish` (how a call ended); `cleanup` (removal in every case);
-//! `user` (who the tool runs as); [`warm`] (warm mode).
+//! `gate` (what stands in for the helper's mount check under gVisor);
+//! `user` (who the tool runs as); `runtime` (the OCI runtime, checked
+//! before and after the create); [`warm`] (warm mode).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -47,7 +49,9 @@ use spec::{no_healthcheck, to_guest_paths};
 mod cleanup;
 mod engine;
 mod finish;
+mod gate;
 mod probe;
+mod runtime;
 mod spec;
 mod user;
 pub mod warm;
@@ -75,6 +79,8 @@ pub struct DockerBackend {
     warm: tokio::sync::Mutex<Option<warm::WarmContainer>>,
     /// The engine's uid mapping and platform, asked once.
     facts: tokio::sync::OnceCell<Result<user::EngineFacts, String>>,
+    /// Where the runtime shows no host inodes (`gate.rs`).
+    gate: gate::Gate,
 }
 
 impl std::fmt::Debug for DockerBackend {
@@ -106,6 +112,7 @@ impl DockerBackend {
             image_ok: AtomicBool::new(false),
             warm: tokio::sync::Mutex::new(None),
             facts: tokio::sync::OnceCell::new(),
+            gate: std::sync::Arc::new(tokio::sync::RwLock::new(())),
         }
     }
 
@@ -190,18 +197,48 @@ impl DockerBackend {
             Ok(u) => u,
             Err(o) => return refuse(o),
         };
+        // `host_config` names the same runtime, and the create checks it.
+        let runtime = match runtime::for_call(
+            &self.config,
+            plan.allow_network,
+            &facts.runtimes,
+            &self.engine_address(),
+        ) {
+            Ok(r) => r,
+            Err(o) => return refuse(o),
+        };
+        let gvisor = runtime::is_gvisor(&facts.runtimes, runtime.as_deref());
+        if self.config.warm && gvisor {
+            // The helper's fds are the protocol, kept from the tool (same
+            // uid) by the kernel's non-dumpable rule; gVisor opens
+            // `/proc/1/fd/*` to the tool regardless, and lets it kill PID 1.
+            return refuse(engine::unavailable(format!(
+                "warm mode is refused under gVisor ({}): its kernel lets a tool open the helper's /proc/1/fd (the protocol that carries the next calls) and kill it; set [docker] warm = false (docs/src/docker.md#runtimes-gvisor)",
+                runtime.as_deref().unwrap_or("the engine's default runtime")
+            )));
+        }
         if self.config.warm {
             return self
                 .run_warm(docker, &image, plan, (argv, env), (user, &held), start)
                 .await;
         }
-        let mut host_config = self.host_config(plan, &held);
+        // Where the helper cannot check the mounts' inodes, the gate keeps
+        // every other tool of this backend from redirecting them meanwhile.
+        let (pass, held) = if !gvisor {
+            (None, held)
+        } else {
+            match self.enter_gate(plan, held).await {
+                Ok((p, h)) => (Some(p), h),
+                Err(o) => return refuse(o),
+            }
+        };
+        let mut host_config = self.host_config(plan, &held, gvisor);
         // The tool runs under toolhost's filter, exec'd by the helper, where
         // the helper runs (`user`).
         let (entrypoint, cmd) = match (&facts.helper, user::filter_hex()) {
             (Ok(()), Some(hex)) => {
                 let (helper, expect) = match warm::helper_mount(plan)
-                    .and_then(|h| Ok((h, warm::expected_mounts(plan, &held)?)))
+                    .and_then(|h| Ok((h, warm::expected_mounts(plan, &held, !gvisor)?)))
                 {
                     Ok(m) => m,
                     Err(o) => return refuse(o),
@@ -258,10 +295,11 @@ impl DockerBackend {
             host_config: Some(host_config),
             ..Default::default()
         };
-        let (mut guard, created_id) = match create_guarded(docker, name, body, &image, plan).await {
-            Ok(g) => g,
-            Err(o) => return refuse(o),
-        };
+        let (mut guard, created_id) =
+            match create_guarded(docker, name, body, (&image, plan), pass).await {
+                Ok(g) => g,
+                Err(o) => return refuse(o),
+            };
         let limits = &plan.limits;
         let mut out = CappedBuffer::new(limits.stdout_cap);
         let mut err = CappedBuffer::new(limits.stderr_cap);
@@ -285,6 +323,7 @@ impl DockerBackend {
                 .start_container(id, None)
                 .await
                 .map_err(|e| start_refusal(&e))?;
+            guard.started();
             let mut input = attached.input;
             let stdin = plan.stdin.clone();
             let feed = async move {
@@ -380,7 +419,7 @@ impl Drop for DockerBackend {
     fn drop(&mut self) {
         let warm = self.warm.get_mut().take();
         if let (Some(w), Some(Ok(docker))) = (warm, self.client.get()) {
-            spawn_removal(docker.clone(), w.id);
+            spawn_removal(docker.clone(), w.id, None);
         }
     }
 }

@@ -18,10 +18,23 @@ impl DockerBackend {
                     "engine",
                     Status::Ok,
                     format!(
-                        "Docker {} (API {}, {}) at {}",
-                        p.version, p.api_version, p.os, p.address
+                        "{} {} (API {}, {}{}) at {}",
+                        p.product,
+                        p.version,
+                        p.api_version,
+                        p.os,
+                        match p.remap {
+                            Some(r) => format!(", {r}"),
+                            None => String::new(),
+                        },
+                        p.address
                     ),
                 );
+                let (status, text) = super::runtime::describe(&self.config, &p);
+                if status != Status::Ok {
+                    out.unusable.push(format!("docker: {text}"));
+                }
+                out.push("docker", "runtime", status, text);
                 match p.image {
                     None => {
                         out.unusable

@@ -15,6 +15,7 @@ impl DockerBackend {
         &self,
         plan: &ExecPlan,
         held: &[crate::backend::protect::Held],
+        gvisor: bool,
     ) -> HostConfig {
         let limits = &plan.limits;
         let mut mounts: Vec<Mount> = plan
@@ -87,6 +88,7 @@ impl DockerBackend {
             hard: Some(0),
         });
         ulimits.push(nofile_ulimit());
+        ulimits.extend(nproc_ulimit(plan, gvisor));
         let memory = limits
             .memory_bytes
             .map(|b| i64::try_from(b).unwrap_or(i64::MAX));
@@ -105,12 +107,19 @@ impl DockerBackend {
             )])),
             memory,
             memory_swap: memory,
-            pids_limit: limits
-                .processes
-                .map(|p| i64::try_from(p).unwrap_or(i64::MAX)),
+            pids_limit: limits.processes.map(|p| {
+                let p = i64::try_from(p).unwrap_or(i64::MAX);
+                if gvisor { gvisor_host_threads(p) } else { p }
+            }),
             ulimits: Some(ulimits),
             init: Some(true),
             ipc_mode: Some("private".into()),
+            // Checked against the engine's before the call
+            // (`runtime::for_call`), and after the create.
+            runtime: self
+                .config
+                .runtime_for(plan.allow_network)
+                .map(str::to_string),
             // Output goes only through the attach stream and its cap: the
             // engine keeps no log of it on its disk.
             log_config: Some(bollard::models::HostConfigLogConfig {
@@ -373,6 +382,31 @@ pub(super) fn to_guest_paths(plan: &ExecPlan, msg: &str) -> String {
         }
     }
     out
+}
+
+/// Under gVisor the tool's processes are tasks of gVisor's own kernel, and
+/// each is several host threads of the sandbox (about 9 per process with
+/// the ptrace platform, measured here, besides some 44 of the sandbox
+/// itself): the container's pids limit counts those, and would end the
+/// sandbox (a Go panic, exit 2) long before the tool reached `max_processes`.
+/// There it is only the host's backstop, 64 plus 16 per process, and the
+/// tool's processes are held to the limit by `RLIMIT_NPROC`
+/// ([`nproc_ulimit`]), which gVisor counts within its sandbox.
+pub(super) fn gvisor_host_threads(processes: i64) -> i64 {
+    processes.saturating_mul(16).saturating_add(64)
+}
+
+/// The `nproc` ulimit under gVisor: `max_processes` tasks of the tool's uid
+/// in the sandbox (its init, docker's or the helper, among them, as the
+/// pids limit counts it under runc). On the host's kernel `RLIMIT_NPROC`
+/// counts every process of the uid on the host, so runc gets none.
+pub(super) fn nproc_ulimit(plan: &ExecPlan, gvisor: bool) -> Option<ResourcesUlimits> {
+    let p = i64::try_from(plan.limits.processes?).unwrap_or(i64::MAX);
+    gvisor.then(|| ResourcesUlimits {
+        name: Some("nproc".into()),
+        soft: Some(p),
+        hard: Some(p),
+    })
 }
 
 /// Open files per process in a container. Without it, a container inherits the

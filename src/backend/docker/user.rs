@@ -37,6 +37,8 @@ pub(super) struct EngineFacts {
     pub remap: Option<&'static str>,
     /// Whether the helper can run there, or why not.
     pub helper: Result<(), String>,
+    /// The runtimes it has registered.
+    pub runtimes: super::runtime::Runtimes,
 }
 
 /// The uid mapping the engine's security options name: `userns` (the daemon's
@@ -136,6 +138,7 @@ impl DockerBackend {
                     .await
                     .map_err(|e| format!("Docker engine info: {}", engine_error(&e)))?;
                 let remap = uid_remap(info.security_options.as_deref().unwrap_or_default());
+                let runtimes = super::runtime::Runtimes::from_info(&info);
                 let v = docker
                     .version()
                     .await
@@ -152,7 +155,11 @@ impl DockerBackend {
                 } else {
                     super::warm::helper_available()
                 };
-                Ok(EngineFacts { remap, helper })
+                Ok(EngineFacts {
+                    remap,
+                    helper,
+                    runtimes,
+                })
             })
             .await;
         r.clone().map_err(unavailable)

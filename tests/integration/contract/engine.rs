@@ -136,10 +136,8 @@ pub(super) fn open_stdin_case(c: &Ctx) -> CaseResult {
     use std::io::Write;
     let cfg = c.t.root.join("stdin.toml");
     let backend = match c.target {
-        Target::Docker => {
-            let image = c.image.clone().unwrap_or_default();
-            std::fs::write(&cfg, format!("[docker]\nimage = {image:?}\n"))
-                .map_err(|e| e.to_string())?;
+        Target::Docker(_) => {
+            std::fs::write(&cfg, c.docker_toml()).map_err(|e| e.to_string())?;
             "docker"
         }
         Target::Wasm => {

@@ -45,17 +45,27 @@ use state::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Target {
     Direct,
-    Docker,
+    /// The docker backend on one engine and runtime: each holds the same
+    /// cases (`the_docker_engines_hold_the_same_cases`).
+    Docker(Engine),
     Wasm,
     Files,
     Shell,
 }
 
+/// The docker backend on its default engine (runc), as docs/src/attacks.md
+/// names it.
+const DOCKER: Target = Target::Docker(Engine::Runc);
+
 impl Target {
+    fn is_docker(self) -> bool {
+        matches!(self, Target::Docker(_))
+    }
+
     fn name(self) -> &'static str {
         match self {
             Target::Direct => "direct",
-            Target::Docker => "docker",
+            Target::Docker(e) => e.name(),
             Target::Wasm => "wasm",
             Target::Files => "file tools",
             Target::Shell => "shell policy",
@@ -69,7 +79,9 @@ impl Target {
 #[rustfmt::skip]
 const EXPECTATIONS: &[(Target, &str)] = &[
     (Target::Direct, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HHHH----H-"),
-    (Target::Docker, "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HH-H----H-"),
+    (DOCKER,         "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HH-H----H-"),
+    (Target::Docker(Engine::Runsc),
+                     "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HH-H----H-"),
     (Target::Wasm,   "HHHHHH-HHHHHH--HHH-HHH-----HH-HHHHH-----H--HHHH-H-"),
     (Target::Files,  "HHHHHHHHHH-----H------------------------HHHH------"),
     (Target::Shell,  "-----------------------------------HHHHH----------"),
@@ -97,7 +109,8 @@ const NOT_ON_THIS_PLATFORM: &[(Target, Option<u32>, &str)] = &[
         None,
         "its attacks are POSIX shell scripts (Windows: tests/integration/windows.rs)",
     ),
-    (Target::Docker, None, "a Linux Docker engine"),
+    (DOCKER, None, "a Linux Docker engine"),
+    (Target::Docker(Engine::Runsc), None, "a Linux Docker engine"),
     (Target::Files, Some(42), "set-ID bits are Unix's"),
     (
         Target::Files,
@@ -141,7 +154,7 @@ impl Ctx {
     fn new(target: Target, image: Option<String>) -> Self {
         let t = Tmp::new();
         #[cfg(unix)]
-        if target == Target::Docker {
+        if target.is_docker() {
             use std::os::unix::fs::PermissionsExt;
             for (p, mode) in [
                 (t.root.clone(), 0o755),
@@ -165,9 +178,10 @@ impl Ctx {
             ..SandboxConfig::default()
         };
         match self.target {
-            Target::Docker => {
+            Target::Docker(engine) => {
                 c.backend = BackendChoice::Docker;
                 c.docker.image = self.image.clone();
+                engine.configure(&mut c.docker);
             }
             Target::Wasm => c.backend = BackendChoice::Wasm,
             _ => {}
@@ -187,6 +201,16 @@ impl Ctx {
 
     fn sandbox(&self) -> Sandbox {
         self.sandbox_with(|_| {})
+    }
+
+    /// The `[docker]` section of a config file for this docker target.
+    fn docker_toml(&self) -> String {
+        let image = self.image.clone().unwrap_or_default();
+        let engine = match self.target {
+            Target::Docker(e) => e.toml(),
+            _ => String::new(),
+        };
+        format!("[docker]\nimage = {image:?}\n{engine}")
     }
 
     /// Runs `script` (direct, docker) or the probe mode `wasm` (wasm).
@@ -282,6 +306,25 @@ fn ensure(cond: bool, what: impl FnOnce() -> String) -> CaseResult {
     if cond { Ok(()) } else { Err(what()) }
 }
 
+/// The processes of `sb`'s calls since `since` still on the host: those
+/// whose command line has `marker` (the tool's own, where they are host
+/// processes) and, on docker, those of each container made since (its
+/// engine's shim; under runsc the whole gVisor sandbox, inside which the
+/// tool's processes run and are not the host's).
+fn leftovers(c: &Ctx, sb: &Sandbox, since: std::time::SystemTime, marker: &str) -> Vec<i32> {
+    #[cfg_attr(not(unix), allow(unused_mut))]
+    let mut pids = processes_with(marker);
+    #[cfg(unix)]
+    if c.target.is_docker() {
+        for id in crate::docker::session_containers_since(sb, since) {
+            pids.extend(processes_with(&id));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (c, sb, since);
+    pids
+}
+
 /// The outside canary, as each target sees the host path.
 fn canary_path(c: &Ctx) -> String {
     c.t.outside()
@@ -314,7 +357,7 @@ async fn run_case(c: &Ctx, case: u32) -> CaseResult {
         #[cfg(unix)]
         42 if d == Target::Files => replaced_setid_file_case(c),
         #[cfg(unix)]
-        42 if d == Target::Docker => setid_in_container_case(c).await,
+        42 if d.is_docker() => setid_in_container_case(c).await,
         #[cfg(unix)]
         42 => privileges_left_behind_case(c).await,
         #[cfg(unix)]
@@ -343,15 +386,14 @@ fn run_one(target: Target, case: u32) {
         return;
     }
     #[cfg(unix)]
-    let image = if target == Target::Docker {
-        crate::docker::image()
-    } else {
-        None
+    let image = match target {
+        Target::Docker(engine) => crate::docker::image_on(engine),
+        _ => None,
     };
     #[cfg(not(unix))]
     let image = None;
-    if target == Target::Docker && image.is_none() {
-        println!("case {case} on docker: skipped (no engine)");
+    if target.is_docker() && image.is_none() {
+        println!("case {case} on {}: skipped (no engine)", target.name());
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -404,7 +446,11 @@ contract_tests! {
         03 04 11 12 13 14 15 16 17 18 19 20 21 23 24 25 26 27 28 29 30 32 33 34 35
         41 42 43 44 49
     ];
-    docker => Target::Docker => [
+    docker => DOCKER => [
+        03 04 11 12 13 14 15 16 17 18 19 20 21 23 24 25 26 27 28 29 30 32 33 34 35
+        41 42 44 49
+    ];
+    docker_runsc => Target::Docker(Engine::Runsc) => [
         03 04 11 12 13 14 15 16 17 18 19 20 21 23 24 25 26 27 28 29 30 32 33 34 35
         41 42 44 49
     ];
@@ -442,6 +488,23 @@ fn every_held_mark_has_its_own_test() {
                 target.name()
             );
         }
+    }
+}
+
+/// Every engine and runtime of the docker backend holds what the default
+/// one does.
+#[test]
+fn the_docker_engines_hold_the_same_cases() {
+    let row = |t: Target| EXPECTATIONS.iter().find(|(x, _)| *x == t).map(|(_, r)| *r);
+    // Each engine's row, beside the default's.
+    let engines: &[Engine] = &[Engine::Runsc];
+    for &engine in engines {
+        assert_eq!(
+            row(Target::Docker(engine)),
+            row(DOCKER),
+            "{}",
+            engine.name()
+        );
     }
 }
 
@@ -486,59 +549,47 @@ fn the_expectations_cover_attacks_md_and_every_listed_target() {
     let listed: [(&str, &[Target]); 43] = [
         ("1", &[Target::Files, Target::Wasm]),
         ("2", &[Target::Files, Target::Wasm]),
-        (
-            "3",
-            &[Target::Files, Target::Wasm, Target::Direct, Target::Docker],
-        ),
-        (
-            "4",
-            &[Target::Files, Target::Wasm, Target::Direct, Target::Docker],
-        ),
+        ("3", &[Target::Files, Target::Wasm, Target::Direct, DOCKER]),
+        ("4", &[Target::Files, Target::Wasm, Target::Direct, DOCKER]),
         ("5", &[Target::Files, Target::Wasm]),
         ("6", &[Target::Files, Target::Wasm]),
         ("7", &[Target::Files]),
         ("8", &[Target::Files, Target::Wasm]),
         ("9", &[Target::Files, Target::Wasm]),
         ("10", &[Target::Files, Target::Wasm]),
-        ("11", &[Target::Direct, Target::Docker, Target::Wasm]),
-        ("12", &[Target::Direct, Target::Docker, Target::Wasm]),
-        ("13", &[Target::Direct, Target::Docker, Target::Wasm]),
-        ("14", &[Target::Direct, Target::Docker]),
-        ("15", &[Target::Direct, Target::Docker]),
-        ("17", &[Target::Direct, Target::Docker, Target::Wasm]),
-        ("18", &[Target::Direct, Target::Docker, Target::Wasm]),
-        ("19", &[Target::Direct, Target::Docker]),
-        ("20", &[Target::Direct, Target::Docker, Target::Wasm]),
-        ("21", &[Target::Direct, Target::Docker, Target::Wasm]),
+        ("11", &[Target::Direct, DOCKER, Target::Wasm]),
+        ("12", &[Target::Direct, DOCKER, Target::Wasm]),
+        ("13", &[Target::Direct, DOCKER, Target::Wasm]),
+        ("14", &[Target::Direct, DOCKER]),
+        ("15", &[Target::Direct, DOCKER]),
+        ("17", &[Target::Direct, DOCKER, Target::Wasm]),
+        ("18", &[Target::Direct, DOCKER, Target::Wasm]),
+        ("19", &[Target::Direct, DOCKER]),
+        ("20", &[Target::Direct, DOCKER, Target::Wasm]),
+        ("21", &[Target::Direct, DOCKER, Target::Wasm]),
         ("22", &[Target::Wasm]),
-        ("23", &[Target::Direct, Target::Docker]),
-        ("24", &[Target::Direct, Target::Docker]),
-        ("25", &[Target::Direct, Target::Docker]),
-        ("26", &[Target::Direct, Target::Docker]),
-        ("27", &[Target::Direct, Target::Docker]),
-        ("28", &[Target::Direct, Target::Docker, Target::Wasm]),
-        ("29", &[Target::Direct, Target::Docker, Target::Wasm]),
-        ("30", &[Target::Direct, Target::Docker]),
+        ("23", &[Target::Direct, DOCKER]),
+        ("24", &[Target::Direct, DOCKER]),
+        ("25", &[Target::Direct, DOCKER]),
+        ("26", &[Target::Direct, DOCKER]),
+        ("27", &[Target::Direct, DOCKER]),
+        ("28", &[Target::Direct, DOCKER, Target::Wasm]),
+        ("29", &[Target::Direct, DOCKER, Target::Wasm]),
+        ("30", &[Target::Direct, DOCKER]),
         ("31", &[Target::Wasm]),
-        ("32", &[Target::Direct, Target::Docker, Target::Wasm]),
-        ("33", &[Target::Direct, Target::Docker, Target::Wasm]),
-        ("34", &[Target::Direct, Target::Docker, Target::Wasm]),
-        ("35", &[Target::Direct, Target::Docker, Target::Wasm]),
+        ("32", &[Target::Direct, DOCKER, Target::Wasm]),
+        ("33", &[Target::Direct, DOCKER, Target::Wasm]),
+        ("34", &[Target::Direct, DOCKER, Target::Wasm]),
+        ("35", &[Target::Direct, DOCKER, Target::Wasm]),
         ("36", &[Target::Shell]),
-        (
-            "41",
-            &[Target::Direct, Target::Docker, Target::Wasm, Target::Files],
-        ),
-        ("42", &[Target::Direct, Target::Docker, Target::Files]),
+        ("41", &[Target::Direct, DOCKER, Target::Wasm, Target::Files]),
+        ("42", &[Target::Direct, DOCKER, Target::Files]),
         ("43", &[Target::Direct, Target::Files]),
-        (
-            "44",
-            &[Target::Direct, Target::Docker, Target::Wasm, Target::Files],
-        ),
+        ("44", &[Target::Direct, DOCKER, Target::Wasm, Target::Files]),
         ("45", &[Target::Wasm]),
         ("46", &[Target::Wasm]),
         ("47", &[Target::Wasm]),
-        ("49", &[Target::Direct, Target::Docker, Target::Wasm]),
+        ("49", &[Target::Direct, DOCKER, Target::Wasm]),
     ];
     for (case, targets) in listed {
         let n: u32 = case.parse().unwrap();

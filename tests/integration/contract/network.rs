@@ -15,7 +15,7 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
             l.set_nonblocking(true).unwrap();
             let addr = l.local_addr().unwrap().to_string();
             let port = l.local_addr().unwrap().port();
-            let script = if d == Target::Docker {
+            let script = if d.is_docker() {
                 "ip route 2>/dev/null | grep -q default && echo route || echo noroute; nc -w 2 127.0.0.1 1 </dev/null; cat /proc/net/dev | grep -c :".to_string()
             } else {
                 format!(
@@ -27,12 +27,12 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
                 !r.stdout.contains("connected") && l.accept().is_err(),
                 || format!("network off: {r:?}"),
             )?;
-            if d == Target::Docker {
+            if d.is_docker() {
                 // Only the loopback interface exists in the container.
                 ensure(r.stdout.trim_end().ends_with('1'), || {
                     format!("interfaces: {r:?}")
                 })?;
-                return Ok(());
+                return docker_network_twin(c, &sb).await;
             }
             let on = c.sandbox_with(|cfg| cfg.allow_network = true);
             let r = c.run(&on, &script, &["connect", &addr]).await;
@@ -53,7 +53,7 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
         }
         // DNS, UDP, raw sockets: refused with the network off.
         29 => {
-            let script = if d == Target::Docker {
+            let script = if d.is_docker() {
                 "nslookup example.com 2>&1 | tail -2; echo x | nc -u -w 1 1.1.1.1 53 && echo sent"
                     .to_string()
             } else {
@@ -94,7 +94,7 @@ print('no dns')
             log.set_nonblocking(true).unwrap();
             let p = path.to_string_lossy();
             let lp = log_path.to_string_lossy();
-            let script = if d == Target::Docker {
+            let script = if d.is_docker() {
                 format!(
                     "ls -l {p} {lp} /var/run/docker.sock /run/docker.sock 2>&1 | grep -c 'No such file'"
                 )
@@ -112,7 +112,7 @@ print('no dns')
                     && log.recv(&mut buf).is_err(),
                 || format!("{r:?}"),
             )?;
-            if d == Target::Docker {
+            if d.is_docker() {
                 ensure(r.stdout.trim() == "4", || format!("sockets visible: {r:?}"))?;
             } else {
                 ensure(r.stdout.starts_with("refused 1\n"), || format!("{r:?}"))?;
@@ -193,4 +193,62 @@ print('no dns')
         }
         _ => Err(format!("case {case} is not one of this part's")),
     }
+}
+
+/// Docker's twin of case 28: with the network on, a connection through the
+/// container's default route reaches a listener of the host's (the
+/// container's loopback is its own); with it off, the same address is
+/// unreachable and the listener gets nothing.
+async fn docker_network_twin(c: &Ctx, off: &Sandbox) -> CaseResult {
+    // A listener on every host address that accepts and closes at once,
+    // counting connections.
+    let l = TcpListener::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+    let port = l.local_addr().map_err(|e| e.to_string())?.port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let accepted = accepted.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                if s.is_ok() {
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    let count = || accepted.load(std::sync::atomic::Ordering::SeqCst);
+    let on = c.sandbox_with(|cfg| cfg.allow_network = true);
+    let r = c
+        .run(
+            &on,
+            &format!(
+                "gw=$(ip route | awk '/^default/ {{print $3}}'); echo GW=$gw; echo hi | nc -w 3 $gw {port} && echo CONNECTED"
+            ),
+            &[],
+        )
+        .await;
+    let gw = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("GW="))
+        .unwrap_or_default()
+        .to_string();
+    ensure(
+        r.stdout.contains("CONNECTED") && gw.parse::<std::net::Ipv4Addr>().is_ok() && count() == 1,
+        || format!("network on ({} accepted): {r:?}", count()),
+    )?;
+    let r = c
+        .run(
+            off,
+            &format!("echo hi | nc -w 3 {gw} {port} && echo CONNECTED"),
+            &[],
+        )
+        .await;
+    ensure(
+        !r.stdout.contains("CONNECTED")
+            && (r.stderr.contains("unreachable") || r.stderr.contains("No route to host")),
+        || format!("network off: {r:?}"),
+    )?;
+    ensure(count() == 1, || {
+        "network off: a connection reached the host".into()
+    })
 }

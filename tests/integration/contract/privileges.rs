@@ -87,9 +87,12 @@ pub(super) async fn setid_in_container_case(c: &Ctx) -> CaseResult {
             format!("warm={warm}: p {:?}", mode("p"))
         })?;
         ensure(mode("fifo").is_none(), || format!("warm={warm}: fifo made"))?;
-        ensure(mode("fifo2").is_some(), || {
-            format!("warm={warm}: control fifo2")
-        })?;
+        // gVisor keeps a named pipe made in a mounted dir in its own
+        // kernel, not on the host: there the control is the tool's `fifo2=0`.
+        ensure(
+            mode("fifo2").is_some() || c.target == Target::Docker(Engine::Runsc),
+            || format!("warm={warm}: control fifo2"),
+        )?;
     }
     Ok(())
 }

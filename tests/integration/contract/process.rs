@@ -109,7 +109,7 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
             let r = c
                 .run(
                     &sb,
-                    if d == Target::Docker {
+                    if d.is_docker() {
                         "head -c 300000000 /dev/zero | tail > /dev/null; echo survived"
                     } else {
                         "python3 -c 'b = bytearray(3 * 1024**3)'"
@@ -121,7 +121,7 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
                 matches!(
                     r.outcome.kind,
                     OutcomeKind::MemoryLimit | OutcomeKind::Signalled
-                ) || (d == Target::Docker && !r.success()),
+                ) || (d.is_docker() && !r.success()),
                 || format!("{r:?}"),
             )?;
             let r = c.run(&sb, "echo small", &["alloc", "4"]).await;
@@ -150,7 +150,7 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
                 "i=0; while [ $i -lt 2000 ]; do echo x > m-$i; i=$((i+1)); done; echo created $i";
             let exhaust = match d {
                 // busybox tail -f keeps every file it follows open.
-                Target::Docker => {
+                Target::Docker(_) => {
                     "i=0; while [ $i -lt 5000 ]; do : > fd-$i; i=$((i+1)); done; timeout 2 tail -f fd-* 2>&1 | grep -c 'Too many open files'"
                 }
                 _ => {
@@ -239,6 +239,7 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
         19 => {
             let marker = format!("{}.5", 4000 + std::process::id() % 1000);
             let sb = c.sandbox_with(|cfg| cfg.timeout = Duration::from_secs(2));
+            let since = std::time::SystemTime::now();
             let r = c
             .run(
                 &sb,
@@ -250,11 +251,11 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
             .await;
             // Docker's pids limit may end the flood first (the shell cannot
             // fork: exit 2); either way it is contained.
-            let contained = r.timed_out && r.stdout == "started\n"
-                || d == Target::Docker && r.returncode == Some(2);
+            let contained =
+                r.timed_out && r.stdout == "started\n" || d.is_docker() && r.returncode == Some(2);
             ensure(contained, || format!("{r:?}"))?;
             let left = still_alive(
-                &processes_with(&format!("sleep {marker}")),
+                &leftovers(c, &sb, since, &format!("sleep {marker}")),
                 Duration::from_secs(5),
             );
             ensure(left.is_empty(), || {
@@ -272,6 +273,7 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
         26 => {
             let marker = format!("{}.5", 5000 + std::process::id() % 1000);
             let sb = c.sandbox_with(|cfg| cfg.timeout = Duration::from_secs(1));
+            let since = std::time::SystemTime::now();
             let t0 = Instant::now();
             let r = c
                 .run(
@@ -285,7 +287,7 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
                 || format!("{r:?} after {:?}", t0.elapsed()),
             )?;
             let left = still_alive(
-                &processes_with(&format!("sleep {marker}")),
+                &leftovers(c, &sb, since, &format!("sleep {marker}")),
                 Duration::from_secs(5),
             );
             ensure(left.is_empty(), || format!("survivors: {left:?}"))?;
@@ -304,10 +306,11 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
                 ),
                 _ => format!("sh -c \"trap '' TERM; sleep {marker}\" & echo started"),
             };
+            let since = std::time::SystemTime::now();
             let r = c.run(&sb, &script, &[]).await;
             ensure(r.stdout == "started\n", || format!("{r:?}"))?;
             let left = still_alive(
-                &processes_with(&format!("sleep {marker}")),
+                &leftovers(c, &sb, since, &format!("sleep {marker}")),
                 Duration::from_secs(5),
             );
             ensure(left.is_empty(), || format!("survivors: {left:?}"))

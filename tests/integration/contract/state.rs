@@ -122,7 +122,7 @@ pub(super) async fn protected_paths_case(c: &Ctx) -> CaseResult {
     {
         let sb = c.sandbox();
         match c.target {
-            Target::Direct | Target::Docker => {
+            Target::Direct | Target::Docker(_) => {
                 let r = c
                     .run(
                         &sb,
@@ -219,7 +219,7 @@ pub(super) async fn protected_paths_case(c: &Ctx) -> CaseResult {
     let sb = c.sandbox();
     let mut refusals = Vec::new();
     match c.target {
-        Target::Direct | Target::Docker => {
+        Target::Direct | Target::Docker(_) => {
             let script = "\
                 printf 'x' > .git/hooks/pre-commit; echo \"write=$?\"; \
                 chmod 755 .git/hooks/pre-commit.sample; echo \"chmod=$?\"; \

@@ -440,3 +440,40 @@ async fn warm_mode_survives_cancellation_concurrency_and_a_killed_container() {
     sb.shutdown().await;
     assert_eq!(containers(&label), Vec::<String>::new());
 }
+
+/// Under gVisor a tool can open the helper's `/proc/1/fd/*` (the protocol,
+/// which carries the next calls) and kill it, whatever its dumpable flag:
+/// warm mode is refused there before any container is made, and the same
+/// call runs in a container of its own.
+#[tokio::test]
+async fn warm_mode_is_refused_under_gvisor() {
+    let Some(image) = image_on(Engine::Runsc) else {
+        return;
+    };
+    let t = tmp();
+    let mut cfg = docker_config_on(&image, Engine::Runsc);
+    cfg.docker.warm = true;
+    let sb = t.sandbox(cfg.clone());
+    let label = session_label(&sb);
+    let r = dsh(&sb, "echo ran > canary").await;
+    assert_eq!(r.outcome.kind, OutcomeKind::BackendUnavailable, "{r:?}");
+    assert!(
+        r.outcome
+            .message
+            .contains("warm mode is refused under gVisor")
+            && r.outcome.message.contains("warm = false"),
+        "{r:?}"
+    );
+    assert!(!t.ws().join("canary").exists());
+    assert_eq!(containers(&label), Vec::<String>::new());
+    // Allowed twin: a container per call, under the same runtime.
+    cfg.docker.warm = false;
+    let sb = t.sandbox(cfg);
+    let r = dsh(&sb, "echo ran > canary; uname -r").await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(r.stdout, "4.4.0\n", "gVisor's kernel: {r:?}");
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("canary")).unwrap(),
+        "ran\n"
+    );
+}

@@ -198,9 +198,13 @@ pub(in crate::backend::docker) fn helper_mount(plan: &ExecPlan) -> Result<Mount,
 /// The helper checks, before anything runs, that each is a mount point
 /// showing that inode: the engine resolves the paths again when it mounts
 /// them, and a concurrent call may have swapped one for a symlink since.
+/// Under a runtime that shows no host inodes (`host_inodes` false) they are
+/// `-:-:PATH`, a mount point only, and the caller holds the backend's gate
+/// instead (`DockerBackend::enter_gate`).
 pub(in crate::backend::docker) fn expected_mounts(
     plan: &ExecPlan,
     held: &[crate::backend::protect::Held],
+    host_inodes: bool,
 ) -> Result<Vec<String>, Outcome> {
     #[cfg_attr(not(unix), allow(unused_mut))]
     let mut out = Vec::new();
@@ -217,6 +221,13 @@ pub(in crate::backend::docker) fn expected_mounts(
                 ),
             )
         };
+        let expect = |dev: u64, ino: u64, at: &std::path::Path| {
+            if host_inodes {
+                format!("{dev}:{ino}:{}", at.display())
+            } else {
+                format!("-:-:{}", at.display())
+            }
+        };
         // The allowed dir `m`, open as `dir`, must be seen at `at`.
         let expect_dir = |out: &mut Vec<String>,
                           m: &crate::plan::Mount,
@@ -226,7 +237,7 @@ pub(in crate::backend::docker) fn expected_mounts(
                 .dir_metadata()
                 .map_err(|e| changed(&m.guest, e.to_string()))?;
             out.push("--expect".to_string());
-            out.push(format!("{}:{}:{}", meta.dev(), meta.ino(), at.display()));
+            out.push(expect(meta.dev(), meta.ino(), at));
             Ok::<(), Outcome>(())
         };
         for (m, (_, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
@@ -265,17 +276,12 @@ pub(in crate::backend::docker) fn expected_mounts(
             }
             for target in bound {
                 out.push("--expect".to_string());
-                out.push(format!(
-                    "{}:{}:{}",
-                    meta.dev(),
-                    meta.ino(),
-                    target.display()
-                ));
+                out.push(expect(meta.dev(), meta.ino(), &target));
             }
         }
     }
     #[cfg(not(unix))]
-    let _ = (plan, held);
+    let _ = (plan, held, host_inodes);
     Ok(out)
 }
 

@@ -97,8 +97,10 @@ impl DockerBackend {
             ));
         };
         let helper = helper_mount(plan)?;
-        let expect = expected_mounts(plan, held)?;
-        let mut host = self.host_config(plan, held);
+        // Never under gVisor (refused before): the helper checks the
+        // mounts' inodes, and the pids limit counts the tool's processes.
+        let expect = expected_mounts(plan, held, true)?;
+        let mut host = self.host_config(plan, held, false);
         // The helper is the init (it reaps, and kills what a call leaves).
         host.init = Some(false);
         // No container-wide CPU or file-size limit: it would end the helper,
@@ -143,7 +145,8 @@ impl DockerBackend {
         // Removed if this fails or the future is dropped before the slot
         // holds it.
         let (mut guard, created_id) =
-            super::cleanup::create_guarded(docker, self.next_name(), body, image, plan).await?;
+            super::cleanup::create_guarded(docker, self.next_name(), body, (image, plan), None)
+                .await?;
         let attach = AttachContainerOptions {
             stream: true,
             stdin: true,

@@ -1,0 +1,110 @@
+//! The gate for runtimes that show no host inodes (gVisor's `runsc`: its
+//! files carry the sandbox's own device and inode numbers).
+//!
+//! The engine resolves each mount source by path when a container starts,
+//! after toolhost's checks, and a tool of a concurrent call could rename a
+//! dir on the way and plant a symlink (a nested allowed dir, a protected
+//! path: every source inside a writable allowed dir). Under runc the helper
+//! closes that window by checking each mount's device and inode from inside
+//! (`--expect`). Under a runtime that hides them it cannot, so the window is
+//! closed here instead: while the engine resolves a source that a tool could
+//! redirect, no tool of this backend runs, and what toolhost checked just
+//! before is what the engine finds.
+//!
+//! Every container of the backend holds a shared pass from before its start
+//! until its removal has finished (also a removal spawned for a dropped
+//! call). A container whose mounts a tool could redirect is created and
+//! started under the exclusive pass, taken once every other container is
+//! gone, with its protected paths found and checked again under it; the pass
+//! turns shared once the engine has started it. Such calls therefore run one
+//! at a time (docs/src/docker.md#runtimes-gvisor). Warm mode is refused under
+//! gVisor, so only containers per call pass here.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+
+use super::DockerBackend;
+use crate::backend::protect::{self, Held};
+use crate::outcome::Outcome;
+use crate::plan::ExecPlan;
+
+/// The gate of one backend.
+pub(super) type Gate = Arc<RwLock<()>>;
+
+/// A container's pass through the gate, held until it is removed.
+#[derive(Debug)]
+pub(super) enum Pass {
+    /// Other containers may run.
+    Shared(#[allow(dead_code)] OwnedRwLockReadGuard<()>),
+    /// No other container of the backend exists.
+    Exclusive(OwnedRwLockWriteGuard<()>),
+}
+
+impl Pass {
+    /// Once the engine has mounted everything: others may run again.
+    pub(super) fn share(self) -> Pass {
+        match self {
+            Pass::Exclusive(w) => Pass::Shared(w.downgrade()),
+            shared => shared,
+        }
+    }
+}
+
+/// Whether a tool could redirect one of the call's mount sources: an
+/// allowed dir or a protected-path mount that lies inside a writable
+/// allowed dir, where a call can rename what is on its way.
+pub(super) fn redirectable(plan: &ExecPlan, held: &[Held]) -> bool {
+    let inside = |p: &std::path::Path| protect::outermost_writable(&plan.mounts, p).is_some();
+    plan.mounts.iter().any(|m| inside(&m.path))
+        || held.iter().any(|h| inside(&h.source) || inside(&h.target))
+}
+
+impl DockerBackend {
+    /// The pass of a container about to be made for `plan` under a runtime
+    /// that shows no host inodes, and the protected-path mounts to give it:
+    /// when a tool could redirect a source, the exclusive pass, with the
+    /// protected paths found again and the mounts checked again under it.
+    pub(super) async fn enter_gate(
+        &self,
+        plan: &ExecPlan,
+        held: Vec<Held>,
+    ) -> Result<(Pass, Vec<Held>), Outcome> {
+        if !redirectable(plan, &held) {
+            return Ok((Pass::Shared(self.gate.clone().read_owned().await), held));
+        }
+        let pass = self.gate.clone().write_owned().await;
+        // No tool of this backend runs now: what is checked here is what
+        // the engine will find.
+        let held = protect::held(plan);
+        self.check_mounts(plan, &held)?;
+        Ok((Pass::Exclusive(pass), held))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_exclusive_pass_waits_for_every_container_and_shares_after_the_start() {
+        let gate: Gate = Arc::new(RwLock::new(()));
+        let running = Pass::Shared(gate.clone().read_owned().await);
+        // A redirectable create waits while a container runs...
+        let mut waiting = Box::pin(gate.clone().write_owned());
+        assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+        drop(running);
+        // ... and gets through once it is removed.
+        let exclusive = Pass::Exclusive(waiting.await);
+        // Nothing else starts until the engine has mounted its dirs.
+        assert!(gate.clone().try_read_owned().is_err());
+        let shared = exclusive.share();
+        assert!(matches!(shared, Pass::Shared(_)));
+        let other = gate.clone().try_read_owned();
+        assert!(other.is_ok());
+        // But another exclusive one waits for both.
+        assert!(gate.clone().try_write_owned().is_err());
+        drop((shared, other));
+        assert!(gate.clone().try_write_owned().is_ok());
+    }
+}

@@ -1,0 +1,124 @@
+//! What stands in for the helper's mount check under gVisor (the gate of
+//! `src/backend/docker/gate.rs`): gVisor shows no host inodes, so while a
+//! call whose mounts a tool could redirect is set up, no other container of
+//! the sandbox exists.
+
+use super::*;
+
+/// A sandbox of the workspace and a read-only dir nested in it, `a/b`,
+/// holding `canary` = INSIDE; `outside/b/canary` = OUTSIDE.
+fn nested(t: &Tmp, image: &str, engine: Engine) -> (Sandbox, std::path::PathBuf) {
+    let nested = t.ws().join("a/b");
+    std::fs::create_dir_all(&nested).unwrap();
+    std::fs::write(nested.join("canary"), "INSIDE").unwrap();
+    std::fs::set_permissions(t.ws().join("a"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::create_dir_all(t.outside().join("b")).unwrap();
+    std::fs::write(t.outside().join("b/canary"), "OUTSIDE").unwrap();
+    let dirs = [
+        toolhost::AllowedDirSpec::read_write(t.ws()),
+        toolhost::AllowedDirSpec::read_only(&nested),
+    ];
+    let mut cfg = docker_config_on(image, engine);
+    cfg.timeout = Duration::from_secs(4);
+    (Sandbox::new(dirs, cfg).unwrap(), nested)
+}
+
+/// Two calls at once: the first waits for a file the second makes.
+async fn side_by_side(sb: &Sandbox) -> (RunOutput, RunOutput) {
+    tokio::join!(
+        dsh(sb, "while [ ! -e go ]; do sleep 0.05; done; echo met"),
+        async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            dsh(sb, "touch go; echo made").await
+        }
+    )
+}
+
+/// Under gVisor, calls whose mounts a tool could redirect (a read-only dir
+/// nested in the writable workspace) do not run side by side: the first
+/// call never sees the second's file, which is made only once it is gone.
+/// Allowed twins: the same calls overlap under gVisor when nothing is
+/// nested, and under runc, whose helper checks the mounts' inodes.
+#[tokio::test]
+async fn under_gvisor_calls_with_a_redirectable_mount_run_one_at_a_time() {
+    let Some(image) = image_on(Engine::Runsc) else {
+        return;
+    };
+    let t = tmp();
+    let (sb, _) = nested(&t, &image, Engine::Runsc);
+    let (first, second) = side_by_side(&sb).await;
+    assert!(
+        first.timed_out && !first.stdout.contains("met"),
+        "{first:?}"
+    );
+    assert_eq!(second.stdout, "made\n", "{second:?}");
+    std::fs::remove_file(t.ws().join("go")).unwrap();
+    // Nothing nested: side by side.
+    let plain = tmp();
+    let mut cfg = docker_config_on(&image, Engine::Runsc);
+    cfg.timeout = Duration::from_secs(4);
+    let sb = plain.sandbox(cfg);
+    let (first, second) = side_by_side(&sb).await;
+    assert_eq!(first.stdout, "met\n", "{first:?}");
+    assert_eq!(second.stdout, "made\n", "{second:?}");
+    // runc: side by side, nested or not.
+    let Some(image) = image_on(Engine::Runc) else {
+        return;
+    };
+    let (sb, _) = nested(&t, &image, Engine::Runc);
+    let (first, second) = side_by_side(&sb).await;
+    assert_eq!(first.stdout, "met\n", "{first:?}");
+    assert_eq!(second.stdout, "made\n", "{second:?}");
+}
+
+/// The race the gate closes: one call keeps swapping the nested dir's
+/// parent for a symlink to the outside and back while others start; the
+/// engine resolves mount sources by path when it starts a container, so
+/// without the gate one of them could get `outside/b` mounted at `a/b`.
+/// Under gVisor none reads OUTSIDE; each reads INSIDE or is refused (the
+/// swap left in place). Control: the swapping call ran and swapped.
+#[tokio::test]
+async fn under_gvisor_a_swapped_parent_never_gets_the_outside_mounted() {
+    let Some(image) = image_on(Engine::Runsc) else {
+        return;
+    };
+    let t = tmp();
+    let (sb, _) = nested(&t, &image, Engine::Runsc);
+    let sb = std::sync::Arc::new(sb);
+    let swap = format!(
+        "cd {ws}; n=0; end=$(( $(date +%s) + 2 )); while [ $(date +%s) -lt $end ]; do mv a a.x && ln -s {out} a && n=$((n+1)); rm a; mv a.x a; done; echo swaps=$n",
+        ws = t.ws().display(),
+        out = t.outside().display()
+    );
+    let swapper = {
+        let sb = sb.clone();
+        tokio::spawn(async move { dsh(&sb, &swap).await })
+    };
+    let mut readers = Vec::new();
+    for i in 0..6 {
+        let sb = sb.clone();
+        readers.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150 * i)).await;
+            dsh(&sb, "cat a/b/canary").await
+        }));
+    }
+    let swapped = swapper.await.unwrap();
+    let swaps: u32 = swapped
+        .stdout
+        .trim()
+        .strip_prefix("swaps=")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(swaps > 0, "the swapping call never swapped: {swapped:?}");
+    for r in readers {
+        let r = r.await.unwrap();
+        assert!(
+            !r.stdout.contains("OUTSIDE"),
+            "the outside was mounted: {r:?}"
+        );
+        assert!(
+            r.stdout == "INSIDE" || r.outcome.kind == OutcomeKind::PermissionDenied,
+            "{r:?}"
+        );
+    }
+}

@@ -88,8 +88,11 @@ pub(crate) fn mount_points() -> Vec<Vec<u8>> {
 }
 
 /// Checks every `DEV:INO:PATH`: PATH is a mount point showing that device
-/// and inode (not followed if it is a symlink); `-:-:PATH` only that PATH
-/// is a mount point. Exits 125 if one is not.
+/// and inode (not followed if it is a symlink); `ctime:SEC.NSEC:PATH` one
+/// showing that inode change time (a runtime that shows no host inodes,
+/// gVisor, shows the host's times: no tool can set a ctime, so a place
+/// swapped for another shows another); `-:-:PATH` only that PATH is a mount
+/// point. Exits 125 if one is not.
 pub(crate) fn verify_mounts(expect: &[&std::ffi::OsStr]) {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
@@ -111,29 +114,47 @@ pub(crate) fn verify_mounts(expect: &[&std::ffi::OsStr]) {
             p.and_then(|p| std::str::from_utf8(p).ok())
                 .and_then(|s| s.parse::<u64>().ok())
         };
+        /// What a mount must show.
+        enum Shows {
+            Inode(u64, u64),
+            Ctime(i64, i64),
+            Anything,
+        }
         let (dev, ino, path) = (parts.next(), parts.next(), parts.next());
-        let inode = match (dev, ino, path) {
-            (Some(b"-"), Some(b"-"), Some(path)) => (None, path),
+        let (shows, path) = match (dev, ino, path) {
+            (Some(b"-"), Some(b"-"), Some(path)) => (Shows::Anything, path),
+            (Some(b"ctime"), Some(t), Some(path)) => {
+                let t = std::str::from_utf8(t).ok().and_then(|t| t.split_once('.'));
+                match t.map(|(s, n)| (s.parse::<i64>(), n.parse::<i64>())) {
+                    Some((Ok(s), Ok(n))) => (Shows::Ctime(s, n), path),
+                    _ => fail(bytes, "not ctime:SEC.NSEC:PATH"),
+                }
+            }
             (dev, ino, Some(path)) => match (num(dev), num(ino)) {
-                (Some(dev), Some(ino)) => (Some((dev, ino)), path),
+                (Some(dev), Some(ino)) => (Shows::Inode(dev, ino), path),
                 _ => fail(bytes, "not DEV:INO:PATH"),
             },
             _ => fail(bytes, "not DEV:INO:PATH"),
         };
-        let (inode, path) = inode;
         if !points.iter().any(|p| p == path) {
             fail(
                 path,
                 "not a mount point here (the engine mounted it elsewhere)",
             );
         }
-        let Some((dev, ino)) = inode else {
-            continue;
-        };
-        match std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(path)) {
-            Ok(m) if (m.dev(), m.ino()) == (dev, ino) => {}
-            Ok(_) => fail(path, "another place is mounted there than toolhost checked"),
-            Err(e) => fail(path, &e.to_string()),
+        let meta = std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(path));
+        match (shows, meta) {
+            (Shows::Anything, _) => {}
+            (Shows::Ctime(s, n), Ok(m)) if (m.ctime(), m.ctime_nsec()) == (s, n) => {}
+            (Shows::Ctime(..), Ok(_)) => fail(
+                path,
+                "another place is mounted there than toolhost checked (or it changed meanwhile)",
+            ),
+            (_, Err(e)) => fail(path, &e.to_string()),
+            (Shows::Inode(dev, ino), Ok(m)) if (m.dev(), m.ino()) == (dev, ino) => {}
+            (Shows::Inode(..), Ok(_)) => {
+                fail(path, "another place is mounted there than toolhost checked")
+            }
         }
     }
 }

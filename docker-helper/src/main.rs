@@ -20,10 +20,11 @@
 //! a dir for a symlink could get another place mounted, or the right one
 //! mounted elsewhere. Before anything runs the helper checks that each PATH is
 //! a mount point here (`/proc/self/mountinfo`) showing that inode.
-//! `--expect -:-:PATH` checks only that PATH is a mount point: toolhost sends
-//! it under a runtime that shows no host inode numbers (gVisor's), where it
-//! keeps every tool of the sandbox from running while the engine resolves a
-//! mount that a tool could redirect.
+//! Under a runtime that shows no host inode numbers (gVisor's) toolhost sends
+//! `--expect ctime:SEC.NSEC:PATH` instead for a mount a tool could redirect
+//! (its source lies inside a writable allowed dir): the host's inode change
+//! time, which gVisor shows and no process can set; and `--expect -:-:PATH`
+//! (a mount point, nothing more) for one whose path no tool can change.
 //!
 //! No filter or a mount not as checked, no tool: the helper exits (125, and
 //! `[FATAL toolhost-helper] ...` on stderr; in warm mode before its hello)

@@ -227,9 +227,15 @@ impl DockerBackend {
         let (pass, held) = if !gvisor {
             (None, held)
         } else {
-            match self.enter_gate(plan, held).await {
-                Ok((p, h)) => (Some(p), h),
-                Err(o) => return refuse(o),
+            match tokio::time::timeout(plan.limits.timeout, self.enter_gate(plan, held)).await {
+                Ok(Ok((p, h))) => (Some(p), h),
+                Ok(Err(o)) => return refuse(o),
+                Err(_) => {
+                    return refuse(Outcome::new(
+                        OutcomeKind::TimedOut,
+                        "timed out waiting for the sandbox's other calls to end: under gVisor a call whose mounts a tool could redirect starts only when no other container of the sandbox exists (docs/src/docker.md#runtimes-gvisor)",
+                    ));
+                }
             }
         };
         let mut host_config = self.host_config(plan, &held, gvisor);

@@ -122,3 +122,58 @@ async fn under_gvisor_a_swapped_parent_never_gets_the_outside_mounted() {
         );
     }
 }
+
+/// The gate keeps out only the sandbox's own tools. Another writer (here
+/// this process, as another sandbox or the host could be) keeps swapping
+/// the protected `.git` for a symlink to an outside repository and back
+/// while calls start: under gVisor the helper checks each such mount's
+/// inode change time, which gVisor shows and no process can set, so no
+/// call reads the outside one; each reads the workspace's or is refused.
+/// Control: the swaps happened, and with them stopped the calls read it.
+#[tokio::test]
+async fn under_gvisor_a_mount_swapped_by_another_writer_is_refused() {
+    let Some(image) = image_on(Engine::Runsc) else {
+        return;
+    };
+    let t = tmp();
+    let git = t.ws().join(".git");
+    std::fs::create_dir_all(&git).unwrap();
+    std::fs::write(git.join("config"), "INSIDE").unwrap();
+    let repo = t.outside().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("config"), "OUTSIDE").unwrap();
+    let sb = t.sandbox(docker_config_on(&image, Engine::Runsc));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, ws, repo) = (stop.clone(), t.ws(), repo.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                std::fs::rename(ws.join(".git"), ws.join(".git.x")).unwrap();
+                std::os::unix::fs::symlink(&repo, ws.join(".git")).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+                std::fs::remove_file(ws.join(".git")).unwrap();
+                std::fs::rename(ws.join(".git.x"), ws.join(".git")).unwrap();
+                swaps += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            swaps
+        })
+    };
+    let mut results = Vec::new();
+    for _ in 0..8 {
+        results.push(dsh(&sb, "cat .git/config").await);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 0, "no swap happened");
+    for r in &results {
+        assert!(
+            !r.stdout.contains("OUTSIDE"),
+            "the outside was mounted: {r:?}"
+        );
+        assert!(r.stdout == "INSIDE" || !r.success(), "{r:?}");
+    }
+    let r = dsh(&sb, "cat .git/config").await;
+    assert_eq!(r.stdout, "INSIDE", "{r:?}");
+}

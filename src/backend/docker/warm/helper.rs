@@ -198,9 +198,15 @@ pub(in crate::backend::docker) fn helper_mount(plan: &ExecPlan) -> Result<Mount,
 /// The helper checks, before anything runs, that each is a mount point
 /// showing that inode: the engine resolves the paths again when it mounts
 /// them, and a concurrent call may have swapped one for a symlink since.
-/// Under a runtime that shows no host inodes (`host_inodes` false) they are
-/// `-:-:PATH`, a mount point only, and the caller holds the backend's gate
-/// instead (`DockerBackend::enter_gate`).
+/// The helper's own file comes first, as a canary: a runtime that shows no
+/// host inodes but was not known for one fails the check even with nothing
+/// else mounted. Under a runtime known to show none (`host_inodes` false,
+/// gVisor) an entry whose source lies inside a writable allowed dir (where a
+/// tool could redirect it) is `ctime:SEC.NSEC:PATH`, the host's inode change
+/// time, which gVisor shows and nothing can set; the others are `-:-:PATH`,
+/// a mount point only (no tool can change their paths). The caller also
+/// holds the backend's gate (`DockerBackend::enter_gate`), so that no tool
+/// of the sandbox changes a source's ctime meanwhile.
 pub(in crate::backend::docker) fn expected_mounts(
     plan: &ExecPlan,
     held: &[crate::backend::protect::Held],
@@ -221,13 +227,28 @@ pub(in crate::backend::docker) fn expected_mounts(
                 ),
             )
         };
-        let expect = |dev: u64, ino: u64, at: &std::path::Path| {
+        // What the mount of `source` at `at` must show: (dev, ino, ctime,
+        // ctime_nsec) as toolhost sees them now.
+        let expect = |(dev, ino, secs, nsecs): (u64, u64, i64, i64),
+                      source: &std::path::Path,
+                      at: &std::path::Path| {
             if host_inodes {
                 format!("{dev}:{ino}:{}", at.display())
+            } else if crate::backend::protect::outermost_writable(&plan.mounts, source).is_some() {
+                format!("ctime:{secs}.{nsecs}:{}", at.display())
             } else {
                 format!("-:-:{}", at.display())
             }
         };
+        let helper = helper_file().map_err(unavailable)?;
+        let meta = std::fs::metadata(&helper)
+            .map_err(|e| changed(std::path::Path::new(HELPER_TARGET), e.to_string()))?;
+        out.push("--expect".to_string());
+        out.push(expect(
+            (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec()),
+            &helper,
+            std::path::Path::new(HELPER_TARGET),
+        ));
         // The allowed dir `m`, open as `dir`, must be seen at `at`.
         let expect_dir = |out: &mut Vec<String>,
                           m: &crate::plan::Mount,
@@ -237,7 +258,11 @@ pub(in crate::backend::docker) fn expected_mounts(
                 .dir_metadata()
                 .map_err(|e| changed(&m.guest, e.to_string()))?;
             out.push("--expect".to_string());
-            out.push(expect(meta.dev(), meta.ino(), at));
+            out.push(expect(
+                (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec()),
+                &m.path,
+                at,
+            ));
             Ok::<(), Outcome>(())
         };
         for (m, (_, dir)) in plan.mounts.iter().zip(plan.mount_dirs.iter()) {
@@ -276,7 +301,11 @@ pub(in crate::backend::docker) fn expected_mounts(
             }
             for target in bound {
                 out.push("--expect".to_string());
-                out.push(expect(meta.dev(), meta.ino(), &target));
+                out.push(expect(
+                    (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec()),
+                    &h.source,
+                    &target,
+                ));
             }
         }
     }

@@ -90,9 +90,9 @@ pub(crate) fn mount_points() -> Vec<Vec<u8>> {
 /// Checks every `DEV:INO:PATH`: PATH is a mount point showing that device
 /// and inode (not followed if it is a symlink); `ctime:SEC.NSEC:PATH` one
 /// showing that inode change time (a runtime that shows no host inodes,
-/// gVisor, shows the host's times: no tool can set a ctime, so a place
-/// swapped for another shows another); `-:-:PATH` only that PATH is a mount
-/// point. Exits 125 if one is not.
+/// gVisor, shows the host's times; a best-effort check, since a writer of
+/// two places can give both the same time); `-:-:PATH` only that PATH is a
+/// mount point. Exits 125 if one is not.
 pub(crate) fn verify_mounts(expect: &[&std::ffi::OsStr]) {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;

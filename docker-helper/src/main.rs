@@ -23,8 +23,10 @@
 //! Under a runtime that shows no host inode numbers (gVisor's) toolhost sends
 //! `--expect ctime:SEC.NSEC:PATH` instead for a mount a tool could redirect
 //! (its source lies inside a writable allowed dir): the host's inode change
-//! time, which gVisor shows and no process can set; and `--expect -:-:PATH`
-//! (a mount point, nothing more) for one whose path no tool can change.
+//! time, which gVisor shows (a best-effort check; the gate of toolhost's
+//! `gate.rs` is what keeps the sandbox's own tools out); and `--expect
+//! -:-:PATH` (a mount point, nothing more) for one whose path no tool can
+//! change.
 //!
 //! No filter or a mount not as checked, no tool: the helper exits (125, and
 //! `[FATAL toolhost-helper] ...` on stderr; in warm mode before its hello)

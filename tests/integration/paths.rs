@@ -428,3 +428,40 @@ fn the_cli_spelling_of_a_guest_path_parses() {
     assert_eq!(p("/h::/g:ro"), AllowedDirSpec::read_only("/h").at("/g"));
     assert_eq!(p("/h::/g:rw"), AllowedDirSpec::read_write("/h").at("/g"));
 }
+
+/// The file tools never move or delete a dir that holds an allowed dir
+/// nested in a writable one, protected paths or not: a symlink put in its
+/// place would redirect where the docker backend's engine mounts the nested
+/// dir (under gVisor nothing inside the container could tell). Allowed
+/// twin: a sibling dir moves.
+#[test]
+fn the_file_tools_never_move_a_dir_that_holds_an_allowed_dir() {
+    let t = Tmp::new();
+    std::fs::create_dir_all(t.ws().join("a/b")).unwrap();
+    std::fs::create_dir_all(t.ws().join("c")).unwrap();
+    let dirs = [
+        toolhost::AllowedDirSpec::read_write(t.ws()),
+        toolhost::AllowedDirSpec::read_only(t.ws().join("a/b")),
+    ];
+    let sb = Sandbox::new(dirs, config()).unwrap();
+    for protected in [
+        toolhost::protected::ProtectedPaths::default_list(),
+        toolhost::protected::ProtectedPaths::default(),
+    ] {
+        let policy = toolhost::tools::fs::FsPolicy {
+            max_file_size: Some(1 << 20),
+            max_read_bytes: 1 << 20,
+            denied_extensions: Vec::new(),
+            protected,
+        };
+        let empty = policy.protected.is_empty();
+        for (from, to) in [("a", "moved"), ("a/b", "moved")] {
+            let e = toolhost::tools::fs::rename(sb.dirs(), &policy, from, to, false)
+                .expect_err(&format!("{from} moved (protected empty: {empty})"));
+            assert!(e.message.contains("allowed dir"), "{}", e.message);
+        }
+        assert!(t.ws().join("a/b").is_dir());
+        toolhost::tools::fs::rename(sb.dirs(), &policy, "c", "d", false).unwrap();
+        toolhost::tools::fs::rename(sb.dirs(), &policy, "d", "c", false).unwrap();
+    }
+}

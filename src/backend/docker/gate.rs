@@ -7,13 +7,14 @@
 //! path: every source inside a writable allowed dir). Under runc the helper
 //! closes that window by checking each mount's device and inode from inside
 //! (`--expect`). Under gVisor it checks such a mount's inode change time
-//! instead (the host's, which gVisor shows and no process can set), and a
-//! tool of a concurrent call could change that time legitimately (a file
-//! made in `.git`) and get the call refused. So while the engine resolves a
-//! source that a tool could redirect, no tool of this backend runs: what
-//! toolhost checked just before is what the engine finds, and the helper's
-//! check fails only for a change made by something else (another sandbox,
-//! the file tools, the host), which it refuses.
+//! instead (the host's, which gVisor shows), and that only catches a
+//! careless swap: a writer that changes a decoy and the source in one clock
+//! tick gives both the same time. So while the engine resolves a source that
+//! a tool could redirect, no tool of this backend runs: what toolhost
+//! checked just before is what the engine finds. A writer outside the
+//! backend (another sandbox over the same dirs, a host process) is not kept
+//! out (docs/src/docker.md#runtimes-gvisor); the file tools refuse to move a
+//! dir that holds an allowed dir.
 //!
 //! Every container of the backend holds a shared pass from before its start
 //! until its removal has finished (also a removal spawned for a dropped
@@ -21,11 +22,12 @@
 //! started under the exclusive pass, taken once every other container is
 //! gone, with its protected paths found and checked again under it; the pass
 //! turns shared once the engine has started it. Such calls therefore run one
-//! at a time (docs/src/docker.md#runtimes-gvisor); the wait counts against
+//! at a time (docs/src/docker.md#runtimes-gvisor); the wait comes out of
 //! the call's timeout. Warm mode is refused under gVisor, so only containers
 //! per call pass here. A removal that fails (the engine errs) lets go of its
-//! pass with the container possibly still there: the helper's ctime check
-//! still holds then, and only the guard against false refusals is lost.
+//! pass with the container possibly still there (the engine then holds a
+//! container toolhost could not remove; the next toolhost process that
+//! connects removes it).
 
 use std::sync::Arc;
 

@@ -224,11 +224,12 @@ impl DockerBackend {
         }
         // Where the helper cannot check the mounts' inodes, the gate keeps
         // every other tool of this backend from redirecting them meanwhile.
-        let (pass, held) = if !gvisor {
-            (None, held)
+        let waiting = Instant::now();
+        let (pass, held, waited) = if !gvisor {
+            (None, held, std::time::Duration::ZERO)
         } else {
             match tokio::time::timeout(plan.limits.timeout, self.enter_gate(plan, held)).await {
-                Ok(Ok((p, h))) => (Some(p), h),
+                Ok(Ok((p, h))) => (Some(p), h, waiting.elapsed()),
                 Ok(Err(o)) => return refuse(o),
                 Err(_) => {
                     return refuse(Outcome::new(
@@ -359,7 +360,8 @@ impl DockerBackend {
                 .unwrap_or(false);
             Ok((code, oom))
         };
-        let ended = tokio::time::timeout(limits.timeout, call).await;
+        // The wait at the gate came out of the call's time.
+        let ended = tokio::time::timeout(limits.timeout.saturating_sub(waited), call).await;
         let result = match ended {
             Err(_) => {
                 let _ = docker

@@ -181,9 +181,6 @@ fn refuse_protected(
     path: &str,
     change: Change,
 ) -> Result<(), FsError> {
-    if policy.protected.is_empty() {
-        return Ok(());
-    }
     let refused = |what: String| {
         Err(FsError::boundary(
             PROTECTED,
@@ -191,14 +188,23 @@ fn refuse_protected(
         ))
     };
     // Moving or deleting an allowed dir nested in another (or a dir holding
-    // one) would take its protected paths with it.
+    // one) would take its protected paths with it, and, with or without
+    // them, would let a symlink put in its place redirect where the docker
+    // backend's engine mounts that dir.
     if change == Change::Replace
         && let Some(d) = dirs.as_slice().iter().find(|d| within(d.path(), host))
     {
-        return refused(format!(
-            "is (or holds) the allowed dir {}",
-            d.guest_path().display()
+        return Err(FsError::boundary(
+            PROTECTED,
+            format!(
+                "{}: is (or holds) the allowed dir {}",
+                shown(path),
+                d.guest_path().display()
+            ),
         ));
+    }
+    if policy.protected.is_empty() {
+        return Ok(());
     }
     for d in dirs.as_slice().iter().filter(|d| !d.read_only()) {
         if let Some(rel) = strip_dir(host, d.path()) {

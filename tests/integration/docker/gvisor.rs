@@ -19,14 +19,19 @@ fn nested(t: &Tmp, image: &str, engine: Engine) -> (Sandbox, std::path::PathBuf)
         toolhost::AllowedDirSpec::read_only(&nested),
     ];
     let mut cfg = docker_config_on(image, engine);
-    cfg.timeout = Duration::from_secs(4);
+    // Calls wait at the gate out of their own time.
+    cfg.timeout = Duration::from_secs(20);
     (Sandbox::new(dirs, cfg).unwrap(), nested)
 }
 
-/// Two calls at once: the first waits for a file the second makes.
+/// Two calls at once: the first waits up to about 2 s for a file the
+/// second makes (`met`), else ends alone.
 async fn side_by_side(sb: &Sandbox) -> (RunOutput, RunOutput) {
     tokio::join!(
-        dsh(sb, "while [ ! -e go ]; do sleep 0.05; done; echo met"),
+        dsh(
+            sb,
+            "i=0; while [ ! -e go ] && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; [ -e go ] && echo met || echo alone"
+        ),
         async {
             tokio::time::sleep(Duration::from_millis(300)).await;
             dsh(sb, "touch go; echo made").await
@@ -47,17 +52,12 @@ async fn under_gvisor_calls_with_a_redirectable_mount_run_one_at_a_time() {
     let t = tmp();
     let (sb, _) = nested(&t, &image, Engine::Runsc);
     let (first, second) = side_by_side(&sb).await;
-    assert!(
-        first.timed_out && !first.stdout.contains("met"),
-        "{first:?}"
-    );
+    assert_eq!(first.stdout, "alone\n", "{first:?}");
     assert_eq!(second.stdout, "made\n", "{second:?}");
     std::fs::remove_file(t.ws().join("go")).unwrap();
     // Nothing nested: side by side.
     let plain = tmp();
-    let mut cfg = docker_config_on(&image, Engine::Runsc);
-    cfg.timeout = Duration::from_secs(4);
-    let sb = plain.sandbox(cfg);
+    let sb = plain.sandbox(docker_config_on(&image, Engine::Runsc));
     let (first, second) = side_by_side(&sb).await;
     assert_eq!(first.stdout, "met\n", "{first:?}");
     assert_eq!(second.stdout, "made\n", "{second:?}");
@@ -126,10 +126,12 @@ async fn under_gvisor_a_swapped_parent_never_gets_the_outside_mounted() {
 /// The gate keeps out only the sandbox's own tools. Another writer (here
 /// this process, as another sandbox or the host could be) keeps swapping
 /// the protected `.git` for a symlink to an outside repository and back
-/// while calls start: under gVisor the helper checks each such mount's
-/// inode change time, which gVisor shows and no process can set, so no
-/// call reads the outside one; each reads the workspace's or is refused.
-/// Control: the swaps happened, and with them stopped the calls read it.
+/// while calls start: no call reads the outside one; each reads the
+/// workspace's or fails. The helper's ctime check is best effort against
+/// such a writer (docs/src/docker.md#runtimes-gvisor), and this engine did
+/// not mount the outside in these races even without it: the test guards
+/// the outcome, not that check. Control: the swaps happened, and with them
+/// stopped the calls read it.
 #[tokio::test]
 async fn under_gvisor_a_mount_swapped_by_another_writer_is_refused() {
     let Some(image) = image_on(Engine::Runsc) else {

@@ -203,10 +203,11 @@ pub(in crate::backend::docker) fn helper_mount(plan: &ExecPlan) -> Result<Mount,
 /// else mounted. Under a runtime known to show none (`host_inodes` false,
 /// gVisor) an entry whose source lies inside a writable allowed dir (where a
 /// tool could redirect it) is `ctime:SEC.NSEC:PATH`, the host's inode change
-/// time, which gVisor shows and nothing can set; the others are `-:-:PATH`,
-/// a mount point only (no tool can change their paths). The caller also
-/// holds the backend's gate (`DockerBackend::enter_gate`), so that no tool
-/// of the sandbox changes a source's ctime meanwhile.
+/// time, which gVisor shows: it refuses a careless swap, not a writer that
+/// changes a decoy and the source in one clock tick. The others are
+/// `-:-:PATH`, a mount point only (no tool can change their paths). What
+/// keeps the sandbox's own tools from swapping a source is the backend's
+/// gate, which the caller holds (`DockerBackend::enter_gate`).
 pub(in crate::backend::docker) fn expected_mounts(
     plan: &ExecPlan,
     held: &[crate::backend::protect::Held],

@@ -133,7 +133,8 @@ pub(super) fn describe(
     engine: &super::EngineProbe,
 ) -> (crate::probe::Status, String) {
     use crate::probe::Status;
-    let show = |name: &str| match engine.runtimes.iter().flatten().find(|(n, _, _)| n == name) {
+    let find = |name: &str| engine.runtimes.iter().flatten().find(|(n, _, _)| n == name);
+    let show = |name: &str| match find(name) {
         Some((_, path, args)) if args.is_empty() => format!("{name} ({path})"),
         Some((_, path, args)) => format!("{name} ({path} {})", args.join(" ")),
         None => name.to_string(),
@@ -180,27 +181,14 @@ pub(super) fn describe(
             ),
         );
     }
-    let rt_args = |name: &str| {
-        engine
-            .runtimes
-            .iter()
-            .flatten()
-            .find(|(n, _, _)| n == name)
-            .map(|(_, _, a)| a.clone())
-            .unwrap_or_default()
-    };
     let network = match &config.network_runtime {
         Some(n) => format!("; calls with the network: {}", show(n)),
-        None if without_network(&rt_args(rt)) => {
+        None if find(rt).is_some_and(|(_, _, args)| without_network(args)) => {
             "; calls that allow the network are refused (it has none: set network_runtime)".into()
         }
         None => String::new(),
     };
-    let program = engine
-        .runtimes
-        .iter()
-        .flatten()
-        .find(|(n, _, _)| n == rt)
+    let program = find(rt)
         .map(|(_, p, _)| p.as_str())
         .filter(|p| !p.is_empty())
         .unwrap_or(rt);

@@ -1,6 +1,6 @@
 //! What the helper checks and installs before anything runs: the seccomp
-//! filter, the bind mounts as toolhost checked them; then the exec of a
-//! per-call tool.
+//! filter, the bind mounts as toolhost checked them, the rlimits of a
+//! per-call tool; then its exec.
 
 use super::*;
 
@@ -189,4 +189,39 @@ pub(crate) fn exec(args: &[std::ffi::OsString]) -> ! {
     } else {
         126
     });
+}
+
+/// Sets the rlimits of a per-call tool (`--rlimit NAME=SOFT:HARD`, `NAME`
+/// one of cpu, fsize, core, nproc, nofile, as) on the helper, which the exec
+/// passes on: the engine's ulimits say the same, but an engine may drop
+/// them (rootless Podman's Docker-compatible API does). Only ever lowered:
+/// a limit that cannot be set exits 125, and nothing runs.
+pub(crate) fn set_limits(specs: &[&std::ffi::OsStr]) {
+    for spec in specs {
+        let text = spec.to_string_lossy();
+        let parsed = text.split_once('=').and_then(|(name, v)| {
+            let (soft, hard) = v.split_once(':')?;
+            let resource = match name {
+                "cpu" => sys::RLIMIT_CPU,
+                "fsize" => sys::RLIMIT_FSIZE,
+                "core" => sys::RLIMIT_CORE,
+                "nproc" => sys::RLIMIT_NPROC,
+                "nofile" => sys::RLIMIT_NOFILE,
+                "as" => sys::RLIMIT_AS,
+                _ => return None,
+            };
+            let (cur, max) = (soft.parse::<u64>().ok()?, hard.parse::<u64>().ok()?);
+            (cur <= max).then_some((resource, cur, max))
+        });
+        let Some((resource, cur, max)) = parsed else {
+            eprintln!("[FATAL toolhost-helper] bad --rlimit {text:?}");
+            std::process::exit(125);
+        };
+        // SAFETY: a plain setrlimit of a valid struct.
+        if unsafe { sys::setrlimit(resource, &sys::Rlimit { cur, max }) } < 0 {
+            let why = std::io::Error::from_raw_os_error(sys::errno());
+            eprintln!("[FATAL toolhost-helper] cannot set --rlimit {text}: {why}");
+            std::process::exit(125);
+        }
+    }
 }

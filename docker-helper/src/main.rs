@@ -13,6 +13,11 @@
 //!   one engine `exec` per call; the filter is on the helper, so every call
 //!   inherits it.
 //!
+//! A per-call tool also takes `--rlimit NAME=SOFT:HARD` (repeated, after the
+//! `--expect`s): its ulimits, set on the helper just before the exec, since
+//! an engine may drop the container's own (rootless Podman's compatible API
+//! does).
+//!
 //! Both take `--expect DEV:INO:PATH` (repeated, after `--seccomp`): each bind
 //! mount toolhost asked for, with the device and inode toolhost checked on the
 //! host. The engine resolves mount sources and targets by path when the
@@ -462,8 +467,22 @@ fn main() {
         rest = &rest[2.min(rest.len())..];
     }
     verify_mounts(&expect);
+    let mut limits = Vec::new();
+    while rest.first().is_some_and(|a| a == "--rlimit") {
+        if let Some(l) = rest.get(1) {
+            limits.push(l.as_os_str());
+        }
+        rest = &rest[2.min(rest.len())..];
+    }
     if rest.first().is_some_and(|a| a == "--exec") {
+        set_limits(&limits);
         exec(&rest[1..]);
+    }
+    if !limits.is_empty() {
+        // The server's calls take their limits from the host's frames; on
+        // the helper itself they would end every call.
+        eprintln!("[FATAL toolhost-helper] --rlimit is for a per-call tool (--exec) only");
+        std::process::exit(125);
     }
     // Not dumpable: a tool running as the same uid cannot ptrace the helper
     // or open its /proc files (its fds are the protocol).

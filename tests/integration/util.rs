@@ -256,9 +256,28 @@ pub(crate) enum Engine {
     /// calls without network, `toolhost-runsc-net` (`--network=host`) for
     /// calls with it.
     Runsc,
+    /// Podman as root, on its Docker-compatible API at [`PODMAN_SOCK`].
+    Podman,
+    /// The rootless Podman of the user [`ROOTLESS_USER`], on that user's
+    /// socket; its tests run as that user ([`Engine::host`]).
+    PodmanRootless,
 }
 
-/// The gVisor runtimes `scripts/docker-setup` registers.
+/// The socket of the rootful Podman service `scripts/docker-setup` starts.
+pub(crate) const PODMAN_SOCK: &str = "/run/toolhost-podman.sock";
+/// The unprivileged user whose rootless Podman service it starts.
+pub(crate) const ROOTLESS_USER: &str = "toolhost-podman";
+
+/// The uid and gid of [`ROOTLESS_USER`], from the passwd file.
+pub(crate) fn rootless_ids() -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.first() == Some(&ROOTLESS_USER))
+            .then(|| Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?)))?
+    })
+}
+
 pub(crate) const RUNSC: &str = "toolhost-runsc";
 pub(crate) const RUNSC_NET: &str = "toolhost-runsc-net";
 
@@ -267,6 +286,20 @@ impl Engine {
         match self {
             Engine::Runc => "docker",
             Engine::Runsc => "docker (runsc)",
+            Engine::Podman => "podman",
+            Engine::PodmanRootless => "podman (rootless)",
+        }
+    }
+
+    /// The engine's address, when it is not Docker's default socket.
+    pub(crate) fn host(self) -> Option<String> {
+        match self {
+            Engine::Runc | Engine::Runsc => None,
+            Engine::Podman => Some(format!("unix://{PODMAN_SOCK}")),
+            Engine::PodmanRootless => {
+                let (uid, _) = rootless_ids().unwrap_or((u32::MAX, u32::MAX));
+                Some(format!("unix:///run/user/{uid}/podman.sock"))
+            }
         }
     }
 
@@ -276,13 +309,26 @@ impl Engine {
             d.runtime = Some(RUNSC.into());
             d.network_runtime = Some(RUNSC_NET.into());
         }
+        d.host = self.host();
     }
 
     /// The same keys as TOML lines of a `[docker]` section.
     pub(crate) fn toml(self) -> String {
-        match self {
-            Engine::Runc => String::new(),
-            Engine::Runsc => format!("runtime = {RUNSC:?}\nnetwork_runtime = {RUNSC_NET:?}\n"),
+        match (self, self.host()) {
+            (Engine::Runsc, _) => {
+                format!("runtime = {RUNSC:?}\nnetwork_runtime = {RUNSC_NET:?}\n")
+            }
+            (_, Some(host)) => format!("host = {host:?}\n"),
+            (_, None) => String::new(),
         }
+    }
+
+    /// A `docker` CLI command aimed at this engine.
+    pub(crate) fn cli(self) -> std::process::Command {
+        let mut c = std::process::Command::new("docker");
+        if let Some(h) = self.host() {
+            c.args(["-H", &h]);
+        }
+        c
     }
 }

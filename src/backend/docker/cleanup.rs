@@ -101,13 +101,15 @@ impl Drop for WarmSlot<'_> {
 /// Creates a container named `name`, removed whatever happens from here on:
 /// by name until the engine has given its id (a dropped create leaves none),
 /// then by id through the returned guard. A container made under another
-/// runtime than its body names is removed and refused.
+/// runtime than its body names is removed and refused (`podman`: the
+/// engine's address, when it is Podman).
 pub(super) async fn create_guarded(
     docker: &Docker,
     name: String,
     body: ContainerCreateBody,
     (image, plan): (&str, &ExecPlan),
     pass: Option<Pass>,
+    podman: Option<&str>,
 ) -> Result<(Removal, String), Outcome> {
     let opts = CreateContainerOptions {
         name: Some(name.clone()),
@@ -120,7 +122,7 @@ pub(super) async fn create_guarded(
         Ok(c) => {
             guard.id = Some(c.id.clone());
             if let Some(wanted) = wanted
-                && let Err(o) = super::runtime::verify(docker, &c.id, &wanted).await
+                && let Err(o) = super::runtime::verify(docker, &c.id, &wanted, podman).await
             {
                 guard.remove_now().await;
                 return Err(o);

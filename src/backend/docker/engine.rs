@@ -37,6 +37,13 @@ pub struct EngineProbe {
     pub runtimes: Option<Vec<(String, String, Vec<String>)>>,
     /// The engine's default runtime, when it says.
     pub default_runtime: Option<String>,
+    /// On Podman, what its own API says: rootful or rootless (and the uid
+    /// its containers' root is), and the cgroup version.
+    pub podman: Option<String>,
+    /// Whether the engine holds containers to their memory and pids limits
+    /// by cgroup (a rootless Podman without cgroup controllers does not:
+    /// toolhost then sets rlimits instead).
+    pub cgroup_limits: bool,
     /// The configured image and whether the engine has it.
     pub image: Option<(String, Result<(), String>)>,
 }
@@ -261,6 +268,7 @@ impl DockerBackend {
             .map_err(|e| format!("info: {}", engine_error(&e)))?;
         let runtimes = super::runtime::Runtimes::from_info(&info);
         let product = product(&v);
+        let facts = self.engine_facts(docker).await.map_err(|o| o.message)?;
         let image = match &self.config.image {
             None => None,
             Some(i) => Some((
@@ -284,7 +292,12 @@ impl DockerBackend {
             api_version: v.api_version.unwrap_or_default(),
             os: v.os.unwrap_or_default(),
             product,
-            remap: super::user::uid_remap(info.security_options.as_deref().unwrap_or_default()),
+            remap: facts.remap,
+            podman: facts
+                .podman
+                .as_ref()
+                .map(super::podman::PodmanFacts::describe),
+            cgroup_limits: facts.enforces_limits(),
             runtimes: runtimes.registered.map(|r| {
                 r.into_iter()
                     .map(|(name, (path, args))| (name, path, args))

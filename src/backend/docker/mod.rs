@@ -22,7 +22,8 @@
 //! mounts); `finish` (how a call ended); `cleanup` (removal in every case);
 //! `gate` (what stands in for the helper's mount check under gVisor);
 //! `user` (who the tool runs as); `runtime` (the OCI runtime, checked
-//! before and after the create); [`warm`] (warm mode).
+//! before and after the create); `podman` (what differs on Podman);
+//! [`warm`] (warm mode).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,6 +51,7 @@ mod cleanup;
 mod engine;
 mod finish;
 mod gate;
+mod podman;
 mod probe;
 mod runtime;
 mod spec;
@@ -217,6 +219,11 @@ impl DockerBackend {
                 runtime.as_deref().unwrap_or("the engine's default runtime")
             )));
         }
+        if self.config.warm && !facts.enforces_limits() {
+            return refuse(engine::unavailable(
+                "warm mode is refused on this Podman engine: it applies no cgroup limits (rootless, without cgroup controllers), so toolhost holds each container by rlimits, and in warm mode one container serves every call; set [docker] warm = false (docs/src/docker.md#podman)",
+            ));
+        }
         if self.config.warm {
             return self
                 .run_warm(docker, &image, plan, (argv, env), (user, &held), start)
@@ -239,7 +246,14 @@ impl DockerBackend {
                 }
             }
         };
-        let mut host_config = self.host_config(plan, &held, gvisor);
+        let mut host_config = self.host_config(
+            plan,
+            &held,
+            spec::Quirks {
+                gvisor,
+                podman: facts.podman.as_ref(),
+            },
+        );
         // The tool runs under toolhost's filter, exec'd by the helper, where
         // the helper runs (`user`).
         let (entrypoint, cmd) = match (&facts.helper, user::filter_hex()) {
@@ -255,9 +269,28 @@ impl DockerBackend {
                 }
                 let mut cmd = vec!["--seccomp".to_string(), hex.to_string()];
                 cmd.extend(expect);
+                // The container's ulimits again, set by the helper: an
+                // engine may drop them (rootless Podman's API does).
+                for u in host_config.ulimits.iter().flatten() {
+                    if let (Some(name), Some(soft), Some(hard)) = (&u.name, u.soft, u.hard) {
+                        cmd.push("--rlimit".into());
+                        cmd.push(format!("{name}={soft}:{hard}"));
+                    }
+                }
                 cmd.push("--exec".into());
                 cmd.extend(argv);
                 (Some(vec![warm::HELPER_TARGET.to_string()]), cmd)
+            }
+            // A rootless Podman drops the container's ulimits, which only
+            // the helper can set then.
+            (helper, _) if facts.rootless_podman().is_some() => {
+                let why = match helper {
+                    Err(why) => why.clone(),
+                    Ok(()) => "toolhost has no seccomp filter for this platform".to_string(),
+                };
+                return refuse(engine::unavailable(format!(
+                    "the Podman engine is rootless, and its API drops a container's ulimits (CPU seconds, file size, processes, memory where it has no cgroup controllers), which toolhost's helper sets instead; the helper cannot run here ({why}) (docs/src/docker.md#podman)"
+                )));
             }
             // Without the helper nothing checks what the engine mounted, and
             // a protected path's bind is what a concurrent call can redirect
@@ -277,6 +310,7 @@ impl DockerBackend {
             _ => (None, argv),
         };
         let name = self.next_name();
+        let podman = facts.podman.as_ref().map(|_| self.engine_address());
         let body = ContainerCreateBody {
             image: Some(image.clone()),
             entrypoint,
@@ -303,7 +337,8 @@ impl DockerBackend {
             ..Default::default()
         };
         let (mut guard, created_id) =
-            match create_guarded(docker, name, body, (&image, plan), pass).await {
+            match create_guarded(docker, name, body, (&image, plan), pass, podman.as_deref()).await
+            {
                 Ok(g) => g,
                 Err(o) => return refuse(o),
             };

@@ -23,9 +23,10 @@ impl DockerBackend {
                         p.version,
                         p.api_version,
                         p.os,
-                        match p.remap {
-                            Some(r) => format!(", {r}"),
-                            None => String::new(),
+                        match (&p.podman, p.remap) {
+                            (Some(podman), _) => format!(", {podman}"),
+                            (None, Some(r)) => format!(", {r}"),
+                            (None, None) => String::new(),
                         },
                         p.address
                     ),
@@ -52,12 +53,21 @@ impl DockerBackend {
                         out.push("docker", "image", Status::Missing, format!("{name}: {e}"));
                     }
                 }
-                out.push(
-                    "docker",
-                    "container limits",
-                    Status::Ok,
-                    "no network, all capabilities dropped, read-only root, no_new_privs, memory/pids/CPU limits (enforced by the engine)",
-                );
+                if p.cgroup_limits {
+                    out.push(
+                        "docker",
+                        "container limits",
+                        Status::Ok,
+                        "no network, all capabilities dropped, read-only root, no_new_privs, memory/pids/CPU limits (enforced by the engine)",
+                    );
+                } else {
+                    out.push(
+                        "docker",
+                        "container limits",
+                        Status::Partial,
+                        "no network, all capabilities dropped, read-only root, no_new_privs; the engine applies no cgroup limits (rootless, without cgroup controllers), so memory is held per process (RLIMIT_AS), processes per container (RLIMIT_NPROC in its user namespace), CPU per process (RLIMIT_CPU); warm mode is refused",
+                    );
+                }
             }
             Err(e) => {
                 out.unusable.push(format!("docker: {e}"));

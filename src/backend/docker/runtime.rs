@@ -205,20 +205,37 @@ pub(super) fn describe(
 
 /// Checks that the engine created container `id` under runtime `wanted`:
 /// an engine that ignored the name would run the call under its default.
+/// `podman`: the engine's address when it is Podman, asked through its own
+/// API (its compatible inspect names every runtime `oci`).
 /// The container is the caller's to remove on an error.
-pub(super) async fn verify(docker: &Docker, id: &str, wanted: &str) -> Result<(), Outcome> {
-    let got = docker
-        .inspect_container(id, None)
+pub(super) async fn verify(
+    docker: &Docker,
+    id: &str,
+    wanted: &str,
+    podman: Option<&str>,
+) -> Result<(), Outcome> {
+    let got = if let Some(address) = podman {
+        super::podman::container_runtime(
+            address,
+            id,
+            std::time::Duration::from_secs(super::REQUEST_TIMEOUT_SECS),
+        )
         .await
-        .map_err(|e| {
-            unavailable(format!(
-                "cannot inspect the new container to check its runtime: {}",
-                engine_error(&e)
-            ))
-        })?
-        .host_config
-        .and_then(|h| h.runtime)
-        .unwrap_or_default();
+        .map_err(|e| unavailable(format!("cannot check the new container's runtime: {e}")))?
+    } else {
+        docker
+            .inspect_container(id, None)
+            .await
+            .map_err(|e| {
+                unavailable(format!(
+                    "cannot inspect the new container to check its runtime: {}",
+                    engine_error(&e)
+                ))
+            })?
+            .host_config
+            .and_then(|h| h.runtime)
+            .unwrap_or_default()
+    };
     if got != wanted {
         return Err(Outcome::new(
             OutcomeKind::BackendUnavailable,

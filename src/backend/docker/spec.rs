@@ -5,18 +5,21 @@ use std::collections::HashMap;
 
 use bollard::models::{HostConfig, Mount, MountType, ResourcesUlimits};
 
+use super::podman::PodmanFacts;
 use super::{DockerBackend, warm};
 use crate::outcome::{Outcome, OutcomeKind};
 use crate::plan::ExecPlan;
 
 impl DockerBackend {
-    /// The container's host config: isolation and limits from the plan.
+    /// The container's host config: isolation and limits from the plan, on
+    /// the engine `engine` describes.
     pub(super) fn host_config(
         &self,
         plan: &ExecPlan,
         held: &[crate::backend::protect::Held],
-        gvisor: bool,
+        engine: Quirks<'_>,
     ) -> HostConfig {
+        let Quirks { gvisor, podman } = engine;
         let limits = &plan.limits;
         let mut mounts: Vec<Mount> = plan
             .mounts
@@ -88,13 +91,34 @@ impl DockerBackend {
             hard: Some(0),
         });
         ulimits.push(nofile_ulimit());
-        ulimits.extend(nproc_ulimit(plan, gvisor));
+        ulimits.extend(nproc_ulimit(plan, engine));
+        if let (Some(b), Some(p)) = (limits.memory_bytes, podman)
+            && !p.enforces_limits()
+        {
+            // No cgroup holds the container: each process is held instead.
+            let b = i64::try_from(b).unwrap_or(i64::MAX);
+            ulimits.push(ResourcesUlimits {
+                name: Some("as".into()),
+                soft: Some(b),
+                hard: Some(b),
+            });
+        }
         let memory = limits
             .memory_bytes
             .map(|b| i64::try_from(b).unwrap_or(i64::MAX));
         HostConfig {
             mounts: Some(mounts),
-            network_mode: Some(if plan.allow_network { "bridge" } else { "none" }.into()),
+            network_mode: Some(
+                match (plan.allow_network, podman.is_some_and(|p| p.rootless)) {
+                    (false, _) => "none",
+                    // A rootless Podman's own network (its default in 4.x):
+                    // its bridge needs a rootless netns set-up that fails on
+                    // hosts without a systemd user session.
+                    (true, true) => "slirp4netns",
+                    (true, false) => "bridge",
+                }
+                .into(),
+            ),
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),
             readonly_rootfs: Some(true),
@@ -114,6 +138,10 @@ impl DockerBackend {
             ulimits: Some(ulimits),
             init: Some(true),
             ipc_mode: Some("private".into()),
+            // A rootless Podman's user as itself (`podman.rs`).
+            userns_mode: podman
+                .is_some_and(|p| p.rootless)
+                .then(|| "keep-id".to_string()),
             // Checked against the engine's before the call
             // (`runtime::for_call`), and after the create.
             runtime: self
@@ -396,17 +424,44 @@ pub(super) fn gvisor_host_threads(processes: i64) -> i64 {
     processes.saturating_mul(16).saturating_add(64)
 }
 
-/// The `nproc` ulimit under gVisor: `max_processes` tasks of the tool's uid
-/// in the sandbox (its init, docker's or the helper, among them, as the
-/// pids limit counts it under runc). On the host's kernel `RLIMIT_NPROC`
-/// counts every process of the uid on the host, so runc gets none.
-pub(super) fn nproc_ulimit(plan: &ExecPlan, gvisor: bool) -> Option<ResourcesUlimits> {
-    let p = i64::try_from(plan.limits.processes?).unwrap_or(i64::MAX);
-    gvisor.then(|| ResourcesUlimits {
+/// The `nproc` ulimit, when there is one:
+/// - under gVisor, `max_processes` tasks of the tool's uid in the sandbox
+///   (its init, docker's or the helper, among them, as the pids limit counts
+///   it under runc);
+/// - on a Podman that applies no cgroup limits (rootless on cgroup v1),
+///   `max_processes` too, which the kernel counts in the container's own
+///   user namespace (keep-id makes one per container);
+/// - on any other Podman, [`super::podman::nproc_ceiling`], a limit that
+///   never binds, since Podman would otherwise ask for more than an engine
+///   without `CAP_SYS_RESOURCE` may set;
+/// - on Docker with runc none: on the host's kernel `RLIMIT_NPROC` counts
+///   every process of the uid on the host, and the pids limit holds the
+///   container.
+pub(super) fn nproc_ulimit(plan: &ExecPlan, engine: Quirks<'_>) -> Option<ResourcesUlimits> {
+    let processes = plan
+        .limits
+        .processes
+        .map(|p| i64::try_from(p).unwrap_or(i64::MAX));
+    let held_here = engine.gvisor || engine.podman.is_some_and(|p| !p.enforces_limits());
+    let n = match processes {
+        Some(n) if held_here => n,
+        _ if engine.podman.is_some() => super::podman::nproc_ceiling(),
+        _ => return None,
+    };
+    Some(ResourcesUlimits {
         name: Some("nproc".into()),
-        soft: Some(p),
-        hard: Some(p),
+        soft: Some(n),
+        hard: Some(n),
     })
+}
+
+/// What a container's spec must allow for on its engine.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Quirks<'a> {
+    /// The runtime is gVisor's `runsc` (`runtime.rs`).
+    pub gvisor: bool,
+    /// The engine is Podman, and what its own API says (`podman.rs`).
+    pub podman: Option<&'a PodmanFacts>,
 }
 
 /// Open files per process in a container. Without it, a container inherits the

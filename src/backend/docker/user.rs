@@ -39,6 +39,27 @@ pub(super) struct EngineFacts {
     pub helper: Result<(), String>,
     /// The runtimes it has registered.
     pub runtimes: super::runtime::Runtimes,
+    /// What Podman's own API says, when the engine is Podman.
+    pub podman: Option<super::podman::PodmanFacts>,
+}
+
+impl EngineFacts {
+    /// Whether the engine holds a container to its memory and pids limits
+    /// (a rootless Podman without cgroup controllers does not).
+    pub(super) fn enforces_limits(&self) -> bool {
+        self.podman
+            .as_ref()
+            .is_none_or(super::podman::PodmanFacts::enforces_limits)
+    }
+
+    /// A rootless Podman's user: the host uid and gid its containers' root
+    /// maps to, which keep-id maps to itself.
+    pub(super) fn rootless_podman(&self) -> Option<(u32, u32)> {
+        self.podman
+            .as_ref()
+            .filter(|p| p.rootless)
+            .and_then(|p| p.host_ids)
+    }
 }
 
 /// The uid mapping the engine's security options name: `userns` (the daemon's
@@ -137,12 +158,31 @@ impl DockerBackend {
                     .info()
                     .await
                     .map_err(|e| format!("Docker engine info: {}", engine_error(&e)))?;
-                let remap = uid_remap(info.security_options.as_deref().unwrap_or_default());
+                let mut remap = uid_remap(info.security_options.as_deref().unwrap_or_default());
                 let runtimes = super::runtime::Runtimes::from_info(&info);
                 let v = docker
                     .version()
                     .await
                     .map_err(|e| format!("Docker engine version: {}", engine_error(&e)))?;
+                let podman = if super::engine::product(&v) == "Podman" {
+                    let address = self.engine_address();
+                    let facts = super::podman::libpod_info(
+                        &address,
+                        std::time::Duration::from_secs(super::REQUEST_TIMEOUT_SECS),
+                    )
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "the engine at {address} is Podman, and toolhost cannot read its own API's info (whether it is rootless, its uid mapping, its cgroup controllers): {e}"
+                        )
+                    })?;
+                    if facts.rootless {
+                        remap = Some("rootless");
+                    }
+                    Some(facts)
+                } else {
+                    None
+                };
                 let os = v.os.unwrap_or_default();
                 let arch = v.arch.unwrap_or_default();
                 let helper = if filter_hex().is_none() {
@@ -159,6 +199,7 @@ impl DockerBackend {
                     remap,
                     helper,
                     runtimes,
+                    podman,
                 })
             })
             .await;
@@ -179,6 +220,16 @@ impl DockerBackend {
         let Some((uid, gid)) = owner(plan)? else {
             return Ok("65534:65534".to_string());
         };
+        // A rootless Podman runs each container with keep-id: its user is
+        // itself there, every other uid one of its subordinate uids.
+        if let Some((engine_uid, engine_gid)) = facts.rootless_podman() {
+            if uid != engine_uid {
+                return Err(refuse(format!(
+                    "the Podman engine is rootless: a container's uids are its user's (uid {engine_uid}, kept as itself) or that user's subordinate uids, and the writable allowed dirs belong to uid {uid}, so a tool would not own its files as uid {uid} on the host: give the workspace to uid {engine_uid}, or set [docker] user (docs/src/docker.md#podman)"
+                )));
+            }
+            return Ok(format!("{engine_uid}:{engine_gid}"));
+        }
         if let Some(kind) = facts.remap {
             return Err(refuse(format!(
                 "the Docker engine maps container uids to other host uids ({kind}), so a tool running as uid {uid} would not own its files as uid {uid} on the host: set [docker] user to the container uid:gid that the engine maps to the owner {uid}:{gid}"

@@ -82,6 +82,10 @@ const EXPECTATIONS: &[(Target, &str)] = &[
     (DOCKER,         "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HH-H----H-"),
     (Target::Docker(Engine::Runsc),
                      "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HH-H----H-"),
+    (Target::Docker(Engine::Podman),
+                     "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HH-H----H-"),
+    (Target::Docker(Engine::PodmanRootless),
+                     "--HH------HHHHHHHHHHH-HHHHHHHH-HHHH-----HH-H----H-"),
     (Target::Wasm,   "HHHHHH-HHHHHH--HHH-HHH-----HH-HHHHH-----H--HHHH-H-"),
     (Target::Files,  "HHHHHHHHHH-----H------------------------HHHH------"),
     (Target::Shell,  "-----------------------------------HHHHH----------"),
@@ -111,6 +115,16 @@ const NOT_ON_THIS_PLATFORM: &[(Target, Option<u32>, &str)] = &[
     ),
     (DOCKER, None, "a Linux Docker engine"),
     (Target::Docker(Engine::Runsc), None, "a Linux Docker engine"),
+    (
+        Target::Docker(Engine::Podman),
+        None,
+        "a Linux Podman engine",
+    ),
+    (
+        Target::Docker(Engine::PodmanRootless),
+        None,
+        "a Linux Podman engine",
+    ),
     (Target::Files, Some(42), "set-ID bits are Unix's"),
     (
         Target::Files,
@@ -156,9 +170,16 @@ impl Ctx {
         #[cfg(unix)]
         if target.is_docker() {
             use std::os::unix::fs::PermissionsExt;
+            // Rootless, the workspace is the engine's user's own, as it
+            // would be there: a shared one makes the tool a subordinate uid.
+            let ws_mode = if target == Target::Docker(Engine::PodmanRootless) {
+                0o755
+            } else {
+                0o777
+            };
             for (p, mode) in [
                 (t.root.clone(), 0o755),
-                (t.ws(), 0o777),
+                (t.ws(), ws_mode),
                 (t.outside(), 0o755),
             ] {
                 std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -385,6 +406,14 @@ fn run_one(target: Target, case: u32) {
         println!("case {case} on {}: n/a here: {why}", target.name());
         return;
     }
+    // A rootless engine's cases run as its user, as toolhost would there:
+    // this test binary again, for this one case.
+    #[cfg(unix)]
+    if target == Target::Docker(Engine::PodmanRootless)
+        && crate::docker::rerun_as_rootless(&format!("contract::podman_rootless::case_{case:02}"))
+    {
+        return;
+    }
     #[cfg(unix)]
     let image = match target {
         Target::Docker(engine) => crate::docker::image_on(engine),
@@ -454,6 +483,14 @@ contract_tests! {
         03 04 11 12 13 14 15 16 17 18 19 20 21 23 24 25 26 27 28 29 30 32 33 34 35
         41 42 44 49
     ];
+    podman => Target::Docker(Engine::Podman) => [
+        03 04 11 12 13 14 15 16 17 18 19 20 21 23 24 25 26 27 28 29 30 32 33 34 35
+        41 42 44 49
+    ];
+    podman_rootless => Target::Docker(Engine::PodmanRootless) => [
+        03 04 11 12 13 14 15 16 17 18 19 20 21 23 24 25 26 27 28 29 30 32 33 34 35
+        41 42 44 49
+    ];
     wasm => Target::Wasm => [
         01 02 03 04 05 06 08 09 10 11 12 13 16 17 18 20 21 22 28 29 31 32 33 34 35
         41 44 45 46 47 49
@@ -497,7 +534,7 @@ fn every_held_mark_has_its_own_test() {
 fn the_docker_engines_hold_the_same_cases() {
     let row = |t: Target| EXPECTATIONS.iter().find(|(x, _)| *x == t).map(|(_, r)| *r);
     // Each engine's row, beside the default's.
-    let engines: &[Engine] = &[Engine::Runsc];
+    let engines: &[Engine] = &[Engine::Runsc, Engine::Podman, Engine::PodmanRootless];
     for &engine in engines {
         assert_eq!(
             row(Target::Docker(engine)),

@@ -217,12 +217,18 @@ async fn docker_network_twin(c: &Ctx, off: &Sandbox) -> CaseResult {
     }
     let count = || accepted.load(std::sync::atomic::Ordering::SeqCst);
     let on = c.sandbox_with(|cfg| cfg.allow_network = true);
+    // Through the container's default route to the host: its gateway, or
+    // under a rootless Podman's slirp4netns (whose gateway is no host
+    // address: it keeps the host's loopback out) the host's own address.
+    let gw = if c.target == Target::Docker(Engine::PodmanRootless) {
+        host_address().ok_or("the host has no address of its own")?
+    } else {
+        "$(ip route | awk '/^default/ {print $3}')".to_string()
+    };
     let r = c
         .run(
             &on,
-            &format!(
-                "gw=$(ip route | awk '/^default/ {{print $3}}'); echo GW=$gw; echo hi | nc -w 3 $gw {port} && echo CONNECTED"
-            ),
+            &format!("gw={gw}; echo GW=$gw; echo hi | nc -w 3 $gw {port} && echo CONNECTED"),
             &[],
         )
         .await;
@@ -251,4 +257,17 @@ async fn docker_network_twin(c: &Ctx, off: &Sandbox) -> CaseResult {
     ensure(count() == 1, || {
         "network off: a connection reached the host".into()
     })
+}
+
+/// The host's own IPv4 address: the source of its route to the world
+/// (a route lookup; nothing is sent).
+fn host_address() -> Option<String> {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "route", "get", "1.1.1.1"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut words = text.split_whitespace();
+    words.find(|w| *w == "src")?;
+    words.next().map(str::to_string)
 }

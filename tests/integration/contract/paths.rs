@@ -316,8 +316,10 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
                 #[cfg_attr(not(unix), allow(unused_mut))]
                 let mut pids = tool.clone();
                 #[cfg(unix)]
-                if d.is_docker() && c.t.ws().join("ran").exists() {
-                    for id in crate::docker::containers_owned_by(child.id()) {
+                if let Target::Docker(engine) = d
+                    && c.t.ws().join("ran").exists()
+                {
+                    for id in crate::docker::containers_owned_by(engine, child.id()) {
                         pids.extend(processes_with(&id));
                     }
                 }

@@ -17,11 +17,14 @@ use crate::util::*;
 
 mod engines;
 mod gvisor;
+mod podman;
 mod users;
 mod warm;
 
 #[allow(unused_imports)]
 pub(crate) use engines::*;
+#[allow(unused_imports)]
+pub(crate) use podman::rerun_as_rootless;
 #[allow(unused_imports)]
 pub(crate) use users::*;
 #[allow(unused_imports)]
@@ -52,37 +55,65 @@ pub(crate) fn image() -> Option<String> {
 }
 
 /// The test image, when the engine runs and has what `engine` needs (its
-/// runtimes); `None`, loudly, outside CI.
+/// runtimes, the image); `None`, loudly, outside CI.
 pub(crate) fn image_on(engine: Engine) -> Option<String> {
-    let image = image()?;
-    if engine == Engine::Runsc {
-        let out = Command::new("docker")
-            .args([
-                "info",
-                "--format",
-                "{{range $k, $v := .Runtimes}}{{$k}} {{end}}",
-            ])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        let have: Vec<&str> = out.split_whitespace().collect();
-        if !(have.contains(&RUNSC) && have.contains(&RUNSC_NET)) {
-            let why = format!(
-                "the runsc tests need the runtimes {RUNSC} and {RUNSC_NET} (run scripts/docker-setup); the engine has {have:?}"
-            );
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{why}");
+    // Podman's tests need no Docker engine (the rootless ones run as a
+    // user who may not reach it).
+    let image = match engine {
+        Engine::Runc | Engine::Runsc => image()?,
+        Engine::Podman | Engine::PodmanRootless => std::env::var("TOOLHOST_TEST_IMAGE")
+            .unwrap_or_else(|_| "toolhost-test-busybox:2".to_string()),
+    };
+    let missing = |why: String| {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{why}");
+        }
+        eprintln!("\n*** SKIPPED: {why} ***\n");
+        None
+    };
+    match engine {
+        Engine::Runc => {}
+        Engine::Runsc => {
+            let out = Command::new("docker")
+                .args([
+                    "info",
+                    "--format",
+                    "{{range $k, $v := .Runtimes}}{{$k}} {{end}}",
+                ])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            let have: Vec<&str> = out.split_whitespace().collect();
+            if !(have.contains(&RUNSC) && have.contains(&RUNSC_NET)) {
+                return missing(format!(
+                    "the runsc tests need the runtimes {RUNSC} and {RUNSC_NET} (run scripts/docker-setup); the engine has {have:?}"
+                ));
             }
-            eprintln!("\n*** SKIPPED: {why} ***\n");
-            return None;
+        }
+        Engine::Podman | Engine::PodmanRootless => {
+            let has = engine
+                .cli()
+                .args(["image", "inspect", "--format", "{{.Id}}", &image])
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false);
+            if !has {
+                return missing(format!(
+                    "the {} tests need its service at {} with the image {image} (run scripts/docker-setup)",
+                    engine.name(),
+                    engine.host().unwrap_or_default()
+                ));
+            }
         }
     }
     Some(image)
 }
 
-/// The ids of the toolhost containers whose owner is process `pid`.
-pub(crate) fn containers_owned_by(pid: u32) -> Vec<String> {
-    let out = Command::new("docker")
+/// The ids of the toolhost containers on `engine` whose owner is process
+/// `pid`.
+pub(crate) fn containers_owned_by(engine: Engine, pid: u32) -> Vec<String> {
+    let out = engine
+        .cli()
         .args([
             "ps",
             "-a",
@@ -104,15 +135,20 @@ pub(crate) fn containers_owned_by(pid: u32) -> Vec<String> {
 }
 
 /// The ids of the containers made for `sb` since `since` (the engine's
-/// create events of its session), removed or not.
+/// create events of its session), removed or not. The session is matched
+/// here: Podman's events take no label filter.
 pub(crate) fn session_containers_since(sb: &Sandbox, since: std::time::SystemTime) -> Vec<String> {
     let secs = |t: std::time::SystemTime| {
         t.duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0)
     };
+    let backend = sb.docker_backend();
+    let session = backend.session();
     let out = Command::new("docker")
         .args([
+            "-H",
+            &backend.engine_address(),
             "events",
             "--since",
             &secs(since).saturating_sub(1).to_string(),
@@ -120,16 +156,17 @@ pub(crate) fn session_containers_since(sb: &Sandbox, since: std::time::SystemTim
             &(secs(std::time::SystemTime::now()) + 1).to_string(),
             "--filter",
             "event=create",
-            "--filter",
-            &format!("label=toolhost.session={}", sb.docker_backend().session()),
             "--format",
-            "{{.ID}}",
+            "{{.ID}} {{index .Actor.Attributes \"toolhost.session\"}}",
         ])
         .output()
         .expect("docker events");
     String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(str::to_string)
+        .lines()
+        .filter_map(|l| {
+            let (id, s) = l.split_once(' ')?;
+            (s.trim() == session).then(|| id.to_string())
+        })
         .collect()
 }
 

@@ -100,7 +100,12 @@ impl DockerBackend {
         // Never under gVisor (refused before): the helper checks the
         // mounts' inodes, and the pids limit counts the tool's processes.
         let expect = expected_mounts(plan, held, true)?;
-        let mut host = self.host_config(plan, held, false);
+        let facts = self.engine_facts(docker).await?;
+        let quirks = super::spec::Quirks {
+            gvisor: false,
+            podman: facts.podman.as_ref(),
+        };
+        let mut host = self.host_config(plan, held, quirks);
         // The helper is the init (it reaps, and kills what a call leaves).
         host.init = Some(false);
         // No container-wide CPU or file-size limit: it would end the helper,
@@ -113,6 +118,13 @@ impl DockerBackend {
             },
             super::spec::nofile_ulimit(),
         ]);
+        // Podman's nproc, which the engine would otherwise raise (`podman.rs`).
+        if let (Some(u), Some(n)) = (
+            host.ulimits.as_mut(),
+            super::spec::nproc_ulimit(plan, quirks),
+        ) {
+            u.push(n);
+        }
         if let Some(m) = host.mounts.as_mut() {
             m.push(helper);
         }
@@ -144,9 +156,19 @@ impl DockerBackend {
         };
         // Removed if this fails or the future is dropped before the slot
         // holds it.
-        let (mut guard, created_id) =
-            super::cleanup::create_guarded(docker, self.next_name(), body, (image, plan), None)
-                .await?;
+        let (mut guard, created_id) = super::cleanup::create_guarded(
+            docker,
+            self.next_name(),
+            body,
+            (image, plan),
+            None,
+            facts
+                .podman
+                .as_ref()
+                .map(|_| self.engine_address())
+                .as_deref(),
+        )
+        .await?;
         let attach = AttachContainerOptions {
             stream: true,
             stdin: true,

@@ -194,8 +194,8 @@ pub(crate) fn exec(args: &[std::ffi::OsString]) -> ! {
 /// Sets the rlimits of a per-call tool (`--rlimit NAME=SOFT:HARD`, `NAME`
 /// one of cpu, fsize, core, nproc, nofile, as) on the helper, which the exec
 /// passes on: the engine's ulimits say the same, but an engine may drop
-/// them (rootless Podman's Docker-compatible API does). Only ever lowered:
-/// a limit that cannot be set exits 125, and nothing runs.
+/// them (rootless Podman's Docker-compatible API does). Only ever lowered
+/// ([`lower_limit`]): a limit that cannot be set exits 125, and nothing runs.
 pub(crate) fn set_limits(specs: &[&std::ffi::OsStr]) {
     for spec in specs {
         let text = spec.to_string_lossy();
@@ -217,11 +217,26 @@ pub(crate) fn set_limits(specs: &[&std::ffi::OsStr]) {
             eprintln!("[FATAL toolhost-helper] bad --rlimit {text:?}");
             std::process::exit(125);
         };
-        // SAFETY: a plain setrlimit of a valid struct.
-        if unsafe { sys::setrlimit(resource, &sys::Rlimit { cur, max }) } < 0 {
+        if !lower_limit(resource, cur, max) {
             let why = std::io::Error::from_raw_os_error(sys::errno());
             eprintln!("[FATAL toolhost-helper] cannot set --rlimit {text}: {why}");
             std::process::exit(125);
         }
+    }
+}
+
+/// Sets `resource` to at most `cur` and `max`, never above what it is now
+/// (a ceiling asked for above the current one is already held by it);
+/// `false` when the kernel refused.
+pub(crate) fn lower_limit(resource: i32, cur: u64, max: u64) -> bool {
+    let mut now = sys::Rlimit { cur: 0, max: 0 };
+    // SAFETY: getrlimit and setrlimit of valid structs.
+    unsafe {
+        if sys::getrlimit(resource, &mut now) < 0 {
+            return false;
+        }
+        let max = max.min(now.max);
+        let cur = cur.min(max);
+        sys::setrlimit(resource, &sys::Rlimit { cur, max }) == 0
     }
 }

@@ -50,8 +50,9 @@
 //!   host asks for a kill), the helper sends SIGKILL to every other process in
 //!   the container (`kill(-1)`) and reports the exit only once it has no child
 //!   left at all, so every process in the namespace is gone.
-//! - Per-call rlimits (CPU seconds, file size, no core) are set in the child
-//!   before exec; the helper itself has none, so that no limit ends it.
+//! - Per-call rlimits (CPU seconds, file size, no core, 4096 open files) are
+//!   set in the child before exec, only ever lowered; the helper itself has
+//!   none, so that no limit ends it.
 //!
 //! Frames, both ways: a kind byte, a u32 little-endian length, the payload.
 //! Host to helper: `R` run (argv, env, cwd, limits, caps), `I` stdin bytes,
@@ -63,6 +64,8 @@ use std::ffi::{CString, c_char};
 
 /// Protocol version, sent in the hello frame.
 const VERSION: &[u8] = b"toolhost-docker-helper 1";
+/// Open files per call in warm mode: toolhost's `CONTAINER_NOFILE`.
+const NOFILE: u64 = 4096;
 /// Largest frame accepted from the host.
 const FRAME_MAX: usize = 1 << 20;
 /// Stdin held for a tool that is not reading: past this the helper stops
@@ -173,6 +176,9 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], sigchld: i32, req: Request) {
             req.cpu_seconds.saturating_add(1),
         ),
         (sys::RLIMIT_FSIZE, req.file_size, req.file_size),
+        // As the per-call containers' ulimit (an engine may have dropped
+        // the warm container's, as rootless Podman's API does).
+        (sys::RLIMIT_NOFILE, NOFILE, NOFILE),
     ];
 
     let pipes = [pipe(), pipe(), pipe()];
@@ -220,7 +226,7 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], sigchld: i32, req: Request) {
             sys::sigprocmask(sys::SIG_SETMASK, &empty, std::ptr::null_mut());
             for (res, cur, max) in limits {
                 // A limit that cannot be set is a call that does not run.
-                if cur != u64::MAX && sys::setrlimit(res, &sys::Rlimit { cur, max }) < 0 {
+                if cur != u64::MAX && !lower_limit(res, cur, max) {
                     fail(STAGE_RLIMIT);
                 }
             }

@@ -37,6 +37,7 @@ unsafe extern "C" {
     pub fn chdir(path: *const c_char) -> i32;
     pub fn setsid() -> i32;
     pub fn setrlimit(resource: i32, r: *const Rlimit) -> i32;
+    pub fn getrlimit(resource: i32, r: *mut Rlimit) -> i32;
     pub fn kill(pid: i32, sig: i32) -> i32;
     pub fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
     pub fn prctl(op: i32, ...) -> i32;

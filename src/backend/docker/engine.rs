@@ -44,6 +44,9 @@ pub struct EngineProbe {
     /// by cgroup (a rootless Podman without cgroup controllers does not:
     /// toolhost then sets rlimits instead).
     pub cgroup_limits: bool,
+    /// Why the engine cannot hold a call to its limits, when it cannot
+    /// (a Podman with neither cgroup controllers nor the rlimits' ground).
+    pub refusal: Option<String>,
     /// The configured image and whether the engine has it.
     pub image: Option<(String, Result<(), String>)>,
 }
@@ -134,6 +137,19 @@ impl DockerBackend {
             .clone()
             .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()))
             .unwrap_or_else(|| "unix:///var/run/docker.sock".into())
+    }
+
+    /// Whether the engine is reached over TLS (as [`Self::connect`] decides).
+    pub(super) fn uses_tls(&self) -> bool {
+        let addr = self.engine_address();
+        if addr.starts_with("unix://") {
+            return false;
+        }
+        addr.starts_with("https://")
+            || (self.config.tls_ca.is_some()
+                && self.config.tls_cert.is_some()
+                && self.config.tls_key.is_some())
+            || std::env::var("DOCKER_TLS_VERIFY").is_ok_and(|v| !v.is_empty() && v != "0")
     }
 
     pub(super) fn connect(&self) -> Result<Docker, String> {
@@ -298,6 +314,10 @@ impl DockerBackend {
                 .as_ref()
                 .map(super::podman::PodmanFacts::describe),
             cgroup_limits: facts.enforces_limits(),
+            refusal: facts
+                .podman
+                .as_ref()
+                .and_then(super::podman::PodmanFacts::refusal),
             runtimes: runtimes.registered.map(|r| {
                 r.into_iter()
                     .map(|(name, (path, args))| (name, path, args))

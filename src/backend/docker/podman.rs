@@ -41,6 +41,8 @@ pub(super) struct PodmanFacts {
     pub controllers: Vec<String>,
     /// `v1` or `v2`.
     pub cgroup_version: String,
+    /// The engine host's kernel release (`6.1.0-...`).
+    pub kernel: String,
 }
 
 impl PodmanFacts {
@@ -49,6 +51,36 @@ impl PodmanFacts {
         ["memory", "pids"]
             .iter()
             .all(|c| self.controllers.iter().any(|have| have == c))
+    }
+
+    /// Why calls cannot be held here, when they cannot: an engine that
+    /// applies no cgroup limits is held by rlimits only where it is
+    /// rootless (each container its own user namespace, where the kernel
+    /// counts `RLIMIT_NPROC`) on Linux 5.14 or later (before, the count is
+    /// of every process of the uid on the host, and root is not counted).
+    pub(super) fn refusal(&self) -> Option<String> {
+        if self.enforces_limits() {
+            return None;
+        }
+        if !self.rootless {
+            return Some(format!(
+                "the Podman engine is rootful and applies no memory and pids limits (its cgroup controllers: {:?}), and rlimits cannot stand in for them as root: refused (docs/src/docker.md#podman)",
+                self.controllers
+            ));
+        }
+        let version: Vec<u32> = self
+            .kernel
+            .split(|c: char| !c.is_ascii_digit())
+            .take(2)
+            .map(|n| n.parse().unwrap_or(0))
+            .collect();
+        if version.as_slice() < [5, 14].as_slice() {
+            return Some(format!(
+                "the Podman engine is rootless without cgroup controllers, so toolhost holds its containers by rlimits, and its kernel ({:?}) counts RLIMIT_NPROC across every container of the user before Linux 5.14: refused (docs/src/docker.md#podman)",
+                self.kernel
+            ));
+        }
+        None
     }
 
     /// Reads the facts out of `/libpod/info`'s JSON.
@@ -89,11 +121,17 @@ impl PodmanFacts {
             .and_then(|v| v.as_str())
             .unwrap_or_default()
             .to_string();
+        let kernel = host
+            .get("kernel")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string();
         Ok(PodmanFacts {
             rootless,
             host_ids,
             controllers,
             cgroup_version,
+            kernel,
         })
     }
 
@@ -108,16 +146,77 @@ impl PodmanFacts {
     }
 }
 
-/// The largest response toolhost reads from Podman's own API (its info and
-/// a container's inspect are a few KiB).
-const MAX_INFO: u64 = 1 << 20;
+/// The largest response toolhost reads from Podman's own API (its info is
+/// a few KiB; a container's inspect repeats the call's argv and
+/// environment, which Linux bounds at a few MiB).
+const MAX_INFO: u64 = 16 << 20;
 
 /// Reads Podman's `/v4.0.0/libpod/info` at `address` (`unix://PATH`,
 /// `tcp://HOST:PORT` or `http://HOST:PORT`), with HTTP/1.0 so that the
 /// body comes whole, up to the connection's end (as every libpod request
 /// here).
-pub(super) async fn libpod_info(address: &str, timeout: Duration) -> Result<PodmanFacts, String> {
-    PodmanFacts::from_info(&libpod_get(address, "info", timeout).await?)
+/// `Ok(None)` when the engine has no libpod API (a 404: Docker's).
+pub(super) async fn libpod_info(
+    address: &str,
+    timeout: Duration,
+) -> Result<Option<PodmanFacts>, String> {
+    match libpod_get(address, "info", timeout).await {
+        Ok(info) => PodmanFacts::from_info(&info).map(Some),
+        Err(Fetch::NotFound) => Ok(None),
+        Err(Fetch::Failed(e)) => Err(e),
+    }
+}
+
+/// How a libpod request failed.
+enum Fetch {
+    /// The engine answered 404: it has no such API (or no such container).
+    NotFound,
+    Failed(String),
+}
+
+impl From<String> for Fetch {
+    fn from(e: String) -> Self {
+        Fetch::Failed(e)
+    }
+}
+
+/// How a Podman container stands, from its own inspect: `None` while it
+/// runs, else its exit code and whether Podman saw an OOM kill.
+pub(super) async fn container_exit(
+    address: &str,
+    id: &str,
+    timeout: Duration,
+) -> Result<Option<(i64, bool)>, String> {
+    let c = libpod_container(address, id, timeout).await?;
+    let state = c.get("State").ok_or("libpod inspect has no State")?;
+    let running = state.get("Running").and_then(|v| v.as_bool());
+    let status = state.get("Status").and_then(|v| v.as_str()).unwrap_or("");
+    if running != Some(false) || matches!(status, "created" | "configured" | "initialized") {
+        return Ok(None);
+    }
+    Ok(Some((
+        state.get("ExitCode").and_then(|v| v.as_i64()).unwrap_or(-1),
+        state
+            .get("OOMKilled")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false),
+    )))
+}
+
+async fn libpod_container(
+    address: &str,
+    id: &str,
+    timeout: Duration,
+) -> Result<serde_json::Value, String> {
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(format!("container id {id:?} is not alphanumeric"));
+    }
+    libpod_get(address, &format!("containers/{id}/json"), timeout)
+        .await
+        .map_err(|e| match e {
+            Fetch::NotFound => format!("{address}: no container {id}"),
+            Fetch::Failed(e) => e,
+        })
 }
 
 /// The OCI runtime Podman created container `id` under (its own inspect's
@@ -127,10 +226,7 @@ pub(super) async fn container_runtime(
     id: &str,
     timeout: Duration,
 ) -> Result<String, String> {
-    if !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Err(format!("container id {id:?} is not alphanumeric"));
-    }
-    let c = libpod_get(address, &format!("containers/{id}/json"), timeout).await?;
+    let c = libpod_container(address, id, timeout).await?;
     c.get("OCIRuntime")
         .and_then(|v| v.as_str())
         .map(str::to_string)
@@ -142,14 +238,14 @@ async fn libpod_get(
     address: &str,
     path: &str,
     timeout: Duration,
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value, Fetch> {
     let body = tokio::time::timeout(timeout, fetch(address, path))
         .await
         .map_err(|_| format!("no answer from {address} in {timeout:?}"))??;
-    serde_json::from_slice(&body).map_err(|e| format!("libpod {path}: {e}"))
+    Ok(serde_json::from_slice(&body).map_err(|e| format!("libpod {path}: {e}"))?)
 }
 
-async fn fetch(address: &str, path: &str) -> Result<Vec<u8>, String> {
+async fn fetch(address: &str, path: &str) -> Result<Vec<u8>, Fetch> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let request = format!(
         "GET /v4.0.0/libpod/{path} HTTP/1.0\r\nHost: podman\r\nUser-Agent: toolhost\r\n\r\n"
@@ -171,7 +267,9 @@ async fn fetch(address: &str, path: &str) -> Result<Vec<u8>, String> {
         #[cfg(not(unix))]
         {
             let _ = path;
-            return Err(format!("{address}: no unix sockets on this platform"));
+            return Err(Fetch::Failed(format!(
+                "{address}: no unix sockets on this platform"
+            )));
         }
     } else if let Some(hostport) = address
         .strip_prefix("tcp://")
@@ -186,38 +284,57 @@ async fn fetch(address: &str, path: &str) -> Result<Vec<u8>, String> {
             .await
             .map_err(io)?;
     } else {
-        return Err(format!(
+        return Err(Fetch::Failed(format!(
             "{address}: toolhost reads Podman's own API only over a unix socket or plain TCP"
-        ));
+        )));
     }
-    body_of(&raw).map_err(|e| format!("{address}: {e}"))
+    body_of(&raw).map_err(|e| match e {
+        Fetch::Failed(e) => Fetch::Failed(format!("{address}: {e}")),
+        e => e,
+    })
 }
 
 /// The body of a whole HTTP/1.0 response, when its status is 200.
-fn body_of(raw: &[u8]) -> Result<Vec<u8>, String> {
+fn body_of(raw: &[u8]) -> Result<Vec<u8>, Fetch> {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .ok_or("no complete HTTP response")?;
+        .ok_or_else(|| Fetch::Failed("no complete HTTP response".into()))?;
     let head = String::from_utf8_lossy(&raw[..split]);
     let status = head.lines().next().unwrap_or_default();
-    if status.split_whitespace().nth(1) != Some("200") {
-        return Err(format!("libpod info: {status}"));
+    match status.split_whitespace().nth(1) {
+        Some("200") => Ok(raw[split + 4..].to_vec()),
+        Some("404") => Err(Fetch::NotFound),
+        _ => Err(Fetch::Failed(format!("libpod: {status}"))),
     }
-    Ok(raw[split + 4..].to_vec())
 }
 
 /// The `nproc` ulimit toolhost asks Podman for when the engine holds the
-/// processes by cgroup: the kernel's `pid_max`, which no uid's processes
-/// can exceed, so the limit never binds and Podman does not try to raise it
-/// to 1048576 (see the module's text). 32768, the kernel's default, when
-/// it cannot be read.
+/// processes by cgroup: one that never binds, so that Podman does not try
+/// to raise it to 1048576 (see the module's text). That is the kernel's
+/// `pid_max` (no uid's processes can exceed it), or this process's own
+/// hard limit when lower: an engine without `CAP_SYS_RESOURCE` cannot go
+/// past its own, which on its host is most likely the same (systemd sets
+/// `pid_max` to 4194304 and leaves users some 100,000). 32768, the
+/// kernel's default `pid_max`, when neither can be read. The helper only
+/// ever lowers a limit, so a ceiling above the engine's own is held by that.
 pub(super) fn nproc_ceiling() -> i64 {
-    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .ok()
         .and_then(|s| s.trim().parse::<i64>().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(32768)
+        .filter(|n| *n > 0);
+    #[cfg(unix)]
+    let own = rustix::process::getrlimit(rustix::process::Resource::Nproc)
+        .maximum
+        .and_then(|m| i64::try_from(m).ok())
+        .filter(|n| *n > 0);
+    #[cfg(not(unix))]
+    let own: Option<i64> = None;
+    match (pid_max, own) {
+        (Some(p), Some(o)) => p.min(o),
+        (Some(n), None) | (None, Some(n)) => n,
+        (None, None) => 32768,
+    }
 }
 
 #[cfg(test)]
@@ -269,6 +386,29 @@ mod tests {
     }
 
     #[test]
+    fn rlimits_stand_in_only_rootless_on_a_recent_kernel() {
+        let facts = |rootless: bool, controllers: &[&str], kernel: &str| PodmanFacts {
+            rootless,
+            host_ids: rootless.then_some((1000, 1000)),
+            controllers: controllers.iter().map(|c| c.to_string()).collect(),
+            cgroup_version: "v1".into(),
+            kernel: kernel.into(),
+        };
+        assert_eq!(facts(false, &["memory", "pids"], "4.18.0").refusal(), None);
+        assert_eq!(facts(true, &["memory", "pids"], "4.18.0").refusal(), None);
+        assert_eq!(facts(true, &[], "6.18.44-fc-v1252").refusal(), None);
+        assert_eq!(facts(true, &[], "5.14.0-284.el9").refusal(), None);
+        for kernel in ["5.13.19", "4.18.0-513.el8", "", "garbage"] {
+            let why = facts(true, &[], kernel).refusal().expect("refused");
+            assert!(why.contains("5.14"), "{kernel}: {why}");
+        }
+        let why = facts(false, &["memory"], "6.1.0")
+            .refusal()
+            .expect("refused");
+        assert!(why.contains("rootful"), "{why}");
+    }
+
+    #[test]
     fn a_rootless_engine_without_a_mapping_is_an_error() {
         let e = info(r#"{"host": {"security": {"rootless": true}}}"#).expect_err("refused");
         assert!(e.contains("mapping"), "{e}");
@@ -278,13 +418,22 @@ mod tests {
 
     #[test]
     fn only_a_200_response_has_a_body() {
-        assert_eq!(
-            body_of(b"HTTP/1.0 200 OK\r\nA: b\r\n\r\n{}").expect("body"),
-            b"{}"
-        );
-        let e = body_of(b"HTTP/1.0 404 Not Found\r\n\r\nNot Found").expect_err("404");
-        assert!(e.contains("404"), "{e}");
-        assert!(body_of(b"HTTP/1.0 200 OK\r\n").is_err());
+        assert!(matches!(
+            body_of(b"HTTP/1.0 200 OK\r\nA: b\r\n\r\n{}").as_deref(),
+            Ok(b"{}")
+        ));
+        assert!(matches!(
+            body_of(b"HTTP/1.0 404 Not Found\r\n\r\nNot Found"),
+            Err(Fetch::NotFound)
+        ));
+        assert!(matches!(
+            body_of(b"HTTP/1.0 500 Internal Server Error\r\n\r\n{}"),
+            Err(Fetch::Failed(e)) if e.contains("500")
+        ));
+        assert!(matches!(
+            body_of(b"HTTP/1.0 200 OK\r\n"),
+            Err(Fetch::Failed(_))
+        ));
     }
 
     #[test]

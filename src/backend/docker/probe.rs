@@ -53,7 +53,10 @@ impl DockerBackend {
                         out.push("docker", "image", Status::Missing, format!("{name}: {e}"));
                     }
                 }
-                if p.cgroup_limits {
+                if let Some(why) = &p.refusal {
+                    out.unusable.push(format!("docker: {why}"));
+                    out.push("docker", "container limits", Status::Missing, why.clone());
+                } else if p.cgroup_limits {
                     out.push(
                         "docker",
                         "container limits",

@@ -113,8 +113,9 @@ impl DockerBackend {
                     (false, _) => "none",
                     // A rootless Podman's own network (its default in 4.x):
                     // its bridge needs a rootless netns set-up that fails on
-                    // hosts without a systemd user session.
-                    (true, true) => "slirp4netns",
+                    // hosts without a systemd user session. The host's
+                    // loopback stays out whatever containers.conf says.
+                    (true, true) => "slirp4netns:allow_host_loopback=false",
                     (true, false) => "bridge",
                 }
                 .into(),

@@ -12,8 +12,10 @@
 //!   its own gid, and those of a dir someone else owns as its own uid too.
 //!   Refused before the call: writable dirs of different owners (one uid
 //!   cannot be both), and an engine that maps container uids to others on the
-//!   host (userns-remap, rootless), where the owner's uid would not be the
-//!   owner on the host; both say to set `[docker] user`.
+//!   host (userns-remap, a rootless Docker), where the owner's uid would not
+//!   be the owner on the host; both say to set `[docker] user`. A rootless
+//!   Podman keeps its own user's uid as itself (`podman.rs`): the tool runs
+//!   as that uid, and a workspace of another uid is refused.
 //! - **The filter.** The helper (`docker-helper/`, mounted read-only) puts
 //!   toolhost's seccomp filter on the tool before it execs it: no set-user-ID
 //!   or set-group-ID file, whatever the uid (a tool running as the
@@ -164,25 +166,38 @@ impl DockerBackend {
                     .version()
                     .await
                     .map_err(|e| format!("Docker engine version: {}", engine_error(&e)))?;
-                let podman = if super::engine::product(&v) == "Podman" {
-                    let address = self.engine_address();
-                    let facts = super::podman::libpod_info(
-                        &address,
-                        std::time::Duration::from_secs(super::REQUEST_TIMEOUT_SECS),
-                    )
-                    .await
-                    .map_err(|e| {
-                        format!(
-                            "the engine at {address} is Podman, and toolhost cannot read its own API's info (whether it is rootless, its uid mapping, its cgroup controllers): {e}"
-                        )
-                    })?;
-                    if facts.rootless {
-                        remap = Some("rootless");
-                    }
-                    Some(facts)
+                // Podman's own API, asked of every engine toolhost can reach
+                // it on: a Podman whose version does not say so is still
+                // known by it (a 404 is Docker's answer).
+                let named_podman = super::engine::product(&v) == "Podman";
+                let address = self.engine_address();
+                let timeout = std::time::Duration::from_secs(super::REQUEST_TIMEOUT_SECS);
+                let libpod = if self.uses_tls() {
+                    Err("toolhost reads Podman's own API only over a unix socket or plain TCP, and this engine is reached over TLS".to_string())
                 } else {
-                    None
+                    super::podman::libpod_info(&address, timeout).await
                 };
+                let podman = match libpod {
+                    Ok(Some(facts)) => Some(facts),
+                    Ok(None) if !named_podman => None,
+                    Err(e) if !named_podman => {
+                        tracing::debug!("no libpod API at {address}: {e}");
+                        None
+                    }
+                    Ok(None) => {
+                        return Err(format!(
+                            "the engine at {address} is Podman, and its own API (/libpod/info) is not there"
+                        ));
+                    }
+                    Err(e) => {
+                        return Err(format!(
+                            "the engine at {address} is Podman, and toolhost cannot read its own API's info (whether it is rootless, its uid mapping, its cgroup controllers): {e}"
+                        ));
+                    }
+                };
+                if podman.as_ref().is_some_and(|p| p.rootless) {
+                    remap = Some("rootless");
+                }
                 let os = v.os.unwrap_or_default();
                 let arch = v.arch.unwrap_or_default();
                 let helper = if filter_hex().is_none() {

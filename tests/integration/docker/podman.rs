@@ -186,8 +186,8 @@ async fn warm_mode_is_refused_where_podman_applies_no_limits() {
 }
 
 /// On a rootful Podman the engine holds the limits: memory by the cgroup
-/// (the hog is killed), processes by the pids limit; `nproc` is the
-/// kernel's `pid_max`, not Podman's 1048576 (which an engine without
+/// (the hog is killed), processes by the pids limit; `nproc` is a ceiling
+/// that never binds, not Podman's 1048576 (which an engine without
 /// `CAP_SYS_RESOURCE` cannot set: every create would fail).
 #[tokio::test]
 async fn a_rootful_podman_holds_the_limits_by_cgroup() {
@@ -206,9 +206,22 @@ async fn a_rootful_podman_holds_the_limits_by_cgroup() {
          n=0; while [ $n -lt 12 ]; do sleep 5 & n=$((n+1)); done; echo never",
     )
     .await;
-    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap();
+    // The ceiling that never binds: pid_max, or this process's own hard
+    // limit when lower (the helper only lowers it further, never raises).
+    let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let own = rustix::process::getrlimit(rustix::process::Resource::Nproc)
+        .maximum
+        .unwrap_or(u64::MAX);
     let lines: Vec<&str> = r.stdout.lines().collect();
-    assert_eq!(lines.first(), Some(&pid_max.trim()), "{r:?}");
+    assert_eq!(
+        lines.first(),
+        Some(&pid_max.min(own).to_string().as_str()),
+        "{r:?}"
+    );
     // No address-space limit: the cgroup holds memory.
     assert_eq!(lines.get(1), Some(&"unlimited"), "{r:?}");
     assert!(
@@ -229,28 +242,42 @@ async fn a_rootful_podman_holds_the_limits_by_cgroup() {
 /// Podman's compatible inspect names every runtime `oci`, and Podman may
 /// create a container under its default when the runtime named is not
 /// installed: the runtime is checked through Podman's own inspect. A
-/// runtime Podman lists but lacks (`crun` here) is refused after the
-/// create, the container removed, the canary not written; `runc` runs.
+/// runtime Podman lists but lacks (its program missing) is refused after
+/// the create, the container removed, the canary not written; `runc` runs.
 #[tokio::test]
 async fn on_podman_the_runtime_is_checked_through_its_own_api() {
     let Some(image) = image_on(Engine::Podman) else {
         return;
     };
-    if std::path::Path::new("/usr/bin/crun").exists() {
-        panic!("this test needs a runtime Podman lists but lacks: /usr/bin/crun is installed");
-    }
+    // Runtimes as `NAME PATH` lines; one whose program is not there.
+    let out = Engine::Podman
+        .cli()
+        .args([
+            "info",
+            "--format",
+            "{{range $k, $v := .Runtimes}}{{$k}} {{$v.Path}}\n{{end}}",
+        ])
+        .output()
+        .expect("docker info");
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lacking = listed
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(_, path)| !std::path::Path::new(path).exists())
+        .map(|(name, _)| name.to_string())
+        .unwrap_or_else(|| panic!("Podman lists no runtime it lacks: {listed}"));
     let t = tmp();
     let since = std::time::SystemTime::now();
     let mut cfg = docker_config(&image);
     Engine::Podman.configure(&mut cfg.docker);
-    cfg.docker.runtime = Some("crun".into());
+    cfg.docker.runtime = Some(lacking.clone());
     let sb = t.sandbox(cfg);
     let r = dsh(&sb, "echo x > canary").await;
     assert_eq!(r.outcome.kind, OutcomeKind::BackendUnavailable, "{r:?}");
     assert!(
         r.outcome
             .message
-            .contains("\"runc\", not the configured \"crun\""),
+            .contains(&format!("\"runc\", not the configured {lacking:?}")),
         "{r:?}"
     );
     assert!(!t.ws().join("canary").exists());

@@ -132,7 +132,9 @@ fn main() {
         .unwrap_or_else(|_| "32768".into());
     let podman_cli = || {
         let t = Instant::now();
+        // conmon may leave a file `oom` in the directory it was started in.
         let s = Command::new("podman")
+            .current_dir(ws.path())
             .args([
                 "run",
                 "--rm",

@@ -240,3 +240,57 @@ pub(crate) fn lower_limit(resource: i32, cur: u64, max: u64) -> bool {
         sys::setrlimit(resource, &sys::Rlimit { cur, max }) == 0
     }
 }
+
+/// Checks that the container's cgroup holds it to the limits toolhost asked
+/// the engine for (`--cgroup-limits MEMORY:PIDS`, bytes and processes, `-`
+/// for none): an engine can list the controllers and still create a
+/// container with no cgroup (Podman with `cgroups = "disabled"`). Reads
+/// cgroup v2's `memory.max` and `pids.max`, or v1's
+/// `memory/memory.limit_in_bytes` and `pids/pids.max`. A limit that is
+/// missing, unreadable or above the one asked exits 125, and nothing runs.
+pub(crate) fn verify_cgroup_limits(spec: &std::ffi::OsStr) {
+    let text = spec.to_string_lossy();
+    let fail = |why: String| -> ! {
+        eprintln!("[FATAL toolhost-helper] cgroup limits not as asked: {why}");
+        std::process::exit(125);
+    };
+    let Some((memory, pids)) = text.split_once(':') else {
+        fail(format!("bad --cgroup-limits {text:?}"));
+    };
+    let read = |paths: [&str; 2]| -> Option<(String, String)> {
+        paths.iter().find_map(|p| {
+            std::fs::read_to_string(p)
+                .ok()
+                .map(|v| (p.to_string(), v.trim().to_string()))
+        })
+    };
+    for (want, paths, name) in [
+        (
+            memory,
+            [
+                "/sys/fs/cgroup/memory.max",
+                "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            ],
+            "memory",
+        ),
+        (
+            pids,
+            ["/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max"],
+            "pids",
+        ),
+    ] {
+        if want == "-" {
+            continue;
+        }
+        let Ok(want) = want.parse::<u64>() else {
+            fail(format!("bad --cgroup-limits {text:?}"));
+        };
+        let Some((path, have)) = read(paths) else {
+            fail(format!("no {name} limit to read ({})", paths.join(", ")));
+        };
+        match have.parse::<u64>() {
+            Ok(have) if have <= want => {}
+            _ => fail(format!("{path} is {have:?}, above the {want} asked")),
+        }
+    }
+}

@@ -13,8 +13,11 @@
 //!   one engine `exec` per call; the filter is on the helper, so every call
 //!   inherits it.
 //!
-//! A per-call tool also takes `--rlimit NAME=SOFT:HARD` (repeated, after the
-//! `--expect`s): its ulimits, set on the helper just before the exec, since
+//! A per-call tool also takes `--cgroup-limits MEMORY:PIDS` (after the
+//! `--expect`s): the cgroup limits toolhost asked the engine for, checked to
+//! hold before anything runs (an engine can list the controllers and still
+//! give a container no cgroup); and `--rlimit NAME=SOFT:HARD` (repeated,
+//! after that): its ulimits, set on the helper just before the exec, since
 //! an engine may drop the container's own (rootless Podman's compatible API
 //! does).
 //!
@@ -473,6 +476,12 @@ fn main() {
         rest = &rest[2.min(rest.len())..];
     }
     verify_mounts(&expect);
+    if rest.first().is_some_and(|a| a == "--cgroup-limits") {
+        if let Some(spec) = rest.get(1) {
+            verify_cgroup_limits(spec);
+        }
+        rest = &rest[2.min(rest.len())..];
+    }
     let mut limits = Vec::new();
     while rest.first().is_some_and(|a| a == "--rlimit") {
         if let Some(l) = rest.get(1) {

@@ -272,6 +272,18 @@ impl DockerBackend {
                 }
                 let mut cmd = vec!["--seccomp".to_string(), hex.to_string()];
                 cmd.extend(expect);
+                // A Podman that lists the controllers may still give the
+                // container no cgroup (`cgroups = "disabled"`): the helper
+                // checks that the limits it reads there are the ones asked.
+                if !gvisor && facts.podman.as_ref().is_some_and(|p| p.enforces_limits()) {
+                    let or_none = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
+                    cmd.push("--cgroup-limits".into());
+                    cmd.push(format!(
+                        "{}:{}",
+                        or_none(plan.limits.memory_bytes),
+                        or_none(plan.limits.processes)
+                    ));
+                }
                 // The container's ulimits again, set by the helper: an
                 // engine may drop them (rootless Podman's API does).
                 for u in host_config.ulimits.iter().flatten() {
@@ -358,7 +370,10 @@ impl DockerBackend {
                 // Attached before the start: nothing is missed, and logs
                 // would repeat what the stream delivers.
                 logs: false,
-                ..Default::default()
+                // No key sequence in the tool's stdin ends the attach
+                // (Podman applies ctrl-p,ctrl-q without a TTY too; an empty
+                // value turns them off there).
+                detach_keys: podman.as_ref().map(|_| String::new()),
             };
             let attached = docker
                 .attach_container(id, Some(attach))
@@ -482,6 +497,7 @@ impl Drop for DockerBackend {
 async fn exit_by_inspect(address: &str, id: &str) -> Result<(i64, bool), Outcome> {
     let timeout = std::time::Duration::from_secs(REQUEST_TIMEOUT_SECS);
     let mut pause = std::time::Duration::from_millis(2);
+    let mut waited = std::time::Duration::ZERO;
     loop {
         match podman::container_exit(address, id, timeout).await {
             Ok(Some(end)) => return Ok(end),
@@ -489,11 +505,18 @@ async fn exit_by_inspect(address: &str, id: &str) -> Result<(i64, bool), Outcome
             Err(e) => {
                 return Err(Outcome::new(
                     OutcomeKind::LaunchFailed,
-                    format!("Podman engine: {e}"),
+                    format!("Podman engine: the call's end could not be read: {e}"),
                 ));
             }
         }
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(std::time::Duration::from_millis(20));
+        // 20 ms apart for the first second or so, then 250 ms (a tool that
+        // closed its output and runs on).
+        pause = if waited >= std::time::Duration::from_secs(1) {
+            std::time::Duration::from_millis(250)
+        } else {
+            (pause * 2).min(std::time::Duration::from_millis(20))
+        };
+        waited += pause;
     }
 }

@@ -246,23 +246,16 @@ async fn libpod_get(
 }
 
 async fn fetch(address: &str, path: &str) -> Result<Vec<u8>, Fetch> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let request = format!(
         "GET /v4.0.0/libpod/{path} HTTP/1.0\r\nHost: podman\r\nUser-Agent: toolhost\r\n\r\n"
     );
     let request = request.as_bytes();
-    let mut raw = Vec::new();
     let io = |e: std::io::Error| format!("{address}: {e}");
-    if let Some(path) = address.strip_prefix("unix://") {
+    let raw = if let Some(path) = address.strip_prefix("unix://") {
         #[cfg(unix)]
         {
-            let mut s = tokio::net::UnixStream::connect(path).await.map_err(io)?;
-            s.write_all(request).await.map_err(io)?;
-            (&mut s)
-                .take(MAX_INFO)
-                .read_to_end(&mut raw)
-                .await
-                .map_err(io)?;
+            let s = tokio::net::UnixStream::connect(path).await.map_err(io)?;
+            exchange(s, request).await.map_err(io)?
         }
         #[cfg(not(unix))]
         {
@@ -276,22 +269,29 @@ async fn fetch(address: &str, path: &str) -> Result<Vec<u8>, Fetch> {
         .or_else(|| address.strip_prefix("http://"))
     {
         let hostport = hostport.trim_end_matches('/');
-        let mut s = tokio::net::TcpStream::connect(hostport).await.map_err(io)?;
-        s.write_all(request).await.map_err(io)?;
-        (&mut s)
-            .take(MAX_INFO)
-            .read_to_end(&mut raw)
-            .await
-            .map_err(io)?;
+        let s = tokio::net::TcpStream::connect(hostport).await.map_err(io)?;
+        exchange(s, request).await.map_err(io)?
     } else {
         return Err(Fetch::Failed(format!(
             "{address}: toolhost reads Podman's own API only over a unix socket or plain TCP"
         )));
-    }
+    };
     body_of(&raw).map_err(|e| match e {
         Fetch::Failed(e) => Fetch::Failed(format!("{address}: {e}")),
         e => e,
     })
+}
+
+/// Writes `request` and reads the whole response, up to [`MAX_INFO`].
+async fn exchange<S>(mut s: S, request: &[u8]) -> std::io::Result<Vec<u8>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    s.write_all(request).await?;
+    let mut raw = Vec::new();
+    (&mut s).take(MAX_INFO).read_to_end(&mut raw).await?;
+    Ok(raw)
 }
 
 /// The body of a whole HTTP/1.0 response, when its status is 200.

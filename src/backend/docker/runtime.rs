@@ -193,7 +193,7 @@ pub(super) fn describe(
         .filter(|p| !p.is_empty())
         .unwrap_or(rt);
     let notes = if runs_gvisor(program) {
-        "; gVisor: max_cpu_seconds is not enforced (the timeout is), warm mode is refused, calls whose mounts a tool could redirect run one at a time"
+        "; gVisor: max_cpu_seconds is held by the helper's RLIMIT_CPU (gVisor ignores the container's ulimit), warm mode is refused, calls whose mounts a tool could redirect run one at a time"
     } else {
         ""
     };

@@ -181,7 +181,9 @@ impl DockerBackend {
                     Ok(Some(facts)) => Some(facts),
                     Ok(None) if !named_podman => None,
                     Err(e) if !named_podman => {
-                        tracing::debug!("no libpod API at {address}: {e}");
+                        tracing::warn!(
+                            "the engine at {address} did not answer Podman's API ({e}); taken for Docker, as its version says"
+                        );
                         None
                     }
                     Ok(None) => {

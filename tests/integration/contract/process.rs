@@ -113,7 +113,8 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
                     if podman {
                         // Podman reports no OOM kill (docs/src/docker.md#podman):
                         // the hog's own end is the evidence, killed by the
-                        // cgroup or refused by RLIMIT_AS.
+                        // cgroup (the shell too, at the kernel's choice: 137)
+                        // or refused by RLIMIT_AS.
                         "head -c 300000000 /dev/zero | tail > /dev/null"
                     } else if d.is_docker() {
                         "head -c 300000000 /dev/zero | tail > /dev/null; echo survived"
@@ -130,7 +131,9 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
                 ) || (d.is_docker() && !podman && !r.success())
                     || (podman
                         && !r.success()
-                        && (r.stderr.contains("Killed") || r.stderr.contains("out of memory"))),
+                        && (r.stderr.contains("Killed")
+                            || r.stderr.contains("out of memory")
+                            || r.returncode == Some(137))),
                 || format!("{r:?}"),
             )?;
             let r = c.run(&sb, "echo small", &["alloc", "4"]).await;

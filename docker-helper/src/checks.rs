@@ -244,53 +244,156 @@ pub(crate) fn lower_limit(resource: i32, cur: u64, max: u64) -> bool {
 /// Checks that the container's cgroup holds it to the limits toolhost asked
 /// the engine for (`--cgroup-limits MEMORY:PIDS`, bytes and processes, `-`
 /// for none): an engine can list the controllers and still create a
-/// container with no cgroup (Podman with `cgroups = "disabled"`). Reads
-/// cgroup v2's `memory.max` and `pids.max`, or v1's
-/// `memory/memory.limit_in_bytes` and `pids/pids.max`. A limit that is
-/// missing, unreadable or above the one asked exits 125, and nothing runs.
+/// container with no cgroup (Podman with `cgroups = "disabled"`). Each
+/// controller is read where its hierarchy is mounted (`/proc/self/mountinfo`),
+/// and only if that mount shows this process's own cgroup
+/// (`/proc/self/cgroup`), not an ancestor shared with others: cgroup v2's
+/// `memory.max`, `memory.swap.max` (0: memory is memory plus swap) and
+/// `pids.max`, or v1's `memory.limit_in_bytes`, `memory.memsw.limit_in_bytes`
+/// (where swap is accounted) and `pids.max`. A limit that is missing,
+/// unreadable or above the one asked exits 125, and nothing runs.
 pub(crate) fn verify_cgroup_limits(spec: &std::ffi::OsStr) {
     let text = spec.to_string_lossy();
     let fail = |why: String| -> ! {
         eprintln!("[FATAL toolhost-helper] cgroup limits not as asked: {why}");
         std::process::exit(125);
     };
-    let Some((memory, pids)) = text.split_once(':') else {
+    let parse = |v: &str| -> Option<Option<u64>> {
+        if v == "-" {
+            Some(None)
+        } else {
+            v.parse().ok().map(Some)
+        }
+    };
+    let Some((Some(memory), Some(pids))) = text.split_once(':').map(|(m, p)| (parse(m), parse(p)))
+    else {
         fail(format!("bad --cgroup-limits {text:?}"));
     };
-    let read = |paths: [&str; 2]| -> Option<(String, String)> {
-        paths.iter().find_map(|p| {
-            std::fs::read_to_string(p)
-                .ok()
-                .map(|v| (p.to_string(), v.trim().to_string()))
-        })
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let read = |dir: &str, file: &str| -> Option<String> {
+        std::fs::read_to_string(format!("{dir}/{file}"))
+            .ok()
+            .map(|v| v.trim().to_string())
     };
-    for (want, paths, name) in [
-        (
-            memory,
-            [
-                "/sys/fs/cgroup/memory.max",
-                "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            ],
-            "memory",
-        ),
-        (
-            pids,
-            ["/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max"],
-            "pids",
-        ),
-    ] {
-        if want == "-" {
+    let at_most = |what: String, have: Option<String>, want: u64| match have
+        .as_deref()
+        .map(|h| (h, h.parse::<u64>()))
+    {
+        Some((_, Ok(n))) if n <= want => {}
+        Some((h, _)) => fail(format!("{what} is {h:?}, above the {want} asked")),
+        None => fail(format!("{what} cannot be read")),
+    };
+    for (want, controller) in [(memory, "memory"), (pids, "pids")] {
+        let Some(want) = want else { continue };
+        let Some((dir, v2)) = own_cgroup_dir(&own, &mounts, controller) else {
+            fail(format!(
+                "no {controller} hierarchy here shows this process's own cgroup"
+            ));
+        };
+        match (controller, v2) {
+            ("memory", true) => {
+                at_most(format!("{dir}/memory.max"), read(&dir, "memory.max"), want);
+                if let Some(swap) = read(&dir, "memory.swap.max") {
+                    at_most(format!("{dir}/memory.swap.max"), Some(swap), 0);
+                }
+            }
+            ("memory", false) => {
+                at_most(
+                    format!("{dir}/memory.limit_in_bytes"),
+                    read(&dir, "memory.limit_in_bytes"),
+                    want,
+                );
+                if let Some(memsw) = read(&dir, "memory.memsw.limit_in_bytes") {
+                    at_most(
+                        format!("{dir}/memory.memsw.limit_in_bytes"),
+                        Some(memsw),
+                        want,
+                    );
+                }
+            }
+            _ => at_most(format!("{dir}/pids.max"), read(&dir, "pids.max"), want),
+        }
+    }
+}
+
+/// Where `controller`'s hierarchy is mounted showing this process's own
+/// cgroup: the mount point, and whether it is cgroup v2. `own` is
+/// `/proc/self/cgroup`, `mounts` `/proc/self/mountinfo`.
+pub(crate) fn own_cgroup_dir(own: &str, mounts: &str, controller: &str) -> Option<(String, bool)> {
+    // v1: `ID:CONTROLLERS:PATH` naming the controller; v2: `0::PATH`.
+    let v1 = own.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, names, path) = (f.next()?, f.next()?, f.next()?);
+        names.split(',').any(|n| n == controller).then_some(path)
+    });
+    let v2 = own.lines().find_map(|l| l.strip_prefix("0::"));
+    for line in mounts.lines() {
+        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
+        let Some((head, tail)) = line.split_once(" - ") else {
             continue;
-        }
-        let Ok(want) = want.parse::<u64>() else {
-            fail(format!("bad --cgroup-limits {text:?}"));
         };
-        let Some((path, have)) = read(paths) else {
-            fail(format!("no {name} limit to read ({})", paths.join(", ")));
+        let f: Vec<&str> = head.split(' ').collect();
+        let t: Vec<&str> = tail.split(' ').collect();
+        let (Some(root), Some(point), Some(fstype)) = (f.get(3), f.get(4), t.first()) else {
+            continue;
         };
-        match have.parse::<u64>() {
-            Ok(have) if have <= want => {}
-            _ => fail(format!("{path} is {have:?}, above the {want} asked")),
+        let superopts = t.get(2).copied().unwrap_or("");
+        match *fstype {
+            "cgroup" if superopts.split(',').any(|o| o == controller) && v1 == Some(*root) => {
+                return Some((point.to_string(), false));
+            }
+            "cgroup2" if v1.is_none() && v2 == Some(*root) => {
+                return Some((point.to_string(), true));
+            }
+            _ => {}
         }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::own_cgroup_dir;
+
+    const V1_CGROUP: &str = "9:name=systemd:/libpod_parent/libpod-abc\n\
+        8:pids:/libpod_parent/libpod-abc\n\
+        4:memory:/libpod_parent/libpod-abc\n";
+
+    fn v1_mounts(memory_root: &str) -> String {
+        format!(
+            "600 590 0:50 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro\n\
+             601 600 0:30 /libpod_parent/libpod-abc /sys/fs/cgroup/pids ro - cgroup cgroup rw,pids\n\
+             602 600 0:31 {memory_root} /sys/fs/cgroup/memory ro - cgroup cgroup rw,memory\n"
+        )
+    }
+
+    #[test]
+    fn a_v1_hierarchy_counts_only_when_it_shows_this_cgroup() {
+        let mounts = v1_mounts("/libpod_parent/libpod-abc");
+        assert_eq!(
+            own_cgroup_dir(V1_CGROUP, &mounts, "memory"),
+            Some(("/sys/fs/cgroup/memory".to_string(), false))
+        );
+        assert_eq!(
+            own_cgroup_dir(V1_CGROUP, &mounts, "pids"),
+            Some(("/sys/fs/cgroup/pids".to_string(), false))
+        );
+        // An ancestor (shared with others) mounted there: not this cgroup.
+        let shared = v1_mounts("/libpod_parent");
+        assert_eq!(own_cgroup_dir(V1_CGROUP, &shared, "memory"), None);
+        // No hierarchy for the controller at all.
+        assert_eq!(own_cgroup_dir("0::/\n", &mounts, "memory"), None);
+    }
+
+    #[test]
+    fn a_v2_hierarchy_counts_at_this_cgroup_only() {
+        let mounts = "700 690 0:40 / /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            own_cgroup_dir("0::/\n", mounts, "memory"),
+            Some(("/sys/fs/cgroup".to_string(), true))
+        );
+        // In the host's cgroup namespace the process sits below the root.
+        assert_eq!(own_cgroup_dir("0::/system.slice/x\n", mounts, "pids"), None);
     }
 }

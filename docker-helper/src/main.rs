@@ -13,13 +13,13 @@
 //!   one engine `exec` per call; the filter is on the helper, so every call
 //!   inherits it.
 //!
-//! A per-call tool also takes `--cgroup-limits MEMORY:PIDS` (after the
-//! `--expect`s): the cgroup limits toolhost asked the engine for, checked to
-//! hold before anything runs (an engine can list the controllers and still
-//! give a container no cgroup); and `--rlimit NAME=SOFT:HARD` (repeated,
-//! after that): its ulimits, set on the helper just before the exec, since
-//! an engine may drop the container's own (rootless Podman's compatible API
-//! does).
+//! Both may take `--cgroup-limits MEMORY:PIDS` (after the `--expect`s): the
+//! cgroup limits toolhost asked the engine for, checked in the container's
+//! own cgroup before anything runs (an engine can list the controllers and
+//! still give a container no cgroup). A per-call tool also takes `--rlimit
+//! NAME=SOFT:HARD` (repeated, after that): its ulimits, set on the helper
+//! just before the exec, since an engine may drop the container's own
+//! (rootless Podman's compatible API does).
 //!
 //! Both take `--expect DEV:INO:PATH` (repeated, after `--seccomp`): each bind
 //! mount toolhost asked for, with the device and inode toolhost checked on the

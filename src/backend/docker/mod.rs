@@ -272,17 +272,10 @@ impl DockerBackend {
                 }
                 let mut cmd = vec!["--seccomp".to_string(), hex.to_string()];
                 cmd.extend(expect);
-                // A Podman that lists the controllers may still give the
-                // container no cgroup (`cgroups = "disabled"`): the helper
-                // checks that the limits it reads there are the ones asked.
-                if !gvisor && facts.podman.as_ref().is_some_and(|p| p.enforces_limits()) {
-                    let or_none = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
-                    cmd.push("--cgroup-limits".into());
-                    cmd.push(format!(
-                        "{}:{}",
-                        or_none(plan.limits.memory_bytes),
-                        or_none(plan.limits.processes)
-                    ));
+                // Under gVisor the pids limit counts host threads (and its
+                // cgroupfs is its own): not checked there.
+                if !gvisor {
+                    cmd.extend(podman::cgroup_check(plan, facts.podman.as_ref()));
                 }
                 // The container's ulimits again, set by the helper: an
                 // engine may drop them (rootless Podman's API does).

@@ -146,6 +146,30 @@ impl PodmanFacts {
     }
 }
 
+/// The helper's `--cgroup-limits MEMORY:PIDS` for a container on a Podman
+/// that holds containers by cgroup: a Podman that lists the controllers
+/// may still give a container no cgroup (`cgroups = "disabled"`), and the
+/// helper checks, before anything runs, that the limits it finds there
+/// are the ones asked. Nothing elsewhere (Docker; a Podman that holds its
+/// containers by rlimits).
+pub(super) fn cgroup_check(
+    plan: &crate::plan::ExecPlan,
+    podman: Option<&PodmanFacts>,
+) -> Vec<String> {
+    if !podman.is_some_and(PodmanFacts::enforces_limits) {
+        return Vec::new();
+    }
+    let or_none = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
+    vec![
+        "--cgroup-limits".to_string(),
+        format!(
+            "{}:{}",
+            or_none(plan.limits.memory_bytes),
+            or_none(plan.limits.processes)
+        ),
+    ]
+}
+
 /// The largest response toolhost reads from Podman's own API (its info is
 /// a few KiB; a container's inspect repeats the call's argv and
 /// environment, which Linux bounds at a few MiB).
@@ -180,8 +204,10 @@ impl From<String> for Fetch {
     }
 }
 
-/// How a Podman container stands, from its own inspect: `None` while it
-/// runs, else its exit code and whether Podman saw an OOM kill.
+/// How a Podman container stands, from its own inspect: `None` until it
+/// has exited (paused or being stopped included), then its exit code and
+/// whether Podman saw an OOM kill; an error in any other state (removing,
+/// unknown, none said).
 pub(super) async fn container_exit(
     address: &str,
     id: &str,
@@ -189,18 +215,30 @@ pub(super) async fn container_exit(
 ) -> Result<Option<(i64, bool)>, String> {
     let c = libpod_container(address, id, timeout).await?;
     let state = c.get("State").ok_or("libpod inspect has no State")?;
-    let running = state.get("Running").and_then(|v| v.as_bool());
+    state_end(id, state)
+}
+
+/// The end a libpod `State` says, if it says one (see [`container_exit`]).
+fn state_end(id: &str, state: &serde_json::Value) -> Result<Option<(i64, bool)>, String> {
     let status = state.get("Status").and_then(|v| v.as_str()).unwrap_or("");
-    if running != Some(false) || matches!(status, "created" | "configured" | "initialized") {
-        return Ok(None);
+    match status {
+        // Ended: what libpod says of a container whose process has exited.
+        "exited" | "stopped" => {}
+        // Not yet, or paused or being stopped from outside: still the call's.
+        "created" | "configured" | "initialized" | "running" | "paused" | "stopping" => {
+            return Ok(None);
+        }
+        other => return Err(format!("container {id} is {other:?}")),
     }
-    Ok(Some((
-        state.get("ExitCode").and_then(|v| v.as_i64()).unwrap_or(-1),
-        state
-            .get("OOMKilled")
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false),
-    )))
+    let code = state
+        .get("ExitCode")
+        .and_then(|v| v.as_i64())
+        .ok_or("libpod inspect has no ExitCode")?;
+    let oom = state
+        .get("OOMKilled")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    Ok(Some((code, oom)))
 }
 
 async fn libpod_container(
@@ -434,6 +472,38 @@ mod tests {
             body_of(b"HTTP/1.0 200 OK\r\n"),
             Err(Fetch::Failed(_))
         ));
+    }
+
+    #[test]
+    fn only_an_exited_or_stopped_container_has_ended() {
+        let state = |json: &str| state_end("c1", &serde_json::from_str(json).expect("json"));
+        assert_eq!(
+            state(r#"{"Status": "exited", "Running": false, "ExitCode": 3, "OOMKilled": true}"#),
+            Ok(Some((3, true)))
+        );
+        assert_eq!(
+            state(r#"{"Status": "stopped", "Running": false, "ExitCode": 0}"#),
+            Ok(Some((0, false)))
+        );
+        for status in [
+            "created",
+            "configured",
+            "initialized",
+            "running",
+            "paused",
+            "stopping",
+        ] {
+            let json = format!(r#"{{"Status": "{status}", "Running": false, "ExitCode": 0}}"#);
+            assert_eq!(state(&json), Ok(None), "{status}");
+        }
+        for json in [
+            r#"{"Status": "removing", "Running": false, "ExitCode": 0}"#,
+            r#"{"Status": "unknown", "Running": false, "ExitCode": 0}"#,
+            r#"{"Running": false, "ExitCode": 0}"#,
+            r#"{"Status": "exited", "Running": false}"#,
+        ] {
+            assert!(state(json).is_err(), "{json}");
+        }
     }
 
     #[test]

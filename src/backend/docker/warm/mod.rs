@@ -136,6 +136,7 @@ impl DockerBackend {
                 ["--seccomp".to_string(), filter.to_string()]
                     .into_iter()
                     .chain(expect)
+                    .chain(super::podman::cgroup_check(plan, facts.podman.as_ref()))
                     .collect(),
             ),
             working_dir: Some("/".into()),
@@ -175,7 +176,10 @@ impl DockerBackend {
             stdout: true,
             stderr: true,
             logs: false,
-            ..Default::default()
+            // The frames are binary: no key sequence may end the attach
+            // (Podman applies ctrl-p,ctrl-q without a TTY too; an empty
+            // value turns them off there).
+            detach_keys: facts.podman.as_ref().map(|_| String::new()),
         };
         let attached = match docker.attach_container(&created_id, Some(attach)).await {
             Ok(a) => a,

@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SOURCE: &str = "docker-helper/src/main.rs";
+/// Every file of the helper: a change to any rebuilds it.
+const SOURCES: &str = "docker-helper/src";
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
@@ -35,7 +37,7 @@ fn main() {
 }
 
 fn docker_helper(out_dir: &Path) {
-    println!("cargo::rerun-if-changed={SOURCE}");
+    println!("cargo::rerun-if-changed={SOURCES}");
     println!("cargo::rerun-if-env-changed=RUSTC_LINKER");
     let out = out_dir.join("toolhost-docker-helper");
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();

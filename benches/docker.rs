@@ -3,13 +3,13 @@
 //! call, and warm mode: a request to the helper in the session's container) against
 //! `docker run --rm --network=none IMAGE true`, interleaved call by call; and,
 //! when the engine has `scripts/docker-setup`'s gVisor runtime
-//! (`toolhost-runsc`), the same container per call and CLI under runsc (warm
-//! mode is refused there); and, where `scripts/docker-setup`'s Podman
+//! (`toolhost-runsc`), the same container per call, warm mode and CLI under
+//! runsc; and, where `scripts/docker-setup`'s Podman
 //! services run, a container per call and warm mode on rootful Podman
 //! against `podman run`, and a container per call on the rootless one
 //! (warm mode is refused there: it has no cgroup controllers). Its last
 //! line is JSON:
-//! `{"bench":"docker","cli_p50_ms":…,"per_call_p50_ms":…,"warm_p50_ms":…,"runsc_cli_p50_ms":…,"runsc_per_call_p50_ms":…,"podman_cli_p50_ms":…,"podman_per_call_p50_ms":…,"podman_warm_p50_ms":…,"podman_rootless_per_call_p50_ms":…}`
+//! `{"bench":"docker","cli_p50_ms":…,"per_call_p50_ms":…,"warm_p50_ms":…,"runsc_cli_p50_ms":…,"runsc_per_call_p50_ms":…,"runsc_warm_p50_ms":…,"podman_cli_p50_ms":…,"podman_per_call_p50_ms":…,"podman_warm_p50_ms":…,"podman_rootless_per_call_p50_ms":…}`
 //! (`null` for an engine or runtime that is not there).
 //!
 //! Needs an engine and an image: `scripts/docker-setup` (which prints the
@@ -120,6 +120,7 @@ fn main() {
     let cold = sandbox(false, None);
     let warm = sandbox(true, None);
     let gvisor = runsc.map(|r| sandbox(false, Some(r)));
+    let gvisor_warm = runsc.map(|r| sandbox(true, Some(r)));
     let podman_cold = podman.map(|h| on(Some(h), ws.path(), false, None));
     let podman_warm = podman.map(|h| on(Some(h), ws.path(), true, None));
     let rootless_cold = rootless
@@ -176,8 +177,9 @@ fn main() {
         call(&cold);
         call(&warm);
         cli(None);
-        if let Some(g) = &gvisor {
+        if let (Some(g), Some(w)) = (&gvisor, &gvisor_warm) {
             call(g);
+            call(w);
             cli(runsc);
         }
         if let (Some(c), Some(w)) = (&podman_cold, &podman_warm) {
@@ -189,16 +191,18 @@ fn main() {
             call(r);
         }
     }
-    let (mut f, mut g, mut h, mut i) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut f, mut g, mut h, mut i, mut j) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut a, mut b, mut c, mut d, mut e) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..iters {
         a.push(cli(None));
         b.push(call(&cold));
         c.push(call(&warm));
-        if let Some(g) = &gvisor {
+        if let (Some(g), Some(w)) = (&gvisor, &gvisor_warm) {
             d.push(cli(runsc));
             e.push(call(g));
+            j.push(call(w));
         }
         if let (Some(cold), Some(w)) = (&podman_cold, &podman_warm) {
             f.push(podman_cli());
@@ -210,7 +214,7 @@ fn main() {
         }
     }
     for v in [
-        &mut a, &mut b, &mut c, &mut d, &mut e, &mut f, &mut g, &mut h, &mut i,
+        &mut a, &mut b, &mut c, &mut d, &mut e, &mut f, &mut g, &mut h, &mut i, &mut j,
     ] {
         v.sort();
     }
@@ -222,6 +226,7 @@ fn main() {
         ("Sandbox::run (docker, warm mode: helper)", &c),
         ("docker run --runtime=toolhost-runsc ... (CLI)", &d),
         ("Sandbox::run (docker, runsc, a container per call)", &e),
+        ("Sandbox::run (docker, runsc, warm mode: helper)", &j),
         ("podman run --rm --network=none IMAGE true (CLI)", &f),
         ("Sandbox::run (podman, a container per call)", &g),
         ("Sandbox::run (podman, warm mode: helper)", &h),
@@ -250,9 +255,11 @@ fn main() {
     };
     if !e.is_empty() {
         println!(
-            "runsc/runc per call at p50: {:.2}x; CLI/per-call under runsc: {:.2}x",
+            "runsc/runc per call at p50: {:.2}x, warm: {:.2}x; CLI/per-call under runsc: {:.2}x, CLI/warm: {:.0}x",
             ms(pct(&e, 0.5)) / ms(pct(&b, 0.5)),
-            ms(pct(&d, 0.5)) / ms(pct(&e, 0.5))
+            ms(pct(&j, 0.5)) / ms(pct(&c, 0.5)),
+            ms(pct(&d, 0.5)) / ms(pct(&e, 0.5)),
+            ms(pct(&d, 0.5)) / ms(pct(&j, 0.5))
         );
     }
     if !g.is_empty() {
@@ -270,16 +277,20 @@ fn main() {
         );
     }
     rt.block_on(warm.docker_backend().shutdown());
+    if let Some(w) = &gvisor_warm {
+        rt.block_on(w.docker_backend().shutdown());
+    }
     if let Some(w) = &podman_warm {
         rt.block_on(w.docker_backend().shutdown());
     }
     println!(
-        "{{\"bench\":\"docker\",\"cli_p50_ms\":{},\"per_call_p50_ms\":{},\"warm_p50_ms\":{},\"runsc_cli_p50_ms\":{},\"runsc_per_call_p50_ms\":{},\"podman_cli_p50_ms\":{},\"podman_per_call_p50_ms\":{},\"podman_warm_p50_ms\":{},\"podman_rootless_per_call_p50_ms\":{}}}",
+        "{{\"bench\":\"docker\",\"cli_p50_ms\":{},\"per_call_p50_ms\":{},\"warm_p50_ms\":{},\"runsc_cli_p50_ms\":{},\"runsc_per_call_p50_ms\":{},\"runsc_warm_p50_ms\":{},\"podman_cli_p50_ms\":{},\"podman_per_call_p50_ms\":{},\"podman_warm_p50_ms\":{},\"podman_rootless_per_call_p50_ms\":{}}}",
         p50(&a),
         p50(&b),
         p50(&c),
         p50(&d),
         p50(&e),
+        p50(&j),
         p50(&f),
         p50(&g),
         p50(&h),

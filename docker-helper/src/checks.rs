@@ -197,8 +197,21 @@ pub(crate) fn exec(args: &[std::ffi::OsString]) -> ! {
 /// them (rootless Podman's Docker-compatible API does). Only ever lowered
 /// ([`lower_limit`]): a limit that cannot be set exits 125, and nothing runs.
 pub(crate) fn set_limits(specs: &[&std::ffi::OsStr]) {
+    for (text, (resource, cur, max)) in parse_limits(specs) {
+        if !lower_limit(resource, cur, max) {
+            let why = std::io::Error::from_raw_os_error(sys::errno());
+            eprintln!("[FATAL toolhost-helper] cannot set --rlimit {text}: {why}");
+            std::process::exit(125);
+        }
+    }
+}
+
+/// Each `--rlimit NAME=SOFT:HARD` as it was given and as (resource, soft,
+/// hard); a bad one exits 125.
+pub(crate) fn parse_limits(specs: &[&std::ffi::OsStr]) -> Vec<(String, (i32, u64, u64))> {
+    let mut out = Vec::new();
     for spec in specs {
-        let text = spec.to_string_lossy();
+        let text = spec.to_string_lossy().into_owned();
         let parsed = text.split_once('=').and_then(|(name, v)| {
             let (soft, hard) = v.split_once(':')?;
             let resource = match name {
@@ -213,16 +226,13 @@ pub(crate) fn set_limits(specs: &[&std::ffi::OsStr]) {
             let (cur, max) = (soft.parse::<u64>().ok()?, hard.parse::<u64>().ok()?);
             (cur <= max).then_some((resource, cur, max))
         });
-        let Some((resource, cur, max)) = parsed else {
+        let Some(limit) = parsed else {
             eprintln!("[FATAL toolhost-helper] bad --rlimit {text:?}");
             std::process::exit(125);
         };
-        if !lower_limit(resource, cur, max) {
-            let why = std::io::Error::from_raw_os_error(sys::errno());
-            eprintln!("[FATAL toolhost-helper] cannot set --rlimit {text}: {why}");
-            std::process::exit(125);
-        }
+        out.push((text, limit));
     }
+    out
 }
 
 /// Sets `resource` to at most `cur` and `max`, never above what it is now

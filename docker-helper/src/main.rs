@@ -19,7 +19,8 @@
 //! still give a container no cgroup). A per-call tool also takes `--rlimit
 //! NAME=SOFT:HARD` (repeated, after that): its ulimits, set on the helper
 //! just before the exec, since an engine may drop the container's own
-//! (rootless Podman's compatible API does).
+//! (rootless Podman's compatible API does); given to the server, they are
+//! each call's.
 //!
 //! Both take `--expect DEV:INO:PATH` (repeated, after `--seccomp`): each bind
 //! mount toolhost asked for, with the device and inode toolhost checked on the
@@ -46,15 +47,21 @@
 //! Invariants:
 //! - The protocol runs on the helper's stdin and stdout (the container's attach
 //!   stream). A tool never gets them: its fds 0-2 are pipes of the helper's
-//!   (or /dev/null), everything else is close-on-exec, and the helper is not
-//!   dumpable, so a tool (same uid) cannot open `/proc/1/fd/*` or ptrace it.
-//!   As PID 1 of its namespace it cannot be killed from inside either.
+//!   (or /dev/null), everything else is close-on-exec. With `--call-user
+//!   UID:GID --serve-as UID:GID [--hide-protocol]` (`user.rs`) the helper
+//!   serves as a uid no tool has and each call takes its own user before the
+//!   exec, so a tool can neither signal the helper nor open its `/proc`
+//!   files on any kernel (`--hide-protocol`, under gVisor: the fds' own mode
+//!   is 0 too). Without (a user by name), it runs as the tool's uid and is
+//!   not dumpable, so that Linux keeps a tool from `/proc/1/fd/*` and
+//!   ptrace; as PID 1 of its namespace it cannot be killed from inside.
 //! - No process outlives its call: when the call's main process exits (or the
 //!   host asks for a kill), the helper sends SIGKILL to every other process in
 //!   the container (`kill(-1)`) and reports the exit only once it has no child
 //!   left at all, so every process in the namespace is gone.
-//! - Per-call rlimits (CPU seconds, file size, no core, 4096 open files) are
-//!   set in the child before exec, only ever lowered; the helper itself has
+//! - Per-call rlimits (CPU seconds, file size, no core, 4096 open files, and
+//!   any `--rlimit` the server was given, such as nproc under gVisor) are set
+//!   in the child before exec, only ever lowered; the helper itself has
 //!   none, so that no limit ends it.
 //!
 //! Frames, both ways: a kind byte, a u32 little-endian length, the payload.
@@ -78,6 +85,7 @@ const PENDING_MAX: usize = 1 << 20;
 mod checks;
 mod protocol;
 mod sys;
+mod user;
 
 use checks::*;
 use protocol::*;
@@ -133,9 +141,23 @@ fn pipe() -> Option<[i32; 2]> {
     Some(fds)
 }
 
+/// What every call of the server shares.
+struct Server {
+    /// The environment the container gave the helper.
+    base_env: Vec<Vec<u8>>,
+    /// The signalfd that wakes the call loop when a child exits.
+    sigchld: i32,
+    /// The user each call takes before its exec (`--call-user`) and the one
+    /// the helper serves as (`--serve-as`, `user.rs`), when they differ.
+    call_user: Option<(u32, u32)>,
+    serve_as: (u32, u32),
+    /// Each call's rlimits besides the request's (`--rlimit`).
+    limits: Vec<(i32, u64, u64)>,
+}
+
 /// Runs one call to its end (the helper exits if the host goes away).
-/// `sigchld` is the signalfd that wakes the loop when a child exits.
-fn run(input: &mut Input, base_env: &[Vec<u8>], sigchld: i32, req: Request) {
+fn run(input: &mut Input, server: &Server, req: Request) {
+    let (base_env, sigchld) = (&server.base_env, server.sigchld);
     // The environment: the image's, then the request's on top.
     let mut env: Vec<Vec<u8>> = Vec::new();
     let key = |e: &[u8]| e.split(|&b| b == b'=').next().map(<[u8]>::to_vec);
@@ -183,9 +205,18 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], sigchld: i32, req: Request) {
         // the warm container's, as rootless Podman's API does).
         (sys::RLIMIT_NOFILE, NOFILE, NOFILE),
     ];
+    let call_user = server.call_user;
+    let extra_limits = &server.limits[..];
 
-    let pipes = [pipe(), pipe(), pipe()];
-    let [Some(out), Some(err), Some(status)] = pipes else {
+    // The call's pipes, its user's where it has one of its own.
+    let make = || [pipe(), pipe(), pipe(), req.stdin.then(pipe).flatten()];
+    let pipes = match call_user {
+        Some(ids) => {
+            user::with_call_ids(ids, server.serve_as, make).unwrap_or([None, None, None, None])
+        }
+        None => make(),
+    };
+    let [Some(out), Some(err), Some(status), stdin_pipe] = pipes else {
         let errno = sys::errno();
         for mut fd in pipes.into_iter().flatten().flatten() {
             close(&mut fd);
@@ -197,7 +228,7 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], sigchld: i32, req: Request) {
     let (mut err_r, mut err_w) = (err[0], err[1]);
     let (mut status_r, mut status_w) = (status[0], status[1]);
     let (mut in_r, mut in_w) = if req.stdin {
-        match pipe() {
+        match stdin_pipe {
             Some(p) => (p[0], p[1]),
             None => (-1, -1),
         }
@@ -227,7 +258,12 @@ fn run(input: &mut Input, base_env: &[Vec<u8>], sigchld: i32, req: Request) {
             let mut empty = sys::SigSet([0; 16]);
             sys::sigemptyset(&mut empty);
             sys::sigprocmask(sys::SIG_SETMASK, &empty, std::ptr::null_mut());
-            for (res, cur, max) in limits {
+            if let Some(ids) = call_user
+                && !user::take_call_user(ids)
+            {
+                fail(STAGE_USER);
+            }
+            for &(res, cur, max) in limits.iter().chain(extra_limits) {
                 // A limit that cannot be set is a call that does not run.
                 if cur != u64::MAX && !lower_limit(res, cur, max) {
                     fail(STAGE_RLIMIT);
@@ -493,16 +529,50 @@ fn main() {
         set_limits(&limits);
         exec(&rest[1..]);
     }
-    if !limits.is_empty() {
-        // The server's calls take their limits from the host's frames; on
-        // the helper itself they would end every call.
-        eprintln!("[FATAL toolhost-helper] --rlimit is for a per-call tool (--exec) only");
+    // The server: `--rlimit`s are each call's (on the helper itself they
+    // would end every call).
+    let limits: Vec<(i32, u64, u64)> = parse_limits(&limits).into_iter().map(|(_, l)| l).collect();
+    let mut call_user = None;
+    let mut serve_as = (0, 0);
+    if rest.first().is_some_and(|a| a == "--call-user") {
+        let ids = |i: usize| {
+            rest.get(i)
+                .and_then(|a| a.to_str())
+                .and_then(user::parse_ids)
+        };
+        match (
+            ids(1),
+            rest.get(2).is_some_and(|a| a == "--serve-as"),
+            ids(3),
+        ) {
+            (Some(call), true, Some(serve)) => {
+                rest = &rest[4.min(rest.len())..];
+                let hide = rest.first().is_some_and(|a| a == "--hide-protocol");
+                if hide {
+                    rest = &rest[1..];
+                }
+                user::serve_as(serve, call, hide);
+                call_user = Some(call);
+                serve_as = serve;
+            }
+            _ => {
+                eprintln!(
+                    "[FATAL toolhost-helper] expected --call-user UID:GID --serve-as UID:GID [--hide-protocol]"
+                );
+                std::process::exit(125);
+            }
+        }
+    } else {
+        // Not dumpable: a tool running as the same uid cannot ptrace the
+        // helper or open its /proc files (its fds are the protocol), on a
+        // kernel that keeps this rule (gVisor does not: `user.rs`).
+        // SAFETY: a plain prctl.
+        unsafe { sys::prctl(sys::PR_SET_DUMPABLE, 0u64, 0u64, 0u64, 0u64) };
+    }
+    if let Some(extra) = rest.first() {
+        eprintln!("[FATAL toolhost-helper] unexpected argument {extra:?}");
         std::process::exit(125);
     }
-    // Not dumpable: a tool running as the same uid cannot ptrace the helper
-    // or open its /proc files (its fds are the protocol).
-    // SAFETY: a plain prctl.
-    unsafe { sys::prctl(sys::PR_SET_DUMPABLE, 0u64, 0u64, 0u64, 0u64) };
     // Rust's SIGSEGV/SIGBUS handlers (stack overflow reports) are signals a
     // tool could send to PID 1 (whose other signals are ignored): gone.
     // SIGCHLD is blocked and read from a signalfd, so the call loop wakes
@@ -518,7 +588,7 @@ fn main() {
         sys::signalfd(-1, &set, sys::O_NONBLOCK | sys::O_CLOEXEC)
     };
     use std::os::unix::ffi::OsStringExt;
-    let base_env: Vec<Vec<u8>> = std::env::vars_os()
+    let mut base_env: Vec<Vec<u8>> = std::env::vars_os()
         .map(|(k, v)| {
             let mut e = k.into_vec();
             e.push(b'=');
@@ -526,6 +596,25 @@ fn main() {
             e
         })
         .collect();
+    if let Some((uid, _)) = call_user {
+        // The engine set HOME for the container's user (0): the call's
+        // user gets its own, as the engine would give it, unless the image
+        // set another.
+        let passwd = std::fs::read("/etc/passwd").unwrap_or_default();
+        let root_home = [b"HOME=".as_slice(), &user::home_of(0, &passwd)].concat();
+        for e in base_env.iter_mut() {
+            if *e == root_home {
+                *e = [b"HOME=".as_slice(), &user::home_of(uid, &passwd)].concat();
+            }
+        }
+    }
+    let server = Server {
+        base_env,
+        sigchld,
+        call_user,
+        serve_as,
+        limits,
+    };
     send(b'H', VERSION);
     let mut input = Input { buf: Vec::new() };
     loop {
@@ -539,7 +628,7 @@ fn main() {
         };
         match frame {
             (b'R', payload) => match parse(&payload) {
-                Some(req) => run(&mut input, &base_env, sigchld, req),
+                Some(req) => run(&mut input, &server, req),
                 None => end(END_BAD_REQUEST, 0, sys::EINVAL, false, false, false),
             },
             // Stdin for a call that has ended, or a late kill: nothing to do.

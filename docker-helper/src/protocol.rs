@@ -13,6 +13,7 @@ pub(crate) const END_BAD_REQUEST: i32 = 3;
 pub(crate) const STAGE_CWD: i32 = 1;
 pub(crate) const STAGE_EXEC: i32 = 2;
 pub(crate) const STAGE_RLIMIT: i32 = 3;
+pub(crate) const STAGE_USER: i32 = 4;
 
 /// Writes a whole frame to stdout; the host is gone if that fails.
 pub(crate) fn send(kind: u8, payload: &[u8]) {

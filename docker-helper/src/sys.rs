@@ -51,7 +51,40 @@ unsafe extern "C" {
     pub fn sigprocmask(how: i32, set: *const SigSet, old: *mut SigSet) -> i32;
     pub fn signalfd(fd: i32, mask: *const SigSet, flags: i32) -> i32;
     pub fn execvp(file: *const c_char, argv: *const *const c_char) -> i32;
+    pub fn setresuid(r: u32, e: u32, s: u32) -> i32;
+    pub fn setresgid(r: u32, e: u32, s: u32) -> i32;
+    pub fn getresuid(r: *mut u32, e: *mut u32, s: *mut u32) -> i32;
+    pub fn getresgid(r: *mut u32, e: *mut u32, s: *mut u32) -> i32;
+    pub fn setgroups(n: usize, list: *const u32) -> i32;
+    pub fn fchmod(fd: i32, mode: u32) -> i32;
+    pub fn capget(header: *mut CapHeader, data: *mut CapData) -> i32;
+    pub fn capset(header: *mut CapHeader, data: *const CapData) -> i32;
 }
+
+/// The kernel's `struct __user_cap_header_struct`.
+#[repr(C)]
+pub struct CapHeader {
+    pub version: u32,
+    pub pid: i32,
+}
+
+/// The kernel's `struct __user_cap_data_struct` (two of them, for
+/// capabilities 0-31 and 32-63, with version 3).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct CapData {
+    pub effective: u32,
+    pub permitted: u32,
+    pub inheritable: u32,
+}
+
+pub const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+pub const CAP_KILL: u32 = 5;
+pub const CAP_SETGID: u32 = 6;
+pub const CAP_SETUID: u32 = 7;
+pub const CAP_SETPCAP: u32 = 8;
+pub const PR_SET_KEEPCAPS: i32 = 8;
+pub const PR_CAPBSET_DROP: i32 = 24;
 
 /// The kernel's `struct sock_fprog`.
 #[repr(C)]
@@ -90,6 +123,8 @@ pub const RLIMIT_NPROC: i32 = 6;
 pub const RLIMIT_NOFILE: i32 = 7;
 pub const RLIMIT_AS: i32 = 9;
 pub const PR_SET_DUMPABLE: i32 = 4;
+pub const PR_GET_DUMPABLE: i32 = 3;
+pub const EPERM: i32 = 1;
 pub const EINTR: i32 = 4;
 pub const EAGAIN: i32 = 11;
 pub const ENOENT: i32 = 2;

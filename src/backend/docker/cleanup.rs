@@ -83,6 +83,8 @@ impl WarmSlot<'_> {
             && let Some(w) = self.slot.take()
         {
             remove(&self.docker, &w.id).await;
+            // Its pass through the gate goes only now.
+            drop(w);
         }
         self.keep = true;
     }
@@ -93,7 +95,7 @@ impl Drop for WarmSlot<'_> {
         if !self.keep
             && let Some(w) = self.slot.take()
         {
-            spawn_removal(self.docker.clone(), w.id, None);
+            spawn_removal(self.docker.clone(), w.id, w.pass);
         }
     }
 }

@@ -23,8 +23,9 @@
 //! gone, with its protected paths found and checked again under it; the pass
 //! turns shared once the engine has started it. Such calls therefore run one
 //! at a time (docs/src/docker.md#runtimes-gvisor); the wait comes out of
-//! the call's timeout. Warm mode is refused under gVisor, so only containers
-//! per call pass here. A removal that fails (the engine errs) lets go of its
+//! the call's timeout. A warm container passes as well: it is made under the
+//! exclusive pass when its mounts need it, and holds a shared one until it
+//! is removed (`warm/mod.rs`). A removal that fails (the engine errs) lets go of its
 //! pass with the container possibly still there (the engine then holds a
 //! container toolhost could not remove; the next toolhost process that
 //! connects removes it).

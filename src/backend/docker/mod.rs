@@ -210,15 +210,6 @@ impl DockerBackend {
             Err(o) => return refuse(o),
         };
         let gvisor = runtime::is_gvisor(&facts.runtimes, runtime.as_deref());
-        if self.config.warm && gvisor {
-            // The helper's fds are the protocol, kept from the tool (same
-            // uid) by the kernel's non-dumpable rule; gVisor opens
-            // `/proc/1/fd/*` to the tool regardless, and lets it kill PID 1.
-            return refuse(engine::unavailable(format!(
-                "warm mode is refused under gVisor ({}): its kernel lets a tool open the helper's /proc/1/fd (the protocol that carries the next calls) and kill it; set [docker] warm = false (docs/src/docker.md#runtimes-gvisor)",
-                runtime.as_deref().unwrap_or("the engine's default runtime")
-            )));
-        }
         if let Some(why) = facts.podman.as_ref().and_then(podman::PodmanFacts::refusal) {
             return refuse(engine::unavailable(why));
         }
@@ -229,7 +220,14 @@ impl DockerBackend {
         }
         if self.config.warm {
             return self
-                .run_warm(docker, &image, plan, (argv, env), (user, &held), start)
+                .run_warm(
+                    docker,
+                    &image,
+                    plan,
+                    (argv, env),
+                    (user, held, gvisor),
+                    start,
+                )
                 .await;
         }
         // Where the helper cannot check the mounts' inodes, the gate keeps
@@ -438,6 +436,8 @@ impl DockerBackend {
     async fn discard_warm(&self, docker: &Docker) {
         if let Some(w) = self.warm.lock().await.take() {
             remove(docker, &w.id).await;
+            // Its pass through the gate goes only now.
+            drop(w);
         }
     }
 
@@ -476,7 +476,7 @@ impl Drop for DockerBackend {
     fn drop(&mut self) {
         let warm = self.warm.get_mut().take();
         if let (Some(w), Some(Ok(docker))) = (warm, self.client.get()) {
-            spawn_removal(docker.clone(), w.id, None);
+            spawn_removal(docker.clone(), w.id, w.pass);
         }
     }
 }

@@ -125,6 +125,13 @@ pub(super) fn owner(_plan: &ExecPlan) -> Result<Option<(u32, u32)>, Outcome> {
     Ok(None)
 }
 
+/// A user given as numbers, `UID:GID`; `None` for a name or a uid alone
+/// (which the image's files resolve).
+pub(super) fn numeric_ids(user: &str) -> Option<(u32, u32)> {
+    let (u, g) = user.split_once(':')?;
+    Some((u.parse().ok()?, g.parse().ok()?))
+}
+
 /// The filter the helper installs, as the hex it takes; `None` where
 /// toolhost has no filter for this platform.
 pub(super) fn filter_hex() -> Option<&'static str> {

@@ -55,14 +55,9 @@ print(json.dumps(res))
 /// bit; the plain modes work beside them.
 pub(super) async fn setid_in_container_case(c: &Ctx) -> CaseResult {
     use std::os::unix::fs::PermissionsExt;
-    // Warm mode is refused under gVisor
-    // (`docker::warm::warm_mode_is_refused_under_gvisor`) and on a rootless
-    // Podman without cgroup controllers
+    // Warm mode is refused on a rootless Podman without cgroup controllers
     // (`docker::podman::warm_mode_is_refused_where_podman_applies_no_limits`).
-    let modes: &[bool] = if matches!(
-        c.target,
-        Target::Docker(Engine::Runsc | Engine::PodmanRootless)
-    ) {
+    let modes: &[bool] = if c.target == Target::Docker(Engine::PodmanRootless) {
         &[false]
     } else {
         &[false, true]

@@ -15,6 +15,25 @@ use toolhost::{
 
 use crate::util::*;
 
+/// A docker test run on each engine: `NAME_on_runc` and `NAME_on_runsc`
+/// call `NAME(engine)`.
+macro_rules! on_each_engine {
+    ($($name:ident),* $(,)?) => {
+        pastey::paste! {
+            $(
+                #[tokio::test]
+                async fn [<$name _on_runc>]() {
+                    $name(Engine::Runc).await
+                }
+                #[tokio::test]
+                async fn [<$name _on_runsc>]() {
+                    $name(Engine::Runsc).await
+                }
+            )*
+        }
+    };
+}
+
 mod engines;
 mod gvisor;
 mod podman;
@@ -181,25 +200,6 @@ pub(super) fn tmp() -> Tmp {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     t
-}
-
-/// A docker test run on each engine: `NAME_on_runc` and `NAME_on_runsc`
-/// call `NAME(engine)`.
-macro_rules! on_each_engine {
-    ($($name:ident),* $(,)?) => {
-        pastey::paste! {
-            $(
-                #[tokio::test]
-                async fn [<$name _on_runc>]() {
-                    $name(Engine::Runc).await
-                }
-                #[tokio::test]
-                async fn [<$name _on_runsc>]() {
-                    $name(Engine::Runsc).await
-                }
-            )*
-        }
-    };
 }
 
 /// `docker_config` with `engine`'s keys.

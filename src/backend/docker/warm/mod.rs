@@ -9,7 +9,11 @@
 //! Invariants: calls are serialized; a container whose stream breaks, whose
 //! call is cancelled, or whose helper does not answer is removed and replaced;
 //! a call's rlimits are set on the tool's process by the helper (the container
-//! has none of its own, so that no limit ends the helper).
+//! has none of its own, so that no limit ends the helper); for a numeric user
+//! the helper serves as another uid ([`serving_id`]) and each call takes the
+//! user before its exec (`docker-helper/src/user.rs`), on every runtime; under
+//! gVisor a container is made under the gate's pass (`gate.rs`), which it
+//! holds until it is removed.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +28,7 @@ use super::DockerBackend;
 use super::cleanup::{WarmSlot, remove};
 use super::engine::{engine_error, unavailable};
 use super::finish::{Ended, finish, start_refusal};
+use super::gate::Pass;
 use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::output::CappedBuffer;
 use crate::plan::BackendKind;
@@ -58,7 +63,22 @@ pub(super) struct WarmContainer {
     held: Vec<crate::backend::protect::Held>,
     /// The user it runs calls as.
     user: String,
+    /// Its pass through the gate (`gate.rs`, under gVisor), let go only
+    /// once it is removed.
+    pub(super) pass: Option<super::gate::Pass>,
 }
+
+/// The uid (or gid) the helper serves as, given the call's: one no tool of
+/// this container has (`docker-helper/src/user.rs`). Below 65536, so that an
+/// engine that maps uids (userns-remap, rootless) has it mapped.
+pub(super) fn serving_id(call: u32) -> u32 {
+    if call == 65533 { 65532 } else { 65533 }
+}
+
+/// The container's capabilities when the helper serves as its own uid: to
+/// take each call's user, and to kill what a call leaves. The helper drops
+/// them all in each call's process (the bounding set too) before its exec.
+const SERVE_CAPS: [&str; 4] = ["KILL", "SETUID", "SETGID", "SETPCAP"];
 
 impl DockerBackend {
     /// The helper can run on this engine: a Linux engine of this machine's
@@ -81,14 +101,14 @@ impl DockerBackend {
     }
 
     /// Creates and starts the session's warm container and waits for its
-    /// helper's hello.
+    /// helper's hello. `pass`: its pass through the gate, under gVisor.
     async fn start_warm(
         &self,
         docker: &Docker,
         image: &str,
         plan: &ExecPlan,
         user: &str,
-        held: &[crate::backend::protect::Held],
+        (held, gvisor, pass): (&[crate::backend::protect::Held], bool, Option<Pass>),
     ) -> Result<WarmContainer, Outcome> {
         self.check_warm_engine(docker).await?;
         let Some(filter) = super::user::filter_hex() else {
@@ -96,13 +116,25 @@ impl DockerBackend {
                 "toolhost has no seccomp filter for this platform, and warm mode needs it; set [docker] warm = false",
             ));
         };
+        // A numeric user is taken by each call from a helper serving as
+        // another uid; a name (which only the image can resolve) is the
+        // container's user, helper included, which gVisor does not allow.
+        let call_ids = super::user::numeric_ids(user);
+        if call_ids.is_none() && gvisor {
+            return Err(Outcome::new(
+                OutcomeKind::InvalidRequest,
+                format!(
+                    "warm mode under gVisor runs each call as a numeric uid:gid, taken from a helper of another uid, and [docker] user is {user:?}: set it to UID:GID (docs/src/docker.md#runtimes-gvisor)"
+                ),
+            ));
+        }
         let helper = helper_mount(plan)?;
-        // Never under gVisor (refused before): the helper checks the
-        // mounts' inodes, and the pids limit counts the tool's processes.
-        let expect = expected_mounts(plan, held, true)?;
+        // Under gVisor the helper cannot see host inodes: the gate holds
+        // the mounts instead (`gate.rs`).
+        let expect = expected_mounts(plan, held, !gvisor)?;
         let facts = self.engine_facts(docker).await?;
         let quirks = super::spec::Quirks {
-            gvisor: false,
+            gvisor,
             podman: facts.podman.as_ref(),
         };
         let mut host = self.host_config(plan, held, quirks);
@@ -118,29 +150,58 @@ impl DockerBackend {
             },
             super::spec::nofile_ulimit(),
         ]);
-        // Podman's nproc, which the engine would otherwise raise (`podman.rs`).
-        if let (Some(u), Some(n)) = (
-            host.ulimits.as_mut(),
-            super::spec::nproc_ulimit(plan, quirks),
-        ) {
-            u.push(n);
+        // The seccomp filter is on the helper, and so on every call it runs.
+        let mut cmd = vec!["--seccomp".to_string(), filter.to_string()];
+        cmd.extend(expect);
+        if gvisor {
+            // The tool's processes are held by RLIMIT_NPROC, which gVisor
+            // counts per uid within its sandbox (`spec::nproc_ulimit`): set
+            // on each call, since the helper's uid is another. The pids
+            // limit counts the helper as one of `max_processes` under runc;
+            // so does this.
+            if let Some(p) = plan.limits.processes {
+                let n = p.saturating_sub(1);
+                cmd.extend(["--rlimit".to_string(), format!("nproc={n}:{n}")]);
+            }
+        } else {
+            cmd.extend(super::podman::cgroup_check(plan, facts.podman.as_ref()));
+            // Podman's nproc, which the engine would otherwise raise
+            // (`podman.rs`); none on Docker.
+            if let (Some(u), Some(n)) = (
+                host.ulimits.as_mut(),
+                super::spec::nproc_ulimit(plan, quirks),
+            ) {
+                u.push(n);
+            }
         }
+        let container_user = match call_ids {
+            Some((uid, gid)) => {
+                cmd.extend([
+                    "--call-user".to_string(),
+                    format!("{uid}:{gid}"),
+                    "--serve-as".to_string(),
+                    format!("{}:{}", serving_id(uid), serving_id(gid)),
+                ]);
+                if gvisor {
+                    // gVisor lets anyone whom the file's mode admits open
+                    // `/proc/1/fd/N`, and the attach stream's fds are
+                    // root's there: the helper leaves them no mode bit.
+                    cmd.push("--hide-protocol".to_string());
+                }
+                host.cap_add = Some(SERVE_CAPS.iter().map(|c| c.to_string()).collect());
+                "0:0".to_string()
+            }
+            None => user.to_string(),
+        };
         if let Some(m) = host.mounts.as_mut() {
             m.push(helper);
         }
         let body = ContainerCreateBody {
             image: Some(image.to_string()),
             entrypoint: Some(vec![HELPER_TARGET.into()]),
-            // On the helper, and so on every call it runs.
-            cmd: Some(
-                ["--seccomp".to_string(), filter.to_string()]
-                    .into_iter()
-                    .chain(expect)
-                    .chain(super::podman::cgroup_check(plan, facts.podman.as_ref()))
-                    .collect(),
-            ),
+            cmd: Some(cmd),
             working_dir: Some("/".into()),
-            user: Some(user.to_string()),
+            user: Some(container_user),
             labels: Some(self.labels()),
             attach_stdin: Some(true),
             attach_stdout: Some(true),
@@ -162,7 +223,7 @@ impl DockerBackend {
             self.next_name(),
             body,
             (image, plan),
-            None,
+            pass,
             facts
                 .podman
                 .as_ref()
@@ -192,6 +253,7 @@ impl DockerBackend {
             guard.remove_now().await;
             return Err(start_refusal(&e));
         }
+        guard.started();
         let mut warm = WarmContainer {
             id: created_id.clone(),
             input: attached.input,
@@ -202,6 +264,7 @@ impl DockerBackend {
             oom_seen: false,
             held: held.to_vec(),
             user: user.to_string(),
+            pass: None,
         };
         match tokio::time::timeout(HELPER_GRACE, warm.reader.next_frame()).await {
             Ok(Ok((b'H', v))) if v == HELLO => {}
@@ -218,7 +281,7 @@ impl DockerBackend {
                 ));
             }
         }
-        guard.disarm();
+        warm.pass = guard.disarm();
         Ok(warm)
     }
 
@@ -230,7 +293,7 @@ impl DockerBackend {
         image: &str,
         plan: &ExecPlan,
         (argv, env): (Vec<String>, Vec<String>),
-        (user, held): (String, &[crate::backend::protect::Held]),
+        (user, held, gvisor): (String, Vec<crate::backend::protect::Held>, bool),
         start: Instant,
     ) -> RunOutput {
         let refused = |o: Outcome| RunOutput::refused(BackendKind::Docker, o, start.elapsed());
@@ -263,7 +326,31 @@ impl DockerBackend {
             remove(docker, &old.id).await;
         }
         if slot.slot.is_none() {
-            match self.start_warm(docker, image, plan, &user, held).await {
+            // Under gVisor, as a container per call (`gate.rs`): once every
+            // container of the backend is gone (a dropped call's may still
+            // be going), with the protected paths found again.
+            let (pass, held) = if gvisor {
+                match tokio::time::timeout(plan.limits.timeout, self.enter_gate(plan, held)).await {
+                    Ok(Ok((p, h))) => (Some(p), h),
+                    Ok(Err(o)) => {
+                        slot.keep = true;
+                        return refused(o);
+                    }
+                    Err(_) => {
+                        slot.keep = true;
+                        return refused(Outcome::new(
+                            OutcomeKind::TimedOut,
+                            "timed out waiting for the sandbox's earlier containers to be removed: under gVisor a container whose mounts a tool could redirect starts only when no other container of the sandbox exists (docs/src/docker.md#runtimes-gvisor)",
+                        ));
+                    }
+                }
+            } else {
+                (None, held)
+            };
+            match self
+                .start_warm(docker, image, plan, &user, (&held, gvisor, pass))
+                .await
+            {
                 Ok(w) => *slot.slot = Some(w),
                 Err(o) => {
                     slot.keep = true;
@@ -374,6 +461,7 @@ impl DockerBackend {
         const END_SPAWN_FAILED: i32 = 2;
         const STAGE_CWD: i32 = 1;
         const STAGE_RLIMIT: i32 = 3;
+        const STAGE_USER: i32 = 4;
         let program = plan
             .argv
             .first()
@@ -393,7 +481,12 @@ impl DockerBackend {
             },
             END_SPAWN_FAILED => {
                 let e = std::io::Error::from_raw_os_error(exit.errno);
-                let o = if exit.value == STAGE_RLIMIT {
+                let o = if exit.value == STAGE_USER {
+                    Outcome::new(
+                        OutcomeKind::LaunchFailed,
+                        format!("cannot take the call's user in the container: {e}"),
+                    )
+                } else if exit.value == STAGE_RLIMIT {
                     Outcome::new(
                         OutcomeKind::LaunchFailed,
                         format!("cannot set the call's limits in the container: {e}"),

@@ -386,6 +386,12 @@ fn run(input: &mut Input, server: &Server, req: Request) {
         if status.is_some() && childless && out_r < 0 && err_r < 0 {
             break;
         }
+        if swept && !childless {
+            // Again on every pass until none is left: nothing started
+            // between the first kill and its delivery may stay.
+            // SAFETY: signals every process of this namespace but PID 1.
+            unsafe { sys::kill(-1, sys::SIGKILL) };
+        }
         // Frames read so far, including any that came with the run request.
         while let Some((kind, payload)) = input.take() {
             match kind {

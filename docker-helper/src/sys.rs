@@ -57,6 +57,7 @@ unsafe extern "C" {
     pub fn getresgid(r: *mut u32, e: *mut u32, s: *mut u32) -> i32;
     pub fn setgroups(n: usize, list: *const u32) -> i32;
     pub fn fchmod(fd: i32, mode: u32) -> i32;
+    pub fn fchown(fd: i32, uid: u32, gid: u32) -> i32;
     pub fn capget(header: *mut CapHeader, data: *mut CapData) -> i32;
     pub fn capset(header: *mut CapHeader, data: *const CapData) -> i32;
 }
@@ -79,12 +80,14 @@ pub struct CapData {
 }
 
 pub const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+pub const CAP_CHOWN: u32 = 0;
 pub const CAP_KILL: u32 = 5;
 pub const CAP_SETGID: u32 = 6;
 pub const CAP_SETUID: u32 = 7;
 pub const CAP_SETPCAP: u32 = 8;
 pub const PR_SET_KEEPCAPS: i32 = 8;
 pub const PR_CAPBSET_DROP: i32 = 24;
+pub const PR_CAPBSET_READ: i32 = 23;
 
 /// The kernel's `struct sock_fprog`.
 #[repr(C)]

@@ -14,7 +14,7 @@
 //!
 //! The container starts the helper as uid 0 with only `CAP_KILL`,
 //! `CAP_SETUID`, `CAP_SETGID` and `CAP_SETPCAP` (an engine gives a non-root
-//! user none). [`serve_as`] keeps those four across its change to the serving
+//! user none), and `CAP_CHOWN` under gVisor ([`hide_protocol`]). [`serve_as`] keeps those four across its change to the serving
 //! uid, with no supplementary group. [`take_call_user`], in each call's
 //! child: every capability out of the bounding set (so not even a root tool's
 //! exec can get one back), the call's gid as its only group, its gid and uid,
@@ -82,21 +82,27 @@ fn fatal(what: &str) -> ! {
 /// and gid, with no supplementary group, keeping those capabilities and no
 /// others; exits 125 if any step fails or the result is not exactly that.
 pub(crate) fn serve_as((uid, gid): (u32, u32), call: (u32, u32), hide: bool) {
-    if uid == call.0 {
-        eprintln!("[FATAL toolhost-helper] the serving uid {uid} is the call's uid");
+    if uid == call.0 || gid == call.1 || uid == 0 || gid == 0 {
+        eprintln!(
+            "[FATAL toolhost-helper] the serving ids {uid}:{gid} must be neither the call's ({}:{}) nor 0",
+            call.0, call.1
+        );
         std::process::exit(125);
     }
+    // Hiding the protocol gives its fds to the serving ids: CAP_CHOWN, for
+    // that alone (dropped with the change of uid).
+    let needed = SERVE_CAPS | if hide { 1 << sys::CAP_CHOWN } else { 0 };
     match caps() {
-        Some(c) if c[0].effective & SERVE_CAPS == SERVE_CAPS => {}
+        Some(c) if c[0].effective & needed == needed => {}
         _ => {
             eprintln!(
-                "[FATAL toolhost-helper] --serve-as needs CAP_KILL, CAP_SETUID, CAP_SETGID and CAP_SETPCAP (the container's user must be 0 with those added)"
+                "[FATAL toolhost-helper] --serve-as needs CAP_KILL, CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and CAP_CHOWN with --hide-protocol (the container's user must be 0 with those added)"
             );
             std::process::exit(125);
         }
     }
     if hide {
-        hide_protocol();
+        hide_protocol((uid, gid));
     }
     // SAFETY: plain credential syscalls on this single-threaded process.
     unsafe {
@@ -129,14 +135,17 @@ pub(crate) fn serve_as((uid, gid): (u32, u32), call: (u32, u32), hide: bool) {
 }
 
 /// Mode 0 on the protocol's fds (0-2, pipes or sockets of the engine),
-/// while the helper is still their owner's uid (0). gVisor opens
-/// `/proc/1/fd/N` to anyone whom the file's own mode admits, and these
-/// belong to root there: a root tool could read the next calls' requests or
-/// forge their answers. With no permission bit left, only a process with
-/// `CAP_DAC_OVERRIDE` could, and no tool has one. Exits 125 if an fd is not
-/// a pipe or socket (its mode may be another's to use, as `/dev/null`'s) or
+/// then the serving ids as their owner, while the helper is still uid 0
+/// (their owner) with `CAP_CHOWN`. gVisor opens `/proc/1/fd/N` to anyone
+/// whom the file's own mode admits, and these belong to root there: a root
+/// tool could read the next calls' requests or forge their answers, or chmod
+/// them first as their owner. Owned by the serving uid with no permission
+/// bit, they are open to no tool: none has that uid, and none has a
+/// capability (the container filter refuses user namespaces, in which a
+/// tool would hold some over its own files). Exits 125 if an fd is not a
+/// pipe or socket (its mode may be another's to use, as `/dev/null`'s) or
 /// keeps a bit.
-fn hide_protocol() {
+fn hide_protocol((uid, gid): (u32, u32)) {
     use std::os::fd::FromRawFd;
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     for fd in 0..3 {
@@ -162,9 +171,14 @@ fn hide_protocol() {
             );
             std::process::exit(125);
         }
-        // SAFETY: a plain fchmod of an fd of this process.
+        // The mode first, while the helper (uid 0) is their owner.
+        // SAFETY: a plain fchmod and fchown of an fd of this process.
         if unsafe { sys::fchmod(fd, 0) } < 0 {
             fatal("chmod of the protocol's fds");
+        }
+        // SAFETY: as above.
+        if unsafe { sys::fchown(fd, uid, gid) } < 0 {
+            fatal("chown of the protocol's fds");
         }
         if file
             .metadata()
@@ -205,6 +219,11 @@ pub(crate) unsafe fn take_call_user((uid, gid): (u32, u32)) -> bool {
                 }
                 return false;
             }
+            // Checked: capget does not show the bounding set.
+            if sys::prctl(sys::PR_CAPBSET_READ, cap, 0u64, 0u64, 0u64) != 0 {
+                *sys::__errno_location() = sys::EPERM;
+                return false;
+            }
         }
         let groups = [gid];
         if sys::setgroups(1, groups.as_ptr()) < 0
@@ -241,10 +260,10 @@ pub(crate) fn with_call_ids<T>(
 ) -> Option<T> {
     let keep = u32::MAX;
     // SAFETY: plain credential syscalls on this single-threaded process.
-    let taken =
+    let set =
         unsafe { sys::setresgid(keep, gid, keep) == 0 && sys::setresuid(keep, uid, keep) == 0 };
-    let errno = sys::errno();
-    let taken = taken && ids() == ([serve_uid, uid, serve_uid], [serve_gid, gid, serve_gid]);
+    let errno = if set { sys::EPERM } else { sys::errno() };
+    let taken = set && ids() == ([serve_uid, uid, serve_uid], [serve_gid, gid, serve_gid]);
     let out = taken.then(f);
     // The gid first: leaving an effective uid of 0 empties the effective
     // set (keep-caps, set by `serve_as`, keeps the permitted one).
@@ -260,7 +279,7 @@ pub(crate) fn with_call_ids<T>(
     }
     if out.is_none() {
         // SAFETY: errno is this thread's.
-        unsafe { *sys::__errno_location() = if errno != 0 { errno } else { sys::EPERM } };
+        unsafe { *sys::__errno_location() = errno };
     }
     out
 }

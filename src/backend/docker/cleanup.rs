@@ -82,12 +82,19 @@ impl WarmSlot<'_> {
         if !self.keep
             && let Some(w) = self.slot.take()
         {
-            remove(&self.docker, &w.id).await;
-            // Its pass through the gate goes only now.
-            drop(w);
+            remove_warm(&self.docker, w).await;
         }
         self.keep = true;
     }
+}
+
+/// Removes a warm container, letting go of its pass through the gate only
+/// once it is gone: also when the caller is dropped while waiting (the
+/// removal then goes on in the background, [`Removal`]).
+pub(super) async fn remove_warm(docker: &Docker, mut w: warm::WarmContainer) {
+    let mut guard = Removal::new(docker.clone(), w.id.clone());
+    guard.pass = w.pass.take();
+    guard.remove_now().await;
 }
 
 impl Drop for WarmSlot<'_> {
@@ -155,9 +162,13 @@ impl Removal {
         }
     }
 
+    /// Removes the container now; if this is dropped while it waits for
+    /// the engine, the removal goes on in the background, still holding the
+    /// pass.
     pub(super) async fn remove_now(&mut self) {
-        if let Some(id) = self.id.take() {
+        if let Some(id) = self.id.clone() {
             remove(&self.docker, &id).await;
+            self.id = None;
         }
         self.pass = None;
     }

@@ -42,7 +42,7 @@ use crate::outcome::{Outcome, OutcomeKind, RunOutput};
 use crate::output::CappedBuffer;
 use crate::plan::BackendKind;
 use crate::plan::ExecPlan;
-use cleanup::{create_guarded, remove, spawn_removal};
+use cleanup::{create_guarded, spawn_removal};
 use engine::owner;
 use finish::{Ended, drain, finish, launch_failed, start_refusal};
 use spec::{no_healthcheck, to_guest_paths};
@@ -435,9 +435,7 @@ impl DockerBackend {
     /// Drops the session's warm container.
     async fn discard_warm(&self, docker: &Docker) {
         if let Some(w) = self.warm.lock().await.take() {
-            remove(docker, &w.id).await;
-            // Its pass through the gate goes only now.
-            drop(w);
+            cleanup::remove_warm(docker, w).await;
         }
     }
 

@@ -496,7 +496,9 @@ async fn warm_mode_survives_cancellation_concurrency_and_a_killed_container() {
 /// non-dumpable rule nor PID 1's immunity, and opens `/proc/1/fd/N` to
 /// anyone the file's mode admits) fails, beside the same operations on the
 /// tool's own files, which work: a kill of PID 1, opening its fds (the
-/// protocol, which carries the next calls) to read or write, its memory.
+/// protocol, which carries the next calls) to read or write, or to chmod
+/// them (a root tool would own them under gVisor), its memory, its
+/// `oom_score_adj`, a user namespace of its own.
 /// As root (the owner of the workspace in CI) and as uid 1000. A user by
 /// name is refused under gVisor, where the helper must take it itself.
 async fn warm_mode_keeps_the_helper_out_of_the_calls_reach(engine: Engine) {
@@ -515,8 +517,11 @@ async fn warm_mode_keeps_the_helper_out_of_the_calls_reach(engine: Engine) {
         for f in 0 1 2; do (exec 3</proc/1/fd/$f) 2>/dev/null && echo read-$f; (exec 3>>/proc/1/fd/$f) 2>/dev/null && echo write-$f; done; \
         (exec 3</proc/1/mem) 2>/dev/null && echo mem-1; \
         (echo 500 > /proc/1/oom_score_adj) 2>/dev/null && echo oom-1; \
+        chmod 600 /proc/1/fd/0 /proc/1/fd/1 2>/dev/null && echo chmod-1; \
+        unshare -U -r true 2>/dev/null && echo userns; \
         (exec 3</proc/self/fd/1) && echo own-read; (exec 3>>/proc/self/fd/2) && echo own-write; \
-        (exec 3</proc/self/mem) && echo own-mem; (echo 500 > /proc/self/oom_score_adj) && echo own-oom";
+        (exec 3</proc/self/mem) && echo own-mem; (echo 500 > /proc/self/oom_score_adj) && echo own-oom; \
+        (: > /tmp/own; exec 4</tmp/own; chmod 600 /proc/self/fd/4) && echo own-chmod";
     for (user, uid) in [(None, owner), (Some("1000:1000"), 1000)] {
         let mut cfg = cfg.clone();
         cfg.docker.user = user.map(str::to_string);
@@ -527,7 +532,7 @@ async fn warm_mode_keeps_the_helper_out_of_the_calls_reach(engine: Engine) {
         assert_eq!(
             r.stdout,
             format!(
-                "{uid}\n{gid}\nCapPrm:\t{zero}\nCapEff:\t{zero}\nCapBnd:\t{zero}\nUid:\t65533\t65533\t65533\t65533\nown-read\nown-write\nown-mem\nown-oom\n",
+                "{uid}\n{gid}\nCapPrm:\t{zero}\nCapEff:\t{zero}\nCapBnd:\t{zero}\nUid:\t65533\t65533\t65533\t65533\nown-read\nown-write\nown-mem\nown-oom\nown-chmod\n",
                 gid = if user.is_some() { 1000 } else { uid }
             ),
             "{user:?}: {r:?}"

@@ -184,7 +184,7 @@ fn has_bit(arg: u8, bit: u32) -> Result<SeccompCondition, FilterError> {
     )?)
 }
 
-#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 /// Argument `arg` has any bit of `bits` set: one rule per bit (the rules of
 /// a syscall are alternatives).
 fn any_bit(arg: u8, bits: u32) -> Result<Vec<SeccompRule>, FilterError> {
@@ -766,7 +766,12 @@ pub(super) fn seccomp_filter(network_off: bool) -> Option<&'static [libc::sock_f
 }
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-/// The container filter's policy: (refused with EPERM, with ENOSYS).
+/// The container filter's policy: (refused with EPERM, with ENOSYS). Set-ID
+/// modes, io_uring, and namespaces (`unshare`, `setns`, `clone` with a
+/// namespace flag; `clone3` gets ENOSYS): the engine's own profile refuses
+/// those under runc, but gVisor's runsc does not apply it, and in a user
+/// namespace of its own a tool would hold capabilities over its own files
+/// and get past gVisor's `RLIMIT_NPROC`.
 fn container_rules() -> Result<(Rules, Rules), FilterError> {
     let mut eperm = Rules::new();
     no_setid_rules(&mut eperm)?;
@@ -774,10 +779,16 @@ fn container_rules() -> Result<(Rules, Rules), FilterError> {
         libc::SYS_io_uring_setup,
         libc::SYS_io_uring_enter,
         libc::SYS_io_uring_register,
+        libc::SYS_unshare,
+        libc::SYS_setns,
     ] {
         eperm.insert(nr, Vec::new());
     }
-    let enosys = [(libc::SYS_openat2, Vec::new())].into_iter().collect();
+    eperm.insert(libc::SYS_clone, any_bit(0, CLONE_NS_FLAGS)?);
+    let enosys = [libc::SYS_openat2, libc::SYS_clone3]
+        .into_iter()
+        .map(|nr| (nr, Vec::new()))
+        .collect();
     Ok((eperm, enosys))
 }
 
@@ -1078,9 +1089,10 @@ mod tests {
     }
 
     /// The docker helper's filter, read back from the bytes it is given:
-    /// set-ID modes and io_uring refused, openat2 ENOSYS, the rest allowed.
+    /// set-ID modes, io_uring and namespaces refused, openat2 and clone3
+    /// ENOSYS, the rest allowed.
     #[test]
-    fn the_container_filter_refuses_setid_modes_and_io_uring_only() {
+    fn the_container_filter_refuses_setid_modes_io_uring_and_namespaces_only() {
         let bytes = container_filter().unwrap();
         assert_eq!(bytes.len() % 8, 0);
         let f: Vec<libc::sock_filter> = bytes
@@ -1100,11 +1112,13 @@ mod tests {
                 libc::SYS_io_uring_setup,
                 libc::SYS_io_uring_enter,
                 libc::SYS_io_uring_register,
+                libc::SYS_unshare,
+                libc::SYS_setns,
             ]
             .contains(&(nr as libc::c_long))
             {
                 eperm
-            } else if nr == libc::SYS_openat2 as u32 {
+            } else if nr == libc::SYS_openat2 as u32 || nr == libc::SYS_clone3 as u32 {
                 ret_errno(libc::ENOSYS)
             } else {
                 RET_ALLOW
@@ -1116,9 +1130,23 @@ mod tests {
         let creat = libc::O_CREAT as u32 | libc::O_WRONLY as u32;
         assert_eq!(at(libc::SYS_openat, [3, 0, creat, 0o2755]), eperm);
         assert_eq!(at(libc::SYS_openat, [3, 0, 0, 0o2755]), RET_ALLOW);
-        // Policy the container does not carry: namespaces, ptrace.
-        let ns = (libc::CLONE_NEWUSER | libc::SIGCHLD) as u32;
-        assert_eq!(at(libc::SYS_clone, [ns, 0, 0, 0]), RET_ALLOW);
+        // A clone with any namespace flag is refused, a plain fork or thread
+        // is not.
+        for flag in [
+            libc::CLONE_NEWUSER,
+            libc::CLONE_NEWNS,
+            libc::CLONE_NEWPID,
+            libc::CLONE_NEWNET,
+        ] {
+            let ns = (flag | libc::SIGCHLD) as u32;
+            assert_eq!(at(libc::SYS_clone, [ns, 0, 0, 0]), eperm, "{flag:#x}");
+        }
+        let fork = libc::SIGCHLD as u32;
+        assert_eq!(at(libc::SYS_clone, [fork, 0, 0, 0]), RET_ALLOW);
+        let thread = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_SIGHAND) as u32;
+        assert_eq!(at(libc::SYS_clone, [thread, 0, 0, 0]), RET_ALLOW);
+        // Policy the container does not carry: ptrace (the engine's).
+        assert_eq!(at(libc::SYS_ptrace, [0, 0, 0, 0]), RET_ALLOW);
         assert_eq!(eval(&f, 0x4000_0003, 1, 0).0, RET_KILL);
     }
 

@@ -10,7 +10,7 @@
 //! call is cancelled, or whose helper does not answer is removed and replaced;
 //! a call's rlimits are set on the tool's process by the helper (the container
 //! has none of its own, so that no limit ends the helper); for a numeric user
-//! the helper serves as another uid ([`serving_id`]) and each call takes the
+//! the helper serves as another uid (`serving_id`) and each call takes the
 //! user before its exec (`docker-helper/src/user.rs`), on every runtime; under
 //! gVisor a container is made under the gate's pass (`gate.rs`), which it
 //! holds until it is removed.
@@ -25,7 +25,7 @@ use bollard::query_parameters::AttachContainerOptions;
 use tokio::io::AsyncWrite;
 
 use super::DockerBackend;
-use super::cleanup::{WarmSlot, remove};
+use super::cleanup::{WarmSlot, remove_warm};
 use super::engine::{engine_error, unavailable};
 use super::finish::{Ended, finish, start_refusal};
 use super::gate::Pass;
@@ -185,10 +185,18 @@ impl DockerBackend {
                 if gvisor {
                     // gVisor lets anyone whom the file's mode admits open
                     // `/proc/1/fd/N`, and the attach stream's fds are
-                    // root's there: the helper leaves them no mode bit.
+                    // root's there (a root tool's, so it could chmod them):
+                    // the helper leaves them no mode bit and gives them to
+                    // the serving ids.
                     cmd.push("--hide-protocol".to_string());
                 }
-                host.cap_add = Some(SERVE_CAPS.iter().map(|c| c.to_string()).collect());
+                let mut caps: Vec<String> = SERVE_CAPS.iter().map(|c| c.to_string()).collect();
+                if gvisor {
+                    // To give the attach stream's fds to the serving ids
+                    // before it leaves uid 0 (`--hide-protocol`).
+                    caps.push("CHOWN".to_string());
+                }
+                host.cap_add = Some(caps);
                 "0:0".to_string()
             }
             None => user.to_string(),
@@ -311,7 +319,7 @@ impl DockerBackend {
         if slot.slot.as_mut().is_some_and(|w| !w.reader.alive())
             && let Some(dead) = slot.slot.take()
         {
-            remove(docker, &dead.id).await;
+            remove_warm(docker, dead).await;
         }
         // A protected path that appeared (or went) since the container was
         // made: its mounts are fixed, so it is replaced.
@@ -323,7 +331,7 @@ impl DockerBackend {
             .is_some_and(|w| w.held != held || w.user != user)
             && let Some(old) = slot.slot.take()
         {
-            remove(docker, &old.id).await;
+            remove_warm(docker, old).await;
         }
         if slot.slot.is_none() {
             // Under gVisor, as a container per call (`gate.rs`): once every

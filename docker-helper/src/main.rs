@@ -153,6 +153,8 @@ struct Server {
     serve_as: (u32, u32),
     /// Each call's rlimits besides the request's (`--rlimit`).
     limits: Vec<(i32, u64, u64)>,
+    /// `/dev/null`, opened at the start: the stdin of calls without one.
+    devnull: i32,
 }
 
 /// Runs one call to its end (the helper exits if the host goes away).
@@ -208,14 +210,16 @@ fn run(input: &mut Input, server: &Server, req: Request) {
     let call_user = server.call_user;
     let extra_limits = &server.limits[..];
 
-    // The call's pipes, its user's where it has one of its own.
-    let make = || [pipe(), pipe(), pipe(), req.stdin.then(pipe).flatten()];
-    let pipes = match call_user {
-        Some(ids) => {
-            user::with_call_ids(ids, server.serve_as, make).unwrap_or([None, None, None, None])
-        }
+    // The call's stdio pipes, its user's where it has one of its own (so
+    // that it may open them again as /dev/stdout). The exec verdict's pipe
+    // stays the helper's: a tool that could open it could forge a failed
+    // exec.
+    let make = || [pipe(), pipe(), req.stdin.then(pipe).flatten()];
+    let [out, err, stdin_pipe] = match call_user {
+        Some(ids) => user::with_call_ids(ids, server.serve_as, make).unwrap_or([None, None, None]),
         None => make(),
     };
+    let pipes = [out, err, pipe(), stdin_pipe];
     let [Some(out), Some(err), Some(status), stdin_pipe] = pipes else {
         let errno = sys::errno();
         for mut fd in pipes.into_iter().flatten().flatten() {
@@ -233,8 +237,10 @@ fn run(input: &mut Input, server: &Server, req: Request) {
             None => (-1, -1),
         }
     } else {
-        // SAFETY: the path is a valid C string.
-        let fd = unsafe { sys::open(c"/dev/null".as_ptr(), sys::O_RDONLY | sys::O_CLOEXEC) };
+        // The helper's own /dev/null, opened before any tool ran (a root
+        // tool owns the container's /dev, and could put a FIFO there).
+        // SAFETY: fcntl on an fd of this process.
+        let fd = unsafe { sys::fcntl(server.devnull, sys::F_DUPFD_CLOEXEC, 0) };
         (fd, -1)
     };
     let oom_before = oom_kills();
@@ -258,6 +264,15 @@ fn run(input: &mut Input, server: &Server, req: Request) {
             let mut empty = sys::SigSet([0; 16]);
             sys::sigemptyset(&mut empty);
             sys::sigprocmask(sys::SIG_SETMASK, &empty, std::ptr::null_mut());
+            // The call's pipes over the protocol's fds first: the child
+            // holds no fd of the protocol once it is the call's user.
+            if in_r < 0
+                || sys::dup2(in_r, 0) < 0
+                || sys::dup2(out_w, 1) < 0
+                || sys::dup2(err_w, 2) < 0
+            {
+                fail(STAGE_EXEC);
+            }
             if let Some(ids) = call_user
                 && !user::take_call_user(ids)
             {
@@ -268,13 +283,6 @@ fn run(input: &mut Input, server: &Server, req: Request) {
                 if cur != u64::MAX && !lower_limit(res, cur, max) {
                     fail(STAGE_RLIMIT);
                 }
-            }
-            if in_r < 0
-                || sys::dup2(in_r, 0) < 0
-                || sys::dup2(out_w, 1) < 0
-                || sys::dup2(err_w, 2) < 0
-            {
-                fail(STAGE_EXEC);
             }
             if sys::chdir(cwd.as_ptr()) < 0 {
                 fail(STAGE_CWD);
@@ -329,9 +337,20 @@ fn run(input: &mut Input, server: &Server, req: Request) {
     }
     close(&mut status_r);
     if got == 8 {
-        let mut st = 0;
-        // SAFETY: reaping our own child.
-        unsafe { sys::waitpid(pid, &mut st, 0) };
+        // Whatever the verdict says, nothing of the call may stay: the
+        // same sweep as at a call's end.
+        loop {
+            let mut st = 0;
+            // SAFETY: signals every process of this namespace but PID 1,
+            // then reaps one child.
+            let r = unsafe {
+                sys::kill(-1, sys::SIGKILL);
+                sys::waitpid(-1, &mut st, 0)
+            };
+            if r < 0 && sys::errno() != sys::EINTR {
+                break;
+            }
+        }
         for fd in [&mut out_r, &mut err_r, &mut in_w] {
             close(fd);
         }
@@ -614,7 +633,10 @@ fn main() {
             }
         }
     }
+    // SAFETY: the path is a valid C string.
+    let devnull = unsafe { sys::open(c"/dev/null".as_ptr(), sys::O_RDONLY | sys::O_CLOEXEC) };
     let server = Server {
+        devnull,
         base_env,
         sigchld,
         call_user,

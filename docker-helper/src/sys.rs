@@ -105,6 +105,7 @@ pub const O_NONBLOCK: i32 = 0o4000;
 pub const O_CLOEXEC: i32 = 0o2000000;
 pub const F_GETFL: i32 = 3;
 pub const F_SETFL: i32 = 4;
+pub const F_DUPFD_CLOEXEC: i32 = 1030;
 pub const POLLIN: i16 = 1;
 pub const POLLOUT: i16 = 4;
 pub const POLLERR: i16 = 8;

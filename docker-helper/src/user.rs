@@ -147,7 +147,7 @@ pub(crate) fn serve_as((uid, gid): (u32, u32), call: (u32, u32), hide: bool) {
 /// keeps a bit.
 fn hide_protocol((uid, gid): (u32, u32)) {
     use std::os::fd::FromRawFd;
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
     for fd in 0..3 {
         // SAFETY: fds 0-2 are open (the attach stream); ManuallyDrop keeps
         // them open when the File goes.
@@ -180,13 +180,12 @@ fn hide_protocol((uid, gid): (u32, u32)) {
         if unsafe { sys::fchown(fd, uid, gid) } < 0 {
             fatal("chown of the protocol's fds");
         }
-        if file
+        let now = file
             .metadata()
             .ok()
-            .map(|m| m.permissions().mode() & 0o7777)
-            != Some(0)
-        {
-            eprintln!("[FATAL toolhost-helper] fd {fd} kept a permission bit");
+            .map(|m| (m.permissions().mode() & 0o7777, m.uid(), m.gid()));
+        if now != Some((0, uid, gid)) {
+            eprintln!("[FATAL toolhost-helper] fd {fd} is {now:?}, not mode 0 of {uid}:{gid}");
             std::process::exit(125);
         }
     }

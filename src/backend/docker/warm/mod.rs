@@ -156,11 +156,13 @@ impl DockerBackend {
         if gvisor {
             // The tool's processes are held by RLIMIT_NPROC, which gVisor
             // counts per uid within its sandbox (`spec::nproc_ulimit`): set
-            // on each call, since the helper's uid is another. The pids
-            // limit counts the helper as one of `max_processes` under runc;
-            // so does this.
+            // on each call, since the helper's uid is another. Under runc
+            // the pids limit counts the helper as one of `max_processes`;
+            // here the helper is not of the call's uid, nor is the call's
+            // first process, which gVisor charges to the helper's uid that
+            // forked it: two less.
             if let Some(p) = plan.limits.processes {
-                let n = p.saturating_sub(1);
+                let n = p.saturating_sub(2);
                 cmd.extend(["--rlimit".to_string(), format!("nproc={n}:{n}")]);
             }
         } else {

@@ -90,6 +90,22 @@ impl DockerBackend {
         self.check_mounts(plan, &held)?;
         Ok((Pass::Exclusive(pass), held))
     }
+
+    /// [`enter_gate`](Self::enter_gate) within the call's timeout: the wait
+    /// comes out of the call's time, and past it the call is `timed_out`.
+    pub(super) async fn enter_gate_in_time(
+        &self,
+        plan: &ExecPlan,
+        held: Vec<Held>,
+    ) -> Result<(Pass, Vec<Held>), Outcome> {
+        match tokio::time::timeout(plan.limits.timeout, self.enter_gate(plan, held)).await {
+            Ok(entered) => entered,
+            Err(_) => Err(Outcome::new(
+                crate::outcome::OutcomeKind::TimedOut,
+                "timed out waiting for the sandbox's other containers to go: under gVisor a container whose mounts a tool could redirect starts only when no other container of the sandbox exists (docs/src/docker.md#runtimes-gvisor)",
+            )),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -236,15 +236,9 @@ impl DockerBackend {
         let (pass, held, waited) = if !gvisor {
             (None, held, std::time::Duration::ZERO)
         } else {
-            match tokio::time::timeout(plan.limits.timeout, self.enter_gate(plan, held)).await {
-                Ok(Ok((p, h))) => (Some(p), h, waiting.elapsed()),
-                Ok(Err(o)) => return refuse(o),
-                Err(_) => {
-                    return refuse(Outcome::new(
-                        OutcomeKind::TimedOut,
-                        "timed out waiting for the sandbox's other calls to end: under gVisor a call whose mounts a tool could redirect starts only when no other container of the sandbox exists (docs/src/docker.md#runtimes-gvisor)",
-                    ));
-                }
+            match self.enter_gate_in_time(plan, held).await {
+                Ok((p, h)) => (Some(p), h, waiting.elapsed()),
+                Err(o) => return refuse(o),
             }
         };
         let mut host_config = self.host_config(

@@ -340,18 +340,11 @@ impl DockerBackend {
             // container of the backend is gone (a dropped call's may still
             // be going), with the protected paths found again.
             let (pass, held) = if gvisor {
-                match tokio::time::timeout(plan.limits.timeout, self.enter_gate(plan, held)).await {
-                    Ok(Ok((p, h))) => (Some(p), h),
-                    Ok(Err(o)) => {
+                match self.enter_gate_in_time(plan, held).await {
+                    Ok((p, h)) => (Some(p), h),
+                    Err(o) => {
                         slot.keep = true;
                         return refused(o);
-                    }
-                    Err(_) => {
-                        slot.keep = true;
-                        return refused(Outcome::new(
-                            OutcomeKind::TimedOut,
-                            "timed out waiting for the sandbox's earlier containers to be removed: under gVisor a container whose mounts a tool could redirect starts only when no other container of the sandbox exists (docs/src/docker.md#runtimes-gvisor)",
-                        ));
                     }
                 }
             } else {

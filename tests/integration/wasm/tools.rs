@@ -32,6 +32,11 @@ async fn guest_tools_match_coreutils_on_fixtures() {
     t.write("dir/sub/three.txt", "nothing\n");
     t.write("dups", "a\na\nb\nc\nc\nc\na\n");
     t.write("noeol", "no newline at end");
+    // Over two of the tools' first read buffers (16 KiB, doubled after each
+    // full read): a read that fills one, then a larger one.
+    let mid: String = (0..4000).map(|i| format!("line {i:05}\n")).collect();
+    assert!(mid.len() > 2 * 16 * 1024 && mid.len() < 3 * 16 * 1024);
+    t.write("mid", &mid);
     let cases: &[&[&str]] = &[
         &["cat", "a.txt", "b.txt"],
         &["cat", "-n", "a.txt"],
@@ -67,6 +72,13 @@ async fn guest_tools_match_coreutils_on_fixtures() {
         &["uniq", "-c", "dups"],
         &["uniq", "-d", "dups"],
         &["base64", "a.txt"],
+        &["cat", "-n", "mid"],
+        &["head", "-c", "20000", "mid"],
+        &["tail", "-n", "3000", "mid"],
+        &["wc", "mid"],
+        &["sha256sum", "mid"],
+        &["sort", "-r", "mid"],
+        &["base64", "mid"],
     ];
     for argv in cases {
         same_as_native(&t, &native, &wasm, argv).await;

@@ -54,15 +54,17 @@ impl From<std::io::Error> for Failure {
     }
 }
 
-/// Input bytes encoded at a time: a multiple of 3, so that only the last
-/// block can need padding.
+/// Input bytes encoded at a time, at first and at most: multiples of 3
+/// (the one doubles to the other), so that only the last block can need
+/// padding.
+const FIRST_ENCODE_BLOCK: usize = 3 * (common::FIRST_BLOCK / 4);
 const ENCODE_BLOCK: usize = 3 * (common::BLOCK / 4);
 
 /// Encodes `input` a block at a time, wrapping lines after `wrap` characters
 /// (0: one line), exactly as encoding it whole and cutting the result.
 fn encode_stream(input: &mut impl Read, wrap: usize, out: &mut common::Out) -> Result<(), Failure> {
-    let mut buf = vec![0u8; ENCODE_BLOCK];
-    let mut enc = vec![0u8; ENCODE_BLOCK / 3 * 4];
+    let mut buf = vec![0u8; FIRST_ENCODE_BLOCK];
+    let mut enc = vec![0u8; FIRST_ENCODE_BLOCK / 3 * 4];
     let mut column = 0usize;
     loop {
         // Full blocks (a multiple of 3 bytes) until the last one.
@@ -91,6 +93,8 @@ fn encode_stream(input: &mut impl Read, wrap: usize, out: &mut common::Out) -> R
         if n < buf.len() {
             break;
         }
+        common::grow_after(&mut buf, n, ENCODE_BLOCK);
+        enc.resize(buf.len() / 3 * 4, 0);
     }
     if wrap == 0 || column > 0 {
         out.put(b"\n");
@@ -103,10 +107,11 @@ fn encode_stream(input: &mut impl Read, wrap: usize, out: &mut common::Out) -> R
 /// end (the last quantum is held back until the input ends). Output already
 /// written stays written when a later block turns out to be invalid.
 fn decode_stream(input: &mut impl Read, out: &mut common::Out) -> Result<(), Failure> {
-    let mut buf = vec![0u8; common::BLOCK];
+    let mut buf = common::read_buffer();
     // Non-whitespace characters not decoded yet: fewer than 8 between blocks.
-    let mut pending: Vec<u8> = Vec::with_capacity(common::BLOCK + 8);
-    let mut dec = vec![0u8; common::BLOCK / 4 * 3 + 6];
+    let mut pending: Vec<u8> = Vec::with_capacity(buf.len() + 8);
+    // Room for the quanta of `pending` at most.
+    let mut dec = vec![0u8; buf.len() / 4 * 3 + 6];
     loop {
         let n = common::read_some(input, &mut buf)?;
         if n == 0 {
@@ -136,6 +141,8 @@ fn decode_stream(input: &mut impl Read, out: &mut common::Out) -> Result<(), Fai
             out.put(&dec[..len]);
             pending.drain(..ready);
         }
+        common::grow_after(&mut buf, n, common::BLOCK);
+        dec.resize(buf.len() / 4 * 3 + 6, 0);
     }
     let len = STANDARD
         .decode_slice(&pending, &mut dec)

@@ -37,7 +37,7 @@ impl Numbering {
 /// Copies `input` to `out` a block at a time.
 fn copy(
     input: &mut impl Read,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
     numbering: &mut Option<Numbering>,
     out: &mut common::Out,
 ) -> std::io::Result<()> {
@@ -50,6 +50,7 @@ fn copy(
             Some(numbering) => numbering.write(&buf[..n], out),
             None => out.put(&buf[..n]),
         }
+        common::grow_after(buf, n, common::BLOCK);
     }
 }
 
@@ -69,7 +70,7 @@ fn main() {
         files.push("-");
     }
     let mut out = common::Out::new("cat", 1);
-    let mut buf = vec![0u8; common::BLOCK];
+    let mut buf = common::read_buffer();
     let mut numbering = number.then(|| Numbering {
         line_no: common::LineNumber::one(),
         at_line_start: true,

@@ -91,7 +91,7 @@ fn compare(inputs: &mut [common::Input; 2], files: &[String]) -> Compared {
             ),
         )
     };
-    let mut bufs = [vec![0u8; common::BLOCK], vec![0u8; common::BLOCK]];
+    let mut bufs = [common::read_buffer(), common::read_buffer()];
     // Regular files too large together are never kept; ones that fit get
     // room for all of each at once. Streams grow as they are read.
     let sizes = [0, 1].map(|i| inputs[i].regular_file().map(|(_, len)| len));
@@ -129,6 +129,10 @@ fn compare(inputs: &mut [common::Input; 2], files: &[String]) -> Compared {
         }
         if ends[0] && ends[1] {
             break;
+        }
+        // Both grow alike while neither has ended.
+        for i in 0..2 {
+            common::grow_after(&mut bufs[i], got[i], common::BLOCK);
         }
     }
     if !differ {

@@ -10,7 +10,7 @@ fn head(
     input: &mut impl Read,
     bytes: Option<usize>,
     lines: usize,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
     out: &mut common::Out,
 ) -> std::io::Result<()> {
     match bytes {
@@ -23,6 +23,7 @@ fn head(
                 }
                 out.put(&buf[..n]);
                 left -= n;
+                common::grow_after(buf, n, common::BLOCK);
             }
         }
         None => {
@@ -45,6 +46,7 @@ fn head(
                 }
                 out.put(&data[..cut]);
                 left -= seen;
+                common::grow_after(buf, n, common::BLOCK);
             }
         }
     }
@@ -55,7 +57,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     common::help(&args, HELP);
     let span = common::span_args("head", &args);
-    let mut buf = vec![0u8; common::BLOCK];
+    let mut buf = common::read_buffer();
     let (status, out) = common::each_input("head", &span.files, |input, out| {
         head(input, span.bytes, span.lines, &mut buf, out)
     });

@@ -9,7 +9,7 @@ const HELP: &str = "Usage: sha256sum [FILE]...\nPrint the SHA-256 checksum of ea
 /// The digest of a file (or stdin for `-`), read a block at a time.
 fn digest(name: &str) -> std::io::Result<String> {
     let mut h = Sha256::new();
-    let mut buf = vec![0u8; common::BLOCK];
+    let mut buf = common::read_buffer();
     let mut input = common::open_input(name)?;
     loop {
         let n = common::read_some(&mut input, &mut buf)?;
@@ -17,6 +17,7 @@ fn digest(name: &str) -> std::io::Result<String> {
             break;
         }
         h.update(&buf[..n]);
+        common::grow_after(&mut buf, n, common::BLOCK);
     }
     Ok(format!("{:x}", h.finalize()))
 }

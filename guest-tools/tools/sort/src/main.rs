@@ -27,7 +27,11 @@ fn num(line: &[u8]) -> f64 {
 
 /// Appends all of `input` to `data`, never holding more than the budget:
 /// growth is capped there, and an input that goes past it is an error.
-fn read_capped(input: &mut impl Read, data: &mut Vec<u8>, buf: &mut [u8]) -> std::io::Result<()> {
+fn read_capped(
+    input: &mut impl Read,
+    data: &mut Vec<u8>,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<()> {
     loop {
         let n = common::read_some(input, buf)?;
         if n == 0 {
@@ -45,6 +49,7 @@ fn read_capped(input: &mut impl Read, data: &mut Vec<u8>, buf: &mut [u8]) -> std
             data.reserve_exact(want - data.len());
         }
         data.extend_from_slice(&buf[..n]);
+        common::grow_after(buf, n, common::BLOCK);
     }
 }
 
@@ -64,7 +69,7 @@ fn main() {
         )
     };
     let mut data = Vec::new();
-    let mut buf = vec![0u8; common::BLOCK];
+    let mut buf = common::read_buffer();
     for f in &files {
         let mut input = common::open_input(f).unwrap_or_else(|e| cannot_read(f, e));
         if let Some((_, len)) = input.regular_file() {

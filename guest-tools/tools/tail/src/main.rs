@@ -18,13 +18,18 @@ fn lines_start(data: &[u8], lines: usize) -> usize {
 }
 
 /// Copies the rest of `input` to `out`.
-fn copy_rest(input: &mut impl Read, buf: &mut [u8], out: &mut common::Out) -> std::io::Result<()> {
+fn copy_rest(
+    input: &mut impl Read,
+    buf: &mut Vec<u8>,
+    out: &mut common::Out,
+) -> std::io::Result<()> {
     loop {
         let n = common::read_some(input, buf)?;
         if n == 0 {
             return Ok(());
         }
         out.put(&buf[..n]);
+        common::grow_after(buf, n, common::BLOCK);
     }
 }
 
@@ -34,7 +39,7 @@ fn tail_file(
     file: &mut std::fs::File,
     len: u64,
     span: &common::Span,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
     out: &mut common::Out,
 ) -> std::io::Result<()> {
     let start = match span.bytes {
@@ -62,6 +67,7 @@ fn tail_file(
                         break 'blocks;
                     }
                 }
+                common::grow_after(buf, got, common::BLOCK);
                 hi = lo;
             }
             start
@@ -77,7 +83,7 @@ fn tail_file(
 fn tail_stream(
     input: &mut impl Read,
     span: &common::Span,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
     out: &mut common::Out,
 ) -> std::io::Result<()> {
     let start = |kept: &[u8]| match span.bytes {
@@ -97,6 +103,7 @@ fn tail_stream(
             kept.drain(..s);
             trim_at = kept.len().saturating_mul(2).max(buf.len());
         }
+        common::grow_after(buf, n, common::BLOCK);
     }
     let s = start(&kept);
     out.put(&kept[s..]);
@@ -107,7 +114,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     common::help(&args, HELP);
     let span = common::span_args("tail", &args);
-    let mut buf = vec![0u8; common::BLOCK];
+    let mut buf = common::read_buffer();
     let (status, out) = common::each_input("tail", &span.files, |input, out| {
         match input.regular_file() {
             Some((file, len)) => tail_file(file, len, &span, &mut buf, out),

@@ -6,7 +6,7 @@ const HELP: &str = "Usage: wc [-l] [-w] [-c] [FILE]...\nPrint newline, word and 
 
 /// Counts lines, words and bytes of `input`, a block at a time (a word that
 /// spans two blocks counts once).
-fn counts(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<[u64; 3]> {
+fn counts(input: &mut impl Read, buf: &mut Vec<u8>) -> std::io::Result<[u64; 3]> {
     let (mut lines, mut words, mut bytes) = (0u64, 0u64, 0u64);
     let mut in_word = false;
     loop {
@@ -19,6 +19,7 @@ fn counts(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<[u64; 3]> {
         let (l, w) = common::count_lines_words(data, &mut in_word);
         lines += l;
         words += w;
+        common::grow_after(buf, n, common::BLOCK);
     }
 }
 
@@ -37,7 +38,7 @@ fn main() {
     let mut rows: Vec<([u64; 3], String)> = Vec::new();
     let mut total = [0u64; 3];
     let mut status = 0;
-    let mut buf = vec![0u8; common::BLOCK];
+    let mut buf = common::read_buffer();
     for f in &files {
         let counted = common::open_input(f).and_then(|mut input| {
             // Bytes alone: a regular file's size is its count, nothing to read.

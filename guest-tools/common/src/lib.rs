@@ -471,15 +471,19 @@ impl From<io::Error> for LineError {
 /// The lines of an input, read through a buffer that starts at
 /// [`FIRST_BLOCK`] bytes ([`read_buffer`]) and doubles while the input goes
 /// on, up to [`BLOCK`], and past that only for a longer line, up to `max`
-/// bytes: a longer line is [`LineError::TooLong`]. Lines are split at `\n`, which is not part of
-/// the line; a last line without one is still a line, and an empty input has
-/// no lines (as `data.strip_suffix("\n").split('\n')` of a non-empty input).
+/// bytes: a longer line is [`LineError::TooLong`]. Lines are split at `\n`,
+/// which is not part of the line; a last line without one is still a line,
+/// and an empty input has no lines (as `data.strip_suffix("\n").split('\n')`
+/// of a non-empty input).
 pub struct Lines<R> {
     r: R,
     buf: Vec<u8>,
     start: usize,
     end: usize,
     eof: bool,
+    /// Whether a read has been made: every read but the last fills the
+    /// buffer, so a refill after one means the input goes on.
+    read: bool,
     max: usize,
 }
 
@@ -492,6 +496,7 @@ impl<R: Read> Lines<R> {
             start: 0,
             end: 0,
             eof: false,
+            read: false,
             max: max.max(BLOCK),
         }
     }
@@ -540,15 +545,15 @@ impl<R: Read> Lines<R> {
     }
 
     /// Moves what is left to the front of the buffer, growing it if that is
-    /// all of it or it is still under [`BLOCK`] (the last read filled it:
-    /// the input goes on), and reads until it is full or the input ends.
+    /// all of it or it is still under [`BLOCK`] after a read (which filled
+    /// it: the input goes on), and reads until it is full or the input ends.
     fn refill(&mut self) -> Result<(), LineError> {
         if self.start > 0 {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
-        if self.end == self.buf.len() || self.buf.len() < BLOCK {
+        if self.end == self.buf.len() || (self.read && self.buf.len() < BLOCK) {
             // A line as long as the whole buffer, with more to come: room
             // for its newline is needed too, hence `>=`.
             if self.buf.len() >= self.max {
@@ -558,6 +563,7 @@ impl<R: Read> Lines<R> {
             self.buf.resize(grown, 0);
         }
         let n = read_full(&mut self.r, &mut self.buf[self.end..])?;
+        self.read = true;
         self.end += n;
         if self.end < self.buf.len() {
             self.eof = true;
@@ -644,6 +650,14 @@ mod tests {
         let mut lines = Lines::new(&text[..], BLOCK);
         assert_eq!(lines.next_line().unwrap().map(<[u8]>::len), Some(BLOCK - 1));
         assert!(lines.buf.len() <= BLOCK);
+        // A short input keeps the first buffer; a long one grows it to BLOCK.
+        let mut lines = Lines::new(&b"one\ntwo"[..], BLOCK);
+        while lines.next_line().unwrap().is_some() {}
+        assert_eq!(lines.buf.len(), FIRST_BLOCK);
+        let text = b"one\n\ntwo\nthree".repeat(40_000);
+        let mut lines = Lines::new(&text[..], BLOCK);
+        while lines.next_line().unwrap().is_some() {}
+        assert_eq!(lines.buf.len(), BLOCK);
     }
 
     /// A reader that gives at most `chunk` bytes per read.

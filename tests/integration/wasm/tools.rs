@@ -37,6 +37,14 @@ async fn guest_tools_match_coreutils_on_fixtures() {
     let mid: String = (0..4000).map(|i| format!("line {i:05}\n")).collect();
     assert!(mid.len() > 2 * 16 * 1024 && mid.len() < 3 * 16 * 1024);
     t.write("mid", &mid);
+    let encoded = std::process::Command::new("base64")
+        .arg(t.ws().join("mid"))
+        .output()
+        .unwrap();
+    assert!(encoded.status.success());
+    t.write("mid.b64", std::str::from_utf8(&encoded.stdout).unwrap());
+    // One line changed past the first buffer.
+    t.write("mid2", &mid.replace("line 03500\n", "line 3500\n"));
     let cases: &[&[&str]] = &[
         &["cat", "a.txt", "b.txt"],
         &["cat", "-n", "a.txt"],
@@ -79,6 +87,7 @@ async fn guest_tools_match_coreutils_on_fixtures() {
         &["sha256sum", "mid"],
         &["sort", "-r", "mid"],
         &["base64", "mid"],
+        &["base64", "-d", "mid.b64"],
     ];
     for argv in cases {
         same_as_native(&t, &native, &wasm, argv).await;
@@ -165,6 +174,34 @@ async fn guest_tools_match_coreutils_on_fixtures() {
     );
     let r = run(&wasm, &["diff", "a.txt", "a.txt"]).await;
     assert_eq!((r.returncode, r.stdout.as_str()), (Some(0), ""));
+    // Past the first read buffer: the same hunk as GNU's (whose header
+    // lines carry times).
+    let r = run(&wasm, &["diff", "-u", "mid", "mid2"]).await;
+    let n = run(&native, &["diff", "-u", "mid", "mid2"]).await;
+    let hunks = |s: &str| s.lines().skip(2).collect::<Vec<_>>().join("\n");
+    assert_eq!(r.returncode, Some(1), "{}", r.stderr);
+    assert_eq!(n.returncode, Some(1));
+    assert!(
+        r.stdout.starts_with("--- mid\n+++ mid2\n@@ -3498,"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(hunks(&r.stdout), hunks(&n.stdout));
+    // Standard input against itself is the same, and against a file is read.
+    let r = wasm
+        .run(RunRequest::new(["diff", "-", "-"]).stdin("x\n"))
+        .await;
+    assert_eq!((r.returncode, r.stdout.as_str()), (Some(0), ""), "{r:?}");
+    let a = std::fs::read_to_string(t.ws().join("a.txt")).unwrap();
+    let r = wasm
+        .run(RunRequest::new(["diff", "-", "a.txt"]).stdin(a.clone()))
+        .await;
+    assert_eq!((r.returncode, r.stdout.as_str()), (Some(0), ""), "{r:?}");
+    let r = wasm
+        .run(RunRequest::new(["diff", "-", "a.txt"]).stdin(a + "more\n"))
+        .await;
+    assert_eq!(r.returncode, Some(1), "{r:?}");
+    assert!(r.stdout.contains("\n-more\n"), "{}", r.stdout);
     let r = wasm
         .run(RunRequest::new(["base64", "-d"]).stdin("aGVsbG8gd29ybGQ=\n"))
         .await;

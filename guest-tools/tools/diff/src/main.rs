@@ -26,6 +26,11 @@ fn main() {
     if files.len() != 2 {
         common::die("diff", 2, "expected two files (diff --help)");
     }
+    // Standard input against itself: the same (as GNU diff says), and
+    // never opened twice.
+    if files[0] == "-" && files[1] == "-" {
+        std::process::exit(0);
+    }
     let open = |f: &str| {
         common::open_input(f)
             .unwrap_or_else(|e| common::die("diff", 2, format!("{f}: {}", common::reason(&e))))

@@ -418,7 +418,20 @@ impl DockerBackend {
             Ok(Err(o)) => Ended::Refused(o),
             Ok(Ok((code, oom))) => Ended::Exited {
                 code,
-                oom,
+                // The engine marks an OOM kill when it handles the kernel's
+                // OOM event, which can come after the exit that ended the
+                // wait (containerd#12260). A main process killed by SIGKILL
+                // (137, from the init) is what an OOM kill leaves, and 128
+                // is what gVisor's own containerd shim reports for a sandbox
+                // the host killed: with a memory limit, read again until the
+                // engine says, or 0.3 s after the stop, at most 2 s, past the
+                // timeout if need be (the call has ended; this only names
+                // how). Podman reports no OOM kill at all.
+                oom: oom
+                    || (plan.limits.memory_bytes.is_some()
+                        && (code == 128 + 9 || gvisor && code == 128)
+                        && podman.is_none()
+                        && warm::oom_killed_once_stopped(docker, id).await),
                 by_init: true,
             },
         };

@@ -524,8 +524,9 @@ impl DockerBackend {
     }
 }
 
-/// How long a warm call whose helper went away waits at most for the
-/// engine to say whether an OOM kill ended its container. Past the call's
+/// How long a warm call whose helper went away (or a call's own container
+/// whose tool was killed by SIGKILL) waits at most for the engine to say
+/// whether an OOM kill ended its container. Past the call's
 /// timeout if need be, as a timed-out call waits for its kill: the call has
 /// already ended, and this only names how.
 const STOP_SEEN_WITHIN: Duration = Duration::from_secs(2);
@@ -543,7 +544,7 @@ const OOM_AFTER_STOP: Duration = Duration::from_millis(300);
 /// container has been stopped for [`OOM_AFTER_STOP`], or for at most
 /// [`STOP_SEEN_WITHIN`]. An engine that does not answer counts as no OOM
 /// kill.
-async fn oom_killed_once_stopped(docker: &Docker, id: &str) -> bool {
+pub(super) async fn oom_killed_once_stopped(docker: &Docker, id: &str) -> bool {
     let looked = tokio::time::timeout(STOP_SEEN_WITHIN, async {
         let mut stopped: Option<tokio::time::Instant> = None;
         loop {

@@ -329,6 +329,12 @@ async def _await_call(start: Callable[[Any], Any]) -> Any:
     if call.done:
         # It ended in its first step, on this thread (a warm WASI call).
         return call.take()
+    return await _wait_for(loop, ch, call)
+
+
+async def _wait_for(loop: asyncio.AbstractEventLoop, ch: _LoopChannel, call: Any) -> Any:
+    """The result of a started call that did not end in its first step,
+    through the loop's channel (``_await_call``)."""
     fut = loop.create_future()
     ch.waiting[call.id] = fut
     try:
@@ -492,7 +498,16 @@ class Sandbox:
         """``run_subprocess`` with the full result. ``env`` sets variables for
         this call (the deny list still applies); ``backend`` (``direct``,
         ``docker``, ``wasm``, ``auto``) overrides the config's."""
-        run = await self._start_run(_argv(argv), cwd, _stdin(stdin), env, backend)
+        # `_start_run` and `_await_call` in one: this is the hot path, and a
+        # warm WASI call ends in its first step, inside `start_run`.
+        args = _argv(argv)
+        cwd_s = None if cwd is None else os.fspath(cwd)
+        stdin_b = _stdin(stdin)
+        env_l = [] if not env else list(env.items())
+        loop = asyncio.get_running_loop()
+        ch = _channel(loop)
+        call = self._native.start_run(ch.native, args, cwd_s, stdin_b, env_l, backend)
+        run = call.take() if call.done else await _wait_for(loop, ch, call)
         return RunResult._make(run)
 
     def _start_run(

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import (
     Any,
     Callable,
-    Coroutine,
     Dict,
     List,
     Mapping,
@@ -481,8 +480,7 @@ class Sandbox:
         back as data: ``returncode`` ``None`` and the reason in ``stderr``.
         """
         args = _argv(argv)
-        run = await self._start_run(args, cwd, _stdin(stdin), None, None)
-        return _subprocess_result(RunResult._make(run), args, cwd)
+        return _subprocess_result(await self.run(args, cwd=cwd, stdin=stdin), args, cwd)
 
     # toolhost's own.
 
@@ -498,8 +496,8 @@ class Sandbox:
         """``run_subprocess`` with the full result. ``env`` sets variables for
         this call (the deny list still applies); ``backend`` (``direct``,
         ``docker``, ``wasm``, ``auto``) overrides the config's."""
-        # `_start_run` and `_await_call` in one: this is the hot path, and a
-        # warm WASI call ends in its first step, inside `start_run`.
+        # `_await_call` inlined: this is the hot path, and a warm WASI call
+        # ends in its first step, inside `start_run`.
         args = _argv(argv)
         cwd_s = None if cwd is None else os.fspath(cwd)
         stdin_b = _stdin(stdin)
@@ -509,20 +507,6 @@ class Sandbox:
         call = self._native.start_run(ch.native, args, cwd_s, stdin_b, env_l, backend)
         run = call.take() if call.done else await _wait_for(loop, ch, call)
         return RunResult._make(run)
-
-    def _start_run(
-        self,
-        args: List[Any],
-        cwd: Optional[PathLike],
-        stdin: Optional[bytes],
-        env: Optional[Mapping[str, str]],
-        backend: Optional[str],
-    ) -> Coroutine[Any, Any, Any]:
-        cwd_s = None if cwd is None else os.fspath(cwd)
-        env_l = list((env or {}).items())
-        return _await_call(
-            lambda ch: self._native.start_run(ch, args, cwd_s, stdin, env_l, backend)
-        )
 
     def wasm_tools(self) -> List[Dict[str, Any]]:
         """The registered WASI tools (``name``, ``description``, ``path``,

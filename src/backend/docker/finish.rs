@@ -1,7 +1,7 @@
 //! How a container call ended: its output drained into the capped
 //! buffers, its exit read, and the engine's refusals as outcomes.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bollard::container::LogOutput;
 use futures_util::{Stream, StreamExt};
@@ -224,4 +224,52 @@ pub(super) fn start_refusal(e: &bollard::errors::Error) -> Outcome {
         );
     }
     launch_failed(e)
+}
+
+/// How long a warm call whose helper went away (or a call's own container
+/// whose tool was killed by SIGKILL) waits at most for the engine to say
+/// whether an OOM kill ended its container. Past the call's
+/// timeout if need be, as a timed-out call waits for its kill: the call has
+/// already ended, and this only names how.
+const STOP_SEEN_WITHIN: Duration = Duration::from_secs(2);
+
+/// How long after the engine has seen the container stop an OOM kill may
+/// still be marked: the engine handles the kernel's OOM event and the exit
+/// apart, in either order (containerd#12260).
+const OOM_AFTER_STOP: Duration = Duration::from_millis(300);
+
+/// Whether the engine says an OOM kill ended container `id`. The engine
+/// marks it when it handles the OOM event, which can come after the
+/// helper's stream broke and after the container's exit (seen under gVisor
+/// on a loaded machine: the call was reported as a broken container, not
+/// the memory limit). So it is read again until it is set, until the
+/// container has been stopped for [`OOM_AFTER_STOP`], or for at most
+/// [`STOP_SEEN_WITHIN`]. An engine that does not answer counts as no OOM
+/// kill.
+pub(super) async fn oom_killed_once_stopped(docker: &bollard::Docker, id: &str) -> bool {
+    let looked = tokio::time::timeout(STOP_SEEN_WITHIN, async {
+        let mut stopped: Option<tokio::time::Instant> = None;
+        loop {
+            let Some(state) = docker
+                .inspect_container(id, None)
+                .await
+                .ok()
+                .and_then(|i| i.state)
+            else {
+                return false;
+            };
+            if state.oom_killed == Some(true) {
+                return true;
+            }
+            if state.running != Some(true) {
+                let since = *stopped.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= OOM_AFTER_STOP {
+                    return false;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    looked.unwrap_or(false)
 }

@@ -431,7 +431,7 @@ impl DockerBackend {
                     || (plan.limits.memory_bytes.is_some()
                         && (code == 128 + 9 || gvisor && code == 128)
                         && podman.is_none()
-                        && warm::oom_killed_once_stopped(docker, id).await),
+                        && finish::oom_killed_once_stopped(docker, id).await),
                 by_init: true,
             },
         };

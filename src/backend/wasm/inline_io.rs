@@ -7,12 +7,13 @@
 //! (`allow_blocking_current_thread`), and that thread is never a runtime
 //! worker: the call starts in its caller's task, and before its first
 //! function that can reach the host's filesystem ([`before_fd_op`],
-//! [`before_file_op`]) it moves, whole, to one thread of the blocking pool
-//! (`execute`), where it runs to its end. An operation that waits (a lease
-//! another process holds, a FUSE or NFS server that stopped answering, a
-//! frozen device, a FIFO swapped in) then holds that one pool thread, as it
-//! would hold one under wasmtime-wasi's own hand-off; no worker, no timer
-//! and not the caller, which gets its `timed_out` on time. The call is then
+//! [`before_file_op`]) it moves, whole, to a thread of its own (a runner,
+//! `runner`, bound to the caller's CPU while the call is short: `execute`),
+//! where it runs to its end. An operation that waits (a lease another
+//! process holds, a FUSE or NFS server that stopped answering, a frozen
+//! device, a FIFO swapped in) then holds that one runner, as it would hold a
+//! pool thread under wasmtime-wasi's own hand-off; no worker, no timer and
+//! not the caller, which gets its `timed_out` on time. The call is then
 //! dropped at its next yield, and its next file operation traps
 //! ([`still_wanted`]). A call that touches no file never moves.
 //!
@@ -55,8 +56,8 @@ thread_local! {
 
 /// Called first by every preview-1 function that can reach the host's
 /// filesystem by a path (the shadows in `p1`, `guard_p1` and here): at the
-/// first, a claimed call asks to move to a thread of the blocking pool and
-/// yields once; `execute` then moves it, and the operation runs there.
+/// first, a claimed call asks to move to a runner (`runner`) and yields
+/// once; `execute` then moves it, and the operation runs there.
 ///
 /// Traps instead once the caller is done with the call ([`still_wanted`]).
 pub(super) async fn before_file_op<T: HasCommon>(

@@ -45,6 +45,7 @@ mod p3;
 mod probe;
 mod protect;
 pub mod registry;
+mod runner;
 mod sleep_p1;
 mod special;
 mod streams;
@@ -99,8 +100,8 @@ pub fn fifo_watchdog_available() -> bool {
 /// Whether the last wasm call prepared on this thread runs its file
 /// operations on the thread that polls it (`None`: no call yet): a
 /// preview-1 call on a multi-thread runtime, once the FIFO watchdog runs
-/// (Linux), which moves to a thread of the blocking pool at its first file
-/// operation; otherwise each operation goes to that pool. A diagnostic, and
+/// (Linux), which moves to a thread of its own (`runner`) at its first file
+/// operation; otherwise each operation goes to tokio's blocking pool. A diagnostic, and
 /// what the tests look at.
 #[doc(hidden)]
 pub fn last_call_file_io_inline() -> Option<bool> {
@@ -520,8 +521,8 @@ impl WasmBackend {
     /// Runs `body` on a fresh store holding `state`, within the limits: the
     /// store's limiter, epoch or fuel, a pool slot, and the wall-clock timeout.
     /// An `inline` call (file operations on the thread that polls it) moves
-    /// to a thread of the blocking pool at its first file operation, and the
-    /// timeout stays with the caller (`inline_io`).
+    /// to a runner at its first file operation, and the timeout stays with
+    /// the caller (`inline_io`, `runner`).
     async fn execute<T, R>(
         &self,
         limits: &Limits,
@@ -547,6 +548,7 @@ impl WasmBackend {
         store.limiter(|s| &mut s.common().limiter);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
+            runner::release_cpu();
             let s = ctx.data_mut().common();
             if let Some(left) = s.cpu_ticks_left.as_mut() {
                 if *left == 0 {
@@ -623,27 +625,35 @@ impl WasmBackend {
             Ok(Some((result, hits))) => return Executed::Done(result, hits),
             Ok(None) => {}
         }
-        // The rest runs on one thread of the blocking pool, to its end: an
-        // operation that waits holds that thread, never a runtime worker,
-        // and the caller's timeout fires on time. The call is dropped there
-        // too (a close can wait as well), at its next yield once the caller
-        // is done with it.
+        // The rest runs on a runner (`runner`), to its end: an operation
+        // that waits holds that thread, never a runtime worker, and the
+        // caller's timeout fires on time. The call is dropped there too (a
+        // close can wait as well), at its next yield once the caller is done
+        // with it. A panic there comes back here with the result.
         let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+        let (done, finished) = tokio::sync::oneshot::channel();
         let rt = tokio::runtime::Handle::current();
-        let mut thread = tokio::task::spawn_blocking(move || {
-            rt.block_on(async move {
-                tokio::select! {
-                    biased;
-                    _ = cancelled => None,
-                    done = call => Some(done),
-                }
-            })
+        let job: runner::Job = Box::new(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rt.block_on(async move {
+                    tokio::select! {
+                        biased;
+                        _ = cancelled => None,
+                        done = call => Some(done),
+                    }
+                })
+            }));
+            let _ = done.send(r);
         });
+        if let Err(job) = runner::run(job) {
+            // No runner could start: a thread of the blocking pool.
+            drop(tokio::task::spawn_blocking(job));
+        }
         let _cancel = CancelOnDrop(Some(cancel), ended);
-        match tokio::time::timeout_at(deadline, &mut thread).await {
-            Ok(Ok(Some((result, hits)))) => Executed::Done(result, hits),
-            Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => Executed::TimedOut,
+        match tokio::time::timeout_at(deadline, finished).await {
+            Ok(Ok(Ok(Some((result, hits))))) => Executed::Done(result, hits),
+            Ok(Ok(Err(panic))) => std::panic::resume_unwind(panic),
+            Ok(Ok(Ok(None))) | Ok(Err(_)) | Err(_) => Executed::TimedOut,
         }
     }
 }

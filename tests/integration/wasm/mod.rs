@@ -636,7 +636,7 @@ async fn a_call_waiting_on_a_dead_filesystem_holds_no_worker() {
     assert_eq!(inline(), Some(true));
     assert!(r.timed_out, "{r:?}");
     assert!(r.duration < Duration::from_secs(4), "{:?}", r.duration);
-    // The stat still waits: on a thread of the blocking pool, not a worker.
+    // The stat still waits: on its runner, not a worker.
     assert_both_workers_free().await;
     drop(fs);
     drop(sb);
@@ -865,7 +865,7 @@ async fn an_inline_open_that_waits_still_times_out() {
     assert_eq!(inline(), Some(true));
     assert!(r.timed_out, "{r:?}");
     assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
-    // The open still waits, on a thread of the blocking pool: both workers
+    // The open still waits, on its runner: both workers
     // are free.
     assert_both_workers_free().await;
     // SAFETY: as above.

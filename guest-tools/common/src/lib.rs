@@ -71,7 +71,7 @@ pub fn grow_after(buf: &mut Vec<u8>, n: usize, max: usize) {
 pub enum Input {
     /// Standard input.
     Stdin(io::StdinLock<'static>),
-    /// A file (not a directory).
+    /// A file (a directory fails at its first read).
     File(std::fs::File),
 }
 
@@ -79,7 +79,15 @@ impl Read for Input {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Input::Stdin(s) => s.read(buf),
-            Input::File(f) => f.read(buf),
+            Input::File(f) => f.read(buf).map_err(|e| {
+                // A directory opens (WASI opens it as one), and reading it
+                // fails with EBADF: say what coreutils say.
+                if f.metadata().is_ok_and(|m| m.is_dir()) {
+                    io::Error::new(io::ErrorKind::IsADirectory, "Is a directory")
+                } else {
+                    e
+                }
+            }),
         }
     }
 }
@@ -97,17 +105,12 @@ impl Input {
     }
 }
 
-/// Opens a named file, or stdin for `-`. A directory is an error
-/// (`Is a directory`), as coreutils report it.
+/// Opens a named file, or stdin for `-`. The path is looked up once, by
+/// the open; a directory is an error (`Is a directory`, as coreutils report
+/// it) at the first read.
 pub fn open_input(name: &str) -> io::Result<Input> {
     if name == "-" {
         return Ok(Input::Stdin(io::stdin().lock()));
-    }
-    if std::fs::metadata(name)?.is_dir() {
-        return Err(io::Error::new(
-            io::ErrorKind::IsADirectory,
-            "Is a directory",
-        ));
     }
     Ok(Input::File(std::fs::File::open(name)?))
 }

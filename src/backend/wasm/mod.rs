@@ -100,12 +100,26 @@ pub fn fifo_watchdog_available() -> bool {
 /// Whether the last wasm call prepared on this thread runs its file
 /// operations on the thread that polls it (`None`: no call yet): a
 /// preview-1 call on a multi-thread runtime, once the FIFO watchdog runs
-/// (Linux), which moves to a thread of its own (`runner`) at its first file
-/// operation; otherwise each operation goes to tokio's blocking pool. A diagnostic, and
-/// what the tests look at.
+/// (Linux), which moves to a thread of its own (`runner`) at its first
+/// file operation; otherwise each operation goes to tokio's blocking pool.
+/// A diagnostic, and what the tests look at.
 #[doc(hidden)]
 pub fn last_call_file_io_inline() -> Option<bool> {
     inline_io::LAST.with(|l| l.get())
+}
+
+thread_local! {
+    static LAST_MOVED_CPU: std::cell::Cell<Option<(bool, bool)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// For the last call that moved to a runner and returned to its caller on
+/// this thread (`None`: none yet): whether the runner was bound to one CPU
+/// when the call started there, and whether it was let go of it during
+/// the call (at an epoch tick). A diagnostic, and what the tests look at.
+#[doc(hidden)]
+pub fn last_moved_call_cpu() -> Option<(bool, bool)> {
+    LAST_MOVED_CPU.with(|l| l.get())
 }
 
 /// Waits for the FIFO watchdog's self-test if one has started (a few ms), so
@@ -643,17 +657,28 @@ impl WasmBackend {
                     }
                 })
             }));
-            let _ = done.send(r);
+            let cpu = runner::this_call();
+            Box::new(move || {
+                let _ = done.send((r, cpu));
+            })
         });
         if let Err(job) = runner::run(job) {
-            // No runner could start: a thread of the blocking pool.
-            drop(tokio::task::spawn_blocking(job));
+            // No runner could start: tokio's blocking pool, as before
+            // runners (which panics, as then, if it cannot start a thread
+            // either).
+            drop(tokio::task::spawn_blocking(move || job()()));
         }
         let _cancel = CancelOnDrop(Some(cancel), ended);
         match tokio::time::timeout_at(deadline, finished).await {
-            Ok(Ok(Ok(Some((result, hits))))) => Executed::Done(result, hits),
-            Ok(Ok(Err(panic))) => std::panic::resume_unwind(panic),
-            Ok(Ok(Ok(None))) | Ok(Err(_)) | Err(_) => Executed::TimedOut,
+            Ok(Ok((r, cpu))) => {
+                LAST_MOVED_CPU.with(|l| l.set(Some(cpu)));
+                match r {
+                    Ok(Some((result, hits))) => Executed::Done(result, hits),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                    Ok(None) => Executed::TimedOut,
+                }
+            }
+            Ok(Err(_)) | Err(_) => Executed::TimedOut,
         }
     }
 }

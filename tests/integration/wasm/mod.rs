@@ -467,6 +467,44 @@ async fn file_io_runs_inline_except_on_a_single_thread_runtime() {
     assert_eq!(was, Some(false));
 }
 
+/// A call that moves runs on a runner bound to one CPU (its caller's) from
+/// its start, and one that runs past an epoch tick (10 ms) is let go of
+/// it: `sha256sum` of 32 MiB takes a few hundred ms here. The twin: `wc -l`
+/// of a small file ends long before a tick (of three such calls, at least
+/// one is never let go; a tick may fall in one).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_call_is_held_to_one_cpu_only_until_a_tick() {
+    use toolhost::backend::wasm::last_call_file_io_inline as inline;
+    use toolhost::backend::wasm::last_moved_call_cpu as cpu;
+    builtin_tools_built();
+    assert!(toolhost::backend::wasm::fifo_watchdog_available());
+    let t = Tmp::new();
+    std::fs::write(t.ws().join("note.txt"), "one\ntwo\nthree\n").unwrap();
+    std::fs::write(t.ws().join("big"), vec![7u8; 32 << 20]).unwrap();
+    let sb = t.sandbox(wasm_config());
+    let r = sb.run(RunRequest::new(["sha256sum", "big"])).await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!(inline(), Some(true));
+    assert_eq!(
+        cpu(),
+        Some((true, true)),
+        "bound at its start, let go at a tick"
+    );
+    let mut short = Vec::new();
+    for _ in 0..3 {
+        let r = sb.run(RunRequest::new(["wc", "-l", "note.txt"])).await;
+        assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+        assert_eq!(inline(), Some(true));
+        short.push(cpu());
+    }
+    assert!(
+        short.iter().all(|c| matches!(c, Some((true, _)))),
+        "{short:?}"
+    );
+    assert!(short.contains(&Some((true, false))), "{short:?}");
+}
+
 /// Whether a mounting test can run (root), with the built-in tools built
 /// and the FIFO watchdog up (inline file I/O needs it).
 #[cfg(target_os = "linux")]

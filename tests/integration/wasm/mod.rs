@@ -470,7 +470,7 @@ async fn file_io_runs_inline_except_on_a_single_thread_runtime() {
 /// A call that moves runs on a runner bound to one CPU (its caller's) from
 /// its start, and one that runs past an epoch tick (10 ms) is let go of
 /// it: `sha256sum` of 32 MiB takes a few hundred ms here. The twin: `wc -l`
-/// of a small file ends long before a tick (of three such calls, at least
+/// of a small file ends long before a tick (of five such calls, at least
 /// one is never let go; a tick may fall in one).
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -492,7 +492,7 @@ async fn a_moved_call_is_held_to_one_cpu_only_until_a_tick() {
         "bound at its start, let go at a tick"
     );
     let mut short = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..5 {
         let r = sb.run(RunRequest::new(["wc", "-l", "note.txt"])).await;
         assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
         assert_eq!(inline(), Some(true));

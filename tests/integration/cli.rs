@@ -653,7 +653,7 @@ fn a_set_group_id_tmp_base_still_gives_a_private_tmp() {
         assert!(applied.contains("private_tmp"), "mode {mode:o}: {applied}");
         let tmp = v["stdout"].as_str().unwrap().trim().to_string();
         assert!(
-            tmp.starts_with(&format!("{base_s}/toolhost-tmp-")),
+            tmp.starts_with(&format!("{base_s}/toolhost-call-")),
             "mode {mode:o}: {tmp}"
         );
         let left: Vec<_> = std::fs::read_dir(&base).unwrap().collect();

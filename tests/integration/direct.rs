@@ -544,6 +544,134 @@ fn the_call_dies_with_toolhost() {
     }
 }
 
+/// A toolhost killed with SIGKILL cannot remove its call's private tmp
+/// (nothing of its own runs); the next toolhost process to make a hardened
+/// call with the same tmp base removes it, its contents through its own
+/// handle (a symlink in it is not followed). Side by side, that sweep leaves
+/// alone: the tmp of a call still running in a live toolhost, a tmp of the
+/// earlier, unlocked form, one of another owner, a young staging dir and a
+/// name that only looks like a tmp.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_killed_toolhosts_tmp_is_removed_by_the_next() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = Tmp::new();
+    let base = t.outside().join("tmpbase");
+    std::fs::create_dir(&base).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let base_s = base.to_str().unwrap().to_string();
+    let target = t.outside().join("target.txt");
+    std::fs::write(&target, "linked canary").unwrap();
+    // A call that fills its TMPDIR, then waits (`sleep {mark}`).
+    let start = |mark: &str, record: &str| {
+        let script = format!(
+            "echo \"$TMPDIR\" > {record}.tmp; echo canary > \"$TMPDIR/c\"; \
+             mkdir \"$TMPDIR/d\"; echo x > \"$TMPDIR/d/f\"; \
+             ln -s {} \"$TMPDIR/link\"; mv {record}.tmp {record}; exec sleep {mark}",
+            target.display()
+        );
+        std::process::Command::new(toolhost_bin())
+            .args(["run", "--timeout", "60", "--", "sh", "-c", &script])
+            .current_dir(t.ws())
+            .env("TMPDIR", &base_s)
+            .env_remove("TOOLHOST_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let wait_for = |record: &str| -> std::path::PathBuf {
+        let p = t.ws().join(record);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !p.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::path::PathBuf::from(std::fs::read_to_string(&p).unwrap().trim())
+    };
+    // The lock of a killed toolhost's tmp goes with the last process that
+    // held it (its supervisor, after its cleanup).
+    let unlocked = |dir: &std::path::Path| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let f = std::fs::File::open(dir).unwrap();
+            if f.try_lock().is_ok() || Instant::now() > deadline {
+                return f.try_lock().is_ok();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let sweep = || {
+        let out = toolhost(
+            &t.ws(),
+            &["run", "--", "true"],
+            &[("TMPDIR", base_s.as_str())],
+        );
+        assert!(out.status.success(), "{out:?}");
+    };
+
+    let mut killed = start("8321", "a");
+    let a = wait_for("a");
+    assert!(a.starts_with(&base), "{a:?}");
+    // SAFETY: kill of our own child, not yet waited for.
+    assert_eq!(unsafe { libc::kill(killed.id() as i32, libc::SIGKILL) }, 0);
+    killed.wait().unwrap();
+    assert!(unlocked(&a), "the killed toolhost's tmp is unlocked");
+    // Positive control: the killed toolhost left its tmp, filled.
+    assert_eq!(std::fs::read_to_string(a.join("c")).unwrap(), "canary\n");
+
+    let mut live = start("8322", "b");
+    let b = wait_for("b");
+    let old_form = base.join(format!("toolhost-tmp-{}", "a".repeat(32)));
+    let foreign = base.join(format!("toolhost-call-{}", "b".repeat(32)));
+    let staging = base.join(format!("toolhost-call-{}.new", "c".repeat(32)));
+    let lookalike = base.join(format!("toolhost-call-{}", "d".repeat(31)));
+    for d in [&old_form, &foreign, &staging, &lookalike] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::write(d.join("c"), "canary").unwrap();
+    }
+    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+
+    sweep();
+    assert!(!a.exists(), "the killed toolhost's tmp is removed: {a:?}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "linked canary");
+    assert_eq!(std::fs::read_to_string(b.join("c")).unwrap(), "canary\n");
+    assert_eq!(std::fs::read_to_string(b.join("d/f")).unwrap(), "x\n");
+    for d in [&old_form, &foreign, &staging, &lookalike] {
+        assert_eq!(
+            std::fs::read_to_string(d.join("c")).unwrap(),
+            "canary",
+            "{d:?}"
+        );
+    }
+
+    // The live one, killed in turn, is removed by the next.
+    // SAFETY: kill of our own child, not yet waited for.
+    assert_eq!(unsafe { libc::kill(live.id() as i32, libc::SIGKILL) }, 0);
+    live.wait().unwrap();
+    assert!(unlocked(&b), "the second killed toolhost's tmp is unlocked");
+    assert!(b.join("c").exists());
+    sweep();
+    assert!(!b.exists(), "{b:?}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "linked canary");
+    // Nothing else of toolhost's is left in the base.
+    let mut left: Vec<_> = std::fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let mut expected: Vec<String> = [&old_form, &foreign, &staging, &lookalike]
+        .iter()
+        .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    expected.sort();
+    assert_eq!(left, expected);
+    assert_eq!(
+        still_alive(&processes_with("sleep 832"), Duration::from_secs(5)),
+        Vec::<i32>::new()
+    );
+}
+
 /// The parent-death signal is tied to the thread that forked. Spawn from a thread
 /// that exits once the tool runs (the supervisor then takes the signal while
 /// it watches the call), and check the call is *not* killed by that (and

@@ -596,7 +596,7 @@ fn a_tmp_made_ahead_is_taken_only_while_it_is_as_made() {
     };
     let ours = |p: &Path| {
         p.file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("toolhost-tmp-"))
+            .is_some_and(|n| n.to_string_lossy().starts_with("toolhost-call-"))
     };
     let entries = || -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(&tmps)

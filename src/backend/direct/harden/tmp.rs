@@ -1,5 +1,10 @@
 //! The call's private tmp: a fresh dir per call, removed after it by a
 //! reaper thread (`flush_private_tmps` waits for it).
+//!
+//! Each tmp is locked (`flock`) by the process that made it, from the
+//! moment it has its name until it is removed. A process killed with
+//! SIGKILL removes nothing; the lock goes with it, and the next process
+//! to start a reaper removes what it left (`sweep_abandoned`).
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -67,41 +72,79 @@ fn random_hex() -> io::Result<String> {
 
 impl PrivateTmp {
     /// A new directory in `std::env::temp_dir()`, mode 0700, under a random
-    /// name, opened without following a symlink and checked to be the
-    /// directory made (toolhost's, 0700).
+    /// name, opened without following a symlink, checked to be the
+    /// directory made (toolhost's, 0700) and locked (`flock`) for as long
+    /// as this process (or the call's supervisor, which shares its fds)
+    /// holds it: that is how a later process tells a tmp that was
+    /// abandoned (`sweep_abandoned`) from one in use. It is made and locked
+    /// under a staging name (`.new`) and then renamed, so that a tmp under
+    /// its final name is locked from the first moment it has that name.
     pub(super) fn create() -> io::Result<Self> {
-        use rustix::fs::{FileType, Mode, OFlags};
-        use std::os::unix::fs::DirBuilderExt;
+        use rustix::fs::{AtFlags, CWD, FileType, FlockOperation, Mode, OFlags};
         let base = std::env::temp_dir();
+        let base_fd = rustix::fs::open(
+            &base,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
         let mut last = None;
         for _ in 0..8 {
-            let path = base.join(format!("toolhost-tmp-{}", random_hex()?));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => {
-                    let fd = rustix::fs::open(
-                        &path,
-                        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )?;
-                    let st = rustix::fs::fstat(&fd)?;
-                    let made = Made::of(&st);
-                    // The permission bits only: a set-group-ID base
-                    // dir makes its new dirs set-group-ID too.
-                    if FileType::from_raw_mode(st.st_mode) != FileType::Directory
-                        || st.st_mode & 0o777 != 0o700
-                        || st.st_uid != rustix::process::geteuid().as_raw()
-                    {
-                        // Not the directory made: what is there is not
-                        // toolhost's to remove.
-                        return Err(io::Error::other(
-                            "the private tmp was replaced as it was made",
-                        ));
-                    }
-                    return Ok(PrivateTmp { path, fd, made });
+            let name = format!("{PREFIX}{}", random_hex()?);
+            let staging = format!("{name}{STAGING}");
+            match rustix::fs::mkdirat(&base_fd, &staging, Mode::from_raw_mode(0o700)) {
+                Ok(()) => {}
+                Err(e) if e == rustix::io::Errno::EXIST => {
+                    last = Some(io::Error::from(e));
+                    continue;
                 }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
+            let fd = rustix::fs::openat(
+                &base_fd,
+                &staging,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            let st = rustix::fs::fstat(&fd)?;
+            // The permission bits only: a set-group-ID base dir makes its
+            // new dirs set-group-ID too.
+            if FileType::from_raw_mode(st.st_mode) != FileType::Directory
+                || st.st_mode & 0o777 != 0o700
+                || st.st_uid != rustix::process::geteuid().as_raw()
+            {
+                // Not the directory made: what is there is not toolhost's
+                // to remove.
+                return Err(io::Error::other(
+                    "the private tmp was replaced as it was made",
+                ));
+            }
+            // Another process's sweep may hold it for a moment (it leaves a
+            // young staging dir alone): then take another name. On a
+            // filesystem without locks the tmp goes unlocked; no sweep can
+            // lock it either, so none removes it.
+            if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
+                == Err(rustix::io::Errno::WOULDBLOCK)
+            {
+                last = Some(io::Error::from(rustix::io::Errno::WOULDBLOCK));
+                let _ = rustix::fs::unlinkat(&base_fd, &staging, AtFlags::REMOVEDIR);
+                continue;
+            }
+            if let Err(e) = rename_new(&base_fd, &staging, &name) {
+                let _ = rustix::fs::unlinkat(&base_fd, &staging, AtFlags::REMOVEDIR);
+                return Err(e);
+            }
+            // The rename changed its change time: what it is now is what
+            // `still_fresh` compares with.
+            let path = base.join(&name);
+            let st = rustix::fs::fstat(&fd)?;
+            let here = rustix::fs::statat(CWD, &path, AtFlags::SYMLINK_NOFOLLOW)?;
+            if (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino) {
+                return Err(io::Error::other(
+                    "the private tmp was replaced as it was made",
+                ));
+            }
+            let made = Made::of(&st);
+            return Ok(PrivateTmp { path, fd, made });
         }
         Err(last.unwrap_or_else(|| io::Error::other("no free name")))
     }
@@ -164,14 +207,61 @@ impl PrivateTmp {
         if self.at_its_path().is_none() {
             self.path = PathBuf::new(); // nothing to remove (see Drop)
         } else if here {
-            remove_tmp(&std::mem::take(&mut self.path));
+            let path = std::mem::take(&mut self.path);
+            match self.fd.try_clone() {
+                Ok(fd) => remove_tmp(&path, fd),
+                Err(_) => remove_by_path(&path),
+            }
         }
         // Otherwise Drop queues it on the reaper.
     }
 }
 
-pub(super) fn remove_tmp(path: &Path) {
-    // std's remove_dir_all does not follow symlinks the tool left.
+/// Removes a tmp while it stays locked (`fd`, its own handle): its
+/// contents through that handle, so nothing is followed and what is
+/// emptied is the tmp itself even if its path leads elsewhere now; then
+/// the directory at `path`, if that is still the tmp.
+pub(super) fn remove_tmp(path: &Path, fd: OwnedFd) {
+    let dir = cap_std::fs::Dir::from_std_file(std::fs::File::from(fd));
+    let r = empty(&dir).and_then(|()| {
+        use rustix::fs::{AtFlags, CWD};
+        let here = rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW)?;
+        let st = rustix::fs::fstat(&dir)?;
+        if (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino) {
+            std::fs::remove_dir(path)?;
+        }
+        Ok(())
+    });
+    if let Err(e) = r
+        && e.kind() != io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), "direct backend: could not remove a call's private tmp: {e}");
+    }
+}
+
+/// What is in `dir`, removed without following a symlink (one is removed
+/// itself). An entry gone meanwhile is no error.
+fn empty(dir: &cap_std::fs::Dir) -> io::Result<()> {
+    for e in dir.entries()? {
+        let e = e?;
+        let name = e.file_name();
+        let r = if e.file_type()?.is_dir() {
+            dir.remove_dir_all(&name)
+        } else {
+            dir.remove_file(&name)
+        };
+        match r {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Removes a tmp by its path, when no handle of it is left to do it
+/// through (the fd table full): std's `remove_dir_all` follows no
+/// symlink either.
+fn remove_by_path(path: &Path) {
     if let Err(e) = std::fs::remove_dir_all(path)
         && e.kind() != io::ErrorKind::NotFound
     {
@@ -179,8 +269,103 @@ pub(super) fn remove_tmp(path: &Path) {
     }
 }
 
+/// A private tmp's name: this prefix, then 32 hex digits (128 random
+/// bits), then [`STAGING`] while it is being made (`create`).
+const PREFIX: &str = "toolhost-call-";
+const STAGING: &str = ".new";
+/// A staging dir is locked within microseconds of being made; one that
+/// is not, this long after, was left by a process that died in between.
+const STAGING_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Renames the staging dir `from` to `to` in `base`, never over anything
+/// (where the filesystem cannot promise that, a plain rename: the name is
+/// 128 random bits).
+fn rename_new(base: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
+    use rustix::fs::RenameFlags;
+    match rustix::fs::renameat_with(base, from, base, to, RenameFlags::NOREPLACE) {
+        Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
+            Ok(rustix::fs::renameat(base, from, base, to)?)
+        }
+        r => Ok(r?),
+    }
+}
+
+/// Removes the private tmps that toolhost processes killed by SIGKILL
+/// left in `std::env::temp_dir()` (nothing of theirs ran to remove them;
+/// the supervisor that outlives them makes no system call beyond its
+/// cleanup). One is removed only if it has the name of a private tmp,
+/// is a directory owned by this user, and no process holds its lock
+/// (each process holds the locks of its tmps until they are removed;
+/// the lock goes with the last process that holds it). A staging dir is
+/// removed only once it is [`STAGING_AGE`] old. Tmps of an earlier form
+/// (`toolhost-tmp-…`, never locked) are left alone: one may belong to a
+/// running process of an earlier version. Runs once per process, first
+/// on the reaper's thread.
+fn sweep_abandoned() {
+    use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
+    let base = std::env::temp_dir();
+    let Ok(base_fd) = rustix::fs::open(
+        &base,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return;
+    };
+    let euid = rustix::process::geteuid().as_raw();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
+            continue;
+        };
+        let (hex, staging) = match rest.strip_suffix(STAGING) {
+            Some(hex) => (hex, true),
+            None => (rest, false),
+        };
+        if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let Ok(fd) = rustix::fs::openat(
+            &base_fd,
+            &name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let Ok(st) = rustix::fs::fstat(&fd) else {
+            continue;
+        };
+        if st.st_uid != euid
+            || (rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_err())
+        {
+            continue;
+        }
+        if staging {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            #[allow(clippy::unnecessary_cast)]
+            if now.saturating_sub(st.st_ctime as i64) < STAGING_AGE.as_secs() as i64 {
+                continue;
+            }
+        }
+        // Still at its name: a sweep of another process may have removed
+        // it between our open and our lock.
+        match rustix::fs::statat(&base_fd, &name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(here) if (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino) => {
+                remove_tmp(&base.join(&name), fd);
+            }
+            _ => {}
+        }
+    }
+}
+
 pub(super) enum ReaperMsg {
-    Remove(PathBuf),
+    /// A tmp to remove, and its handle, which holds its lock until then.
+    Remove(PathBuf, OwnedFd),
     Flush(tokio::sync::oneshot::Sender<()>),
     /// Work off the calls' path (the next call's spare, `spare`).
     Run(Box<dyn FnOnce() + Send>),
@@ -198,9 +383,10 @@ pub(super) fn reaper() -> Option<&'static Mutex<mpsc::Sender<ReaperMsg>>> {
             std::thread::Builder::new()
                 .name("toolhost-tmp-reaper".into())
                 .spawn(move || {
+                    sweep_abandoned();
                     for msg in rx {
                         match msg {
-                            ReaperMsg::Remove(p) => remove_tmp(&p),
+                            ReaperMsg::Remove(p, fd) => remove_tmp(&p, fd),
                             ReaperMsg::Flush(ack) => {
                                 let _ = ack.send(());
                             }
@@ -254,13 +440,21 @@ impl Drop for PrivateTmp {
         if path.as_os_str().is_empty() {
             return; // removed or let go already (`discard`)
         }
-        let queued = reaper().is_some_and(|r| {
-            r.lock()
-                .map(|tx| tx.send(ReaperMsg::Remove(path.clone())).is_ok())
-                .unwrap_or(false)
-        });
-        if !queued {
-            remove_tmp(&path);
+        // A second handle of the same open directory: the lock stays with
+        // it (this one closes when `self` is dropped) until it is removed.
+        let Ok(fd) = self.fd.try_clone() else {
+            remove_by_path(&path);
+            return;
+        };
+        let unsent = match reaper() {
+            Some(r) => match r.lock() {
+                Ok(tx) => tx.send(ReaperMsg::Remove(path, fd)).err().map(|e| e.0),
+                Err(_) => Some(ReaperMsg::Remove(path, fd)),
+            },
+            None => Some(ReaperMsg::Remove(path, fd)),
+        };
+        if let Some(ReaperMsg::Remove(path, fd)) = unsent {
+            remove_tmp(&path, fd);
         }
     }
 }

@@ -544,13 +544,70 @@ fn the_call_dies_with_toolhost() {
     }
 }
 
+/// `depth` nested dirs `n/n/…` in `dir`, made by handles (the path is far
+/// longer than PATH_MAX), with a file at the bottom: deeper than a
+/// recursive removal's stack holds.
+#[cfg(target_os = "linux")]
+fn deep_chain(dir: &std::path::Path, depth: usize) {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut fd = rustix::fs::open(dir, flags, Mode::empty()).unwrap();
+    for _ in 0..depth {
+        rustix::fs::mkdirat(&fd, "n", Mode::from_raw_mode(0o700)).unwrap();
+        fd = rustix::fs::openat(&fd, "n", flags, Mode::empty()).unwrap();
+    }
+    let leaf = OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC;
+    rustix::fs::openat(&fd, "leaf", leaf, Mode::from_raw_mode(0o600)).unwrap();
+}
+
+/// A call's TMPDIR nested 20,000 deep, with a directory its tool made
+/// unreadable (`chmod 0`), is removed after the call, and toolhost exits
+/// normally: the removal has no recursion (a recursive one overflows the
+/// removing thread's stack, which aborts toolhost).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_tmp_nested_deeper_than_a_stack_is_removed() {
+    let t = Tmp::new();
+    let base = t.outside().join("tmpbase");
+    std::fs::create_dir(&base).unwrap();
+    let script = "echo \"$TMPDIR\" > rec.tmp; mkdir \"$TMPDIR/shut\"; echo x > \"$TMPDIR/shut/f\"; \
+                  chmod 0 \"$TMPDIR/shut\"; mv rec.tmp rec; \
+                  while [ ! -e go ]; do sleep 0.02; done; echo done";
+    let cli = std::process::Command::new(toolhost_bin())
+        .args(["run", "--timeout", "60", "--", "sh", "-c", script])
+        .current_dir(t.ws())
+        .env("TMPDIR", &base)
+        .env_remove("TOOLHOST_CONFIG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rec = t.ws().join("rec");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !rec.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let tmp = std::path::PathBuf::from(std::fs::read_to_string(&rec).unwrap().trim());
+    assert!(tmp.starts_with(&base), "{tmp:?}");
+    deep_chain(&tmp, 20_000);
+    std::fs::write(t.ws().join("go"), "").unwrap();
+    let out = cli.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    assert!(!tmp.exists(), "the tmp is removed: {tmp:?}");
+    assert_eq!(std::fs::read_dir(&base).unwrap().count(), 0);
+}
+
 /// A toolhost killed with SIGKILL cannot remove its call's private tmp
 /// (nothing of its own runs); the next toolhost process to make a hardened
-/// call with the same tmp base removes it, its contents through its own
-/// handle (a symlink in it is not followed). Side by side, that sweep leaves
-/// alone: the tmp of a call still running in a live toolhost, a tmp of the
-/// earlier, unlocked form, one of another owner, a young staging dir and a
-/// name that only looks like a tmp.
+/// call with the same tmp base removes it: however deep, with what its
+/// tool made unreadable, and a symlink in it not followed. Side by side,
+/// that sweep leaves alone: the tmp of a call still running in a live
+/// toolhost, a tmp of the earlier, unlocked form, one open to other users,
+/// one of another owner, a young staging dir and a name that only looks
+/// like a tmp; and it sweeps nothing from a base where other users can
+/// rename entries (world-writable, not sticky) until that base is sticky.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_killed_toolhosts_tmp_is_removed_by_the_next() {
@@ -558,7 +615,8 @@ fn a_killed_toolhosts_tmp_is_removed_by_the_next() {
     let t = Tmp::new();
     let base = t.outside().join("tmpbase");
     std::fs::create_dir(&base).unwrap();
-    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // World-writable and not sticky first: nothing may be swept from it.
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
     let base_s = base.to_str().unwrap().to_string();
     let target = t.outside().join("target.txt");
     std::fs::write(&target, "linked canary").unwrap();
@@ -566,7 +624,7 @@ fn a_killed_toolhosts_tmp_is_removed_by_the_next() {
     let start = |mark: &str, record: &str| {
         let script = format!(
             "echo \"$TMPDIR\" > {record}.tmp; echo canary > \"$TMPDIR/c\"; \
-             mkdir \"$TMPDIR/d\"; echo x > \"$TMPDIR/d/f\"; \
+             mkdir \"$TMPDIR/d\"; echo x > \"$TMPDIR/d/f\"; chmod 0 \"$TMPDIR/d\"; \
              ln -s {} \"$TMPDIR/link\"; mv {record}.tmp {record}; exec sleep {mark}",
             target.display()
         );
@@ -589,8 +647,8 @@ fn a_killed_toolhosts_tmp_is_removed_by_the_next() {
         }
         std::path::PathBuf::from(std::fs::read_to_string(&p).unwrap().trim())
     };
-    // The lock of a killed toolhost's tmp goes with the last process that
-    // held it (its supervisor, after its cleanup).
+    // A killed toolhost's lock goes with it (its call's supervisor holds
+    // none); its tool's tree is killed by the supervisor meanwhile.
     let unlocked = |dir: &std::path::Path| {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -608,6 +666,14 @@ fn a_killed_toolhosts_tmp_is_removed_by_the_next() {
             &[("TMPDIR", base_s.as_str())],
         );
         assert!(out.status.success(), "{out:?}");
+        // The sweep runs on a thread of its own, which the process does
+        // not wait for: the next process finishes what it left.
+        let out = toolhost(
+            &t.ws(),
+            &["run", "--", "true"],
+            &[("TMPDIR", base_s.as_str())],
+        );
+        assert!(out.status.success(), "{out:?}");
     };
 
     let mut killed = start("8321", "a");
@@ -617,27 +683,46 @@ fn a_killed_toolhosts_tmp_is_removed_by_the_next() {
     assert_eq!(unsafe { libc::kill(killed.id() as i32, libc::SIGKILL) }, 0);
     killed.wait().unwrap();
     assert!(unlocked(&a), "the killed toolhost's tmp is unlocked");
+    deep_chain(&a, 20_000);
     // Positive control: the killed toolhost left its tmp, filled.
     assert_eq!(std::fs::read_to_string(a.join("c")).unwrap(), "canary\n");
 
+    // Not from a base where others can rename entries. (The live call
+    // starts meanwhile, so that its own process's sweep, at its start,
+    // finds nothing to do either.)
     let mut live = start("8322", "b");
     let b = wait_for("b");
-    let old_form = base.join(format!("toolhost-tmp-{}", "a".repeat(32)));
-    let foreign = base.join(format!("toolhost-call-{}", "b".repeat(32)));
-    let staging = base.join(format!("toolhost-call-{}.new", "c".repeat(32)));
+    sweep();
+    assert_eq!(std::fs::read_to_string(a.join("c")).unwrap(), "canary\n");
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let hex = |c: &str| c.repeat(32);
+    let old_form = base.join(format!("toolhost-tmp-{}", hex("a")));
+    let foreign = base.join(format!("toolhost-call-{}", hex("b")));
+    let staging = base.join(format!("toolhost-call-{}.new", hex("c")));
     let lookalike = base.join(format!("toolhost-call-{}", "d".repeat(31)));
-    for d in [&old_form, &foreign, &staging, &lookalike] {
+    let open_to_others = base.join(format!("toolhost-call-{}", hex("e")));
+    let mut decoys = vec![&old_form, &foreign, &staging, &lookalike, &open_to_others];
+    for d in &decoys {
         std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
         std::fs::write(d.join("c"), "canary").unwrap();
     }
-    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&open_to_others, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Another owner (root can make one; elsewhere this decoy is left out).
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+    } else {
+        std::fs::remove_dir_all(&foreign).unwrap();
+        decoys.retain(|d| *d != &foreign);
+    }
 
     sweep();
     assert!(!a.exists(), "the killed toolhost's tmp is removed: {a:?}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "linked canary");
     assert_eq!(std::fs::read_to_string(b.join("c")).unwrap(), "canary\n");
-    assert_eq!(std::fs::read_to_string(b.join("d/f")).unwrap(), "x\n");
-    for d in [&old_form, &foreign, &staging, &lookalike] {
+    assert!(b.join("d").is_dir());
+    for d in &decoys {
         assert_eq!(
             std::fs::read_to_string(d.join("c")).unwrap(),
             "canary",
@@ -660,7 +745,7 @@ fn a_killed_toolhosts_tmp_is_removed_by_the_next() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     left.sort();
-    let mut expected: Vec<String> = [&old_form, &foreign, &staging, &lookalike]
+    let mut expected: Vec<String> = decoys
         .iter()
         .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
         .collect();

@@ -595,8 +595,12 @@ fn a_tmp_made_ahead_is_taken_only_while_it_is_as_made() {
         (dir, listing)
     };
     let ours = |p: &Path| {
-        p.file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("toolhost-call-"))
+        p.file_name().is_some_and(|n| {
+            let n = n.to_string_lossy();
+            // Not a staging name (`.new`), which is the tmp's only
+            // while it is being made.
+            n.starts_with("toolhost-call-") && !n.ends_with(".new")
+        })
     };
     let entries = || -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(&tmps)

@@ -21,9 +21,10 @@
 
 //! The parts, one kernel mechanism per file: [`landlock`], [`seccomp`],
 //! [`ns`] (network and user namespaces), [`caps`] (capabilities), [`tmp`]
-//! (the private tmp), and [`spare`] (the next call's tmp and ruleset, made
-//! ahead of it while the last call's tool runs); this file joins them into
-//! the two halves.
+//! (the private tmp, and the sweep of those killed processes left),
+//! [`remove`] (removing a tree a tool filled), and [`spare`] (the next
+//! call's tmp and ruleset, made ahead of it while the last call's tool
+//! runs); this file joins them into the two halves.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -37,6 +38,7 @@ use crate::plan::ExecPlan;
 mod caps;
 mod landlock;
 mod ns;
+mod remove;
 mod seccomp;
 mod spare;
 mod tmp;

@@ -1,13 +1,17 @@
 //! The call's private tmp: a fresh dir per call, removed after it by a
 //! reaper thread (`flush_private_tmps` waits for it).
 //!
-//! Each tmp is locked (`flock`) by the process that made it, from the
-//! moment it has its name until it is removed. A process killed with
-//! SIGKILL removes nothing; the lock goes with it, and the next process
-//! to start a reaper removes what it left (`sweep_abandoned`).
+//! Each tmp is locked (`flock`) by the process that made it from the
+//! moment it has its name until the call is over. A process killed with
+//! SIGKILL removes nothing; its locks go with it, and the next toolhost
+//! process that starts a reaper removes what it left, where a lock can
+//! tell (`sweep_abandoned`). Every removal goes through `remove`: no
+//! recursion, no symlink followed, whatever a tool left.
 
+use std::ffi::CStr;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, mpsc};
 
@@ -73,12 +77,14 @@ fn random_hex() -> io::Result<String> {
 impl PrivateTmp {
     /// A new directory in `std::env::temp_dir()`, mode 0700, under a random
     /// name, opened without following a symlink, checked to be the
-    /// directory made (toolhost's, 0700) and locked (`flock`) for as long
-    /// as this process (or the call's supervisor, which shares its fds)
-    /// holds it: that is how a later process tells a tmp that was
+    /// directory made (toolhost's, 0700) and locked (`flock`) while this
+    /// process holds it: that is how a later process tells a tmp that was
     /// abandoned (`sweep_abandoned`) from one in use. It is made and locked
     /// under a staging name (`.new`) and then renamed, so that a tmp under
     /// its final name is locked from the first moment it has that name.
+    /// (The call's supervisor closes its copy of the handle: once toolhost
+    /// is gone, the lock is gone, while the supervisor kills the tool's
+    /// tree, within milliseconds.)
     pub(super) fn create() -> io::Result<Self> {
         use rustix::fs::{AtFlags, CWD, FileType, FlockOperation, Mode, OFlags};
         let base = std::env::temp_dir();
@@ -118,14 +124,15 @@ impl PrivateTmp {
                     "the private tmp was replaced as it was made",
                 ));
             }
-            // Another process's sweep may hold it for a moment (it leaves a
-            // young staging dir alone): then take another name. On a
-            // filesystem without locks the tmp goes unlocked; no sweep can
-            // lock it either, so none removes it.
-            if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
-                == Err(rustix::io::Errno::WOULDBLOCK)
-            {
-                last = Some(io::Error::from(rustix::io::Errno::WOULDBLOCK));
+            // Never under its final name unlocked (a sweep would take it for
+            // abandoned): another process's sweep may hold it for a moment
+            // (it leaves a young staging dir alone), or the kernel be short
+            // of locks; then another name.
+            if let Err(e) = rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+                last = Some(io::Error::new(
+                    io::Error::from(e).kind(),
+                    format!("cannot lock the private tmp: {e}"),
+                ));
                 let _ = rustix::fs::unlinkat(&base_fd, &staging, AtFlags::REMOVEDIR);
                 continue;
             }
@@ -151,6 +158,11 @@ impl PrivateTmp {
 
     pub(in crate::backend::direct) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The directory's identity: its device and inode.
+    fn id(&self) -> (u64, u64) {
+        (self.made.dev, self.made.ino)
     }
 
     /// How the directory at the tmp's path is now, if it is the one
@@ -207,66 +219,58 @@ impl PrivateTmp {
         if self.at_its_path().is_none() {
             self.path = PathBuf::new(); // nothing to remove (see Drop)
         } else if here {
-            let path = std::mem::take(&mut self.path);
-            match self.fd.try_clone() {
-                Ok(fd) => remove_tmp(&path, fd),
-                Err(_) => remove_by_path(&path),
-            }
+            remove_tmp(&std::mem::take(&mut self.path), self.id());
         }
         // Otherwise Drop queues it on the reaper.
     }
 }
 
-/// Removes a tmp while it stays locked (`fd`, its own handle): its
-/// contents through that handle, so nothing is followed and what is
-/// emptied is the tmp itself even if its path leads elsewhere now; then
-/// the directory at `path`, if that is still the tmp.
-pub(super) fn remove_tmp(path: &Path, fd: OwnedFd) {
-    let dir = cap_std::fs::Dir::from_std_file(std::fs::File::from(fd));
-    let r = empty(&dir).and_then(|()| {
-        use rustix::fs::{AtFlags, CWD};
-        let here = rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW)?;
-        let st = rustix::fs::fstat(&dir)?;
-        if (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino) {
-            std::fs::remove_dir(path)?;
-        }
-        Ok(())
-    });
-    if let Err(e) = r
+/// Removes the tmp at `path` if it is still the directory `id` (device,
+/// inode): its contents through a handle of it (`remove`), then it.
+pub(super) fn remove_tmp(path: &Path, id: (u64, u64)) {
+    if let Err(e) = remove_at_path(path, id)
         && e.kind() != io::ErrorKind::NotFound
     {
         tracing::warn!(path = %path.display(), "direct backend: could not remove a call's private tmp: {e}");
     }
 }
 
-/// What is in `dir`, removed without following a symlink (one is removed
-/// itself). An entry gone meanwhile is no error.
-fn empty(dir: &cap_std::fs::Dir) -> io::Result<()> {
-    for e in dir.entries()? {
-        let e = e?;
-        let name = e.file_name();
-        let r = if e.file_type()?.is_dir() {
-            dir.remove_dir_all(&name)
-        } else {
-            dir.remove_file(&name)
-        };
-        match r {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
+fn remove_at_path(path: &Path, id: (u64, u64)) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::other("not a tmp's path"));
+    };
+    let parent = rustix::fs::open(
+        parent,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let name = std::ffi::CString::new(name.as_bytes()).map_err(|_| io::Error::other("a NUL"))?;
+    remove_in(parent.as_fd(), &name, id)
+}
+
+/// Removes the directory `parent/name` if it is `id`: what it holds, then
+/// it (after it is checked again: a path can change meanwhile; what a
+/// change could make this remove is an empty directory).
+fn remove_in(parent: BorrowedFd<'_>, name: &CStr, id: (u64, u64)) -> io::Result<()> {
+    use rustix::fs::AtFlags;
+    // `st_dev` and `st_ino` are `u64` on Linux, not on every Unix.
+    #[allow(clippy::unnecessary_cast)]
+    let same = |st: &rustix::fs::Stat| (st.st_dev as u64, st.st_ino as u64) == id;
+    let dir = super::remove::open_dir(parent, name)?;
+    if !same(&rustix::fs::fstat(&dir)?) {
+        return Ok(());
+    }
+    super::remove::empty_tree(dir.as_fd())?;
+    drop(dir);
+    if same(&rustix::fs::statat(
+        parent,
+        name,
+        AtFlags::SYMLINK_NOFOLLOW,
+    )?) {
+        rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?;
     }
     Ok(())
-}
-
-/// Removes a tmp by its path, when no handle of it is left to do it
-/// through (the fd table full): std's `remove_dir_all` follows no
-/// symlink either.
-fn remove_by_path(path: &Path) {
-    if let Err(e) = std::fs::remove_dir_all(path)
-        && e.kind() != io::ErrorKind::NotFound
-    {
-        tracing::warn!(path = %path.display(), "direct backend: could not remove a call's private tmp: {e}");
-    }
 }
 
 /// A private tmp's name: this prefix, then 32 hex digits (128 random
@@ -278,46 +282,83 @@ const STAGING: &str = ".new";
 const STAGING_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Renames the staging dir `from` to `to` in `base`, never over anything
-/// (where the filesystem cannot promise that, a plain rename: the name is
-/// 128 random bits).
+/// (where the filesystem or a seccomp profile does not allow that, a plain
+/// rename: the name is 128 random bits).
 fn rename_new(base: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
     use rustix::fs::RenameFlags;
+    use rustix::io::Errno;
     match rustix::fs::renameat_with(base, from, base, to, RenameFlags::NOREPLACE) {
-        Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
+        Err(Errno::INVAL | Errno::NOSYS | Errno::PERM) => {
             Ok(rustix::fs::renameat(base, from, base, to)?)
         }
         r => Ok(r?),
     }
 }
 
-/// Removes the private tmps that toolhost processes killed by SIGKILL
-/// left in `std::env::temp_dir()` (nothing of theirs ran to remove them;
-/// the supervisor that outlives them makes no system call beyond its
-/// cleanup). One is removed only if it has the name of a private tmp,
-/// is a directory owned by this user, and no process holds its lock
-/// (each process holds the locks of its tmps until they are removed;
-/// the lock goes with the last process that holds it). A staging dir is
-/// removed only once it is [`STAGING_AGE`] old. Tmps of an earlier form
-/// (`toolhost-tmp-…`, never locked) are left alone: one may belong to a
-/// running process of an earlier version. Runs once per process, first
-/// on the reaper's thread.
+/// Filesystems whose `flock` is one lock table for every process that can
+/// reach the directory (the kernel's own): local ones. On NFS, CIFS, 9p or
+/// FUSE, a lock is local to each host (or VM, or gVisor sandbox), so a tmp
+/// in use elsewhere would look abandoned here. (`statfs` magic numbers.)
+const LOCAL_FILESYSTEMS: [i64; 7] = [
+    0x0102_1994, // tmpfs
+    0xEF53,      // ext2, ext3, ext4
+    0x5846_5342, // xfs
+    0x9123_683E, // btrfs
+    0x794C_7630, // overlayfs
+    0xF2F5_2010, // f2fs
+    0x2FC1_2FC1, // zfs
+];
+
+/// Whether abandoned tmps may be swept from `base` (a handle of it): on a
+/// local filesystem ([`LOCAL_FILESYSTEMS`]); owned by root or this user;
+/// and not open to other users' renames (sticky, or writable by its owner
+/// only), so that no one else can put a directory of this user's under a
+/// tmp's name.
+fn sweepable(base: BorrowedFd<'_>) -> bool {
+    let Ok(fs) = rustix::fs::fstatfs(base) else {
+        return false;
+    };
+    #[allow(clippy::unnecessary_cast)]
+    let kind = fs.f_type as i64;
+    let Ok(st) = rustix::fs::fstat(base) else {
+        return false;
+    };
+    let euid = rustix::process::geteuid().as_raw();
+    LOCAL_FILESYSTEMS.contains(&kind)
+        && (st.st_uid == 0 || st.st_uid == euid)
+        && (st.st_mode & 0o1000 != 0 || st.st_mode & 0o022 == 0)
+}
+
+/// Removes the private tmps that toolhost processes killed by SIGKILL left
+/// in `std::env::temp_dir()` (nothing of theirs ran to remove them; the
+/// supervisor that outlives each kills the tool's tree, and removes
+/// nothing). A directory is taken for an abandoned tmp if: its name has
+/// the form of one; it is owned by this user with no permission for
+/// others; no process holds its lock (each holds its tmps' until their
+/// calls are over); and a staging dir, [`STAGING_AGE`] old. Only where
+/// [`sweepable`]. Tmps of the earlier form (`toolhost-tmp-…`, never
+/// locked) are left alone: one may belong to a running process of an
+/// earlier version. Runs on a thread of its own, once per process.
 fn sweep_abandoned() {
-    use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
+    use rustix::fs::{FlockOperation, Mode, OFlags};
     let base = std::env::temp_dir();
     let Ok(base_fd) = rustix::fs::open(
         &base,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     ) else {
         return;
     };
-    let Ok(entries) = std::fs::read_dir(&base) else {
+    if !sweepable(base_fd.as_fd()) {
+        return;
+    }
+    let Ok(entries) = rustix::fs::Dir::read_from(&base_fd) else {
         return;
     };
     let euid = rustix::process::geteuid().as_raw();
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
+        let Some(rest) = name.to_str().ok().and_then(|n| n.strip_prefix(PREFIX)) else {
             continue;
         };
         let (hex, staging) = match rest.strip_suffix(STAGING) {
@@ -327,20 +368,34 @@ fn sweep_abandoned() {
         if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             continue;
         }
-        let Ok(fd) = rustix::fs::openat(
+        // A handle that needs no permission and crosses no mount (another
+        // user's FUSE mount at such a name would answer, or never).
+        let Ok(pinned) = rustix::fs::openat2(
             &base_fd,
-            &name,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            name,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            rustix::fs::ResolveFlags::NO_XDEV | rustix::fs::ResolveFlags::NO_SYMLINKS,
+        ) else {
+            continue;
+        };
+        let Ok(st) = rustix::fs::fstat(&pinned) else {
+            continue;
+        };
+        if st.st_uid != euid || st.st_mode & 0o077 != 0 {
+            continue;
+        }
+        // The lock needs a handle opened for reading (the owner may read:
+        // 0700 less what a tool took away, given back by `remove`).
+        let Ok(locked) = rustix::fs::openat(
+            &pinned,
+            c".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         ) else {
             continue;
         };
-        let Ok(st) = rustix::fs::fstat(&fd) else {
-            continue;
-        };
-        if st.st_uid != euid
-            || (rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_err())
-        {
+        if rustix::fs::flock(&locked, FlockOperation::NonBlockingLockExclusive).is_err() {
             continue;
         }
         if staging {
@@ -352,20 +407,57 @@ fn sweep_abandoned() {
                 continue;
             }
         }
-        // Still at its name: a sweep of another process may have removed
-        // it between our open and our lock.
-        match rustix::fs::statat(&base_fd, &name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(here) if (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino) => {
-                remove_tmp(&base.join(&name), fd);
-            }
-            _ => {}
+        #[allow(clippy::unnecessary_cast)]
+        let id = (st.st_dev as u64, st.st_ino as u64);
+        if let Err(e) = remove_in(base_fd.as_fd(), name, id)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %base.join(std::ffi::OsStr::from_bytes(name.to_bytes())).display(), "direct backend: could not remove an abandoned private tmp: {e}");
         }
+        drop(locked);
+    }
+}
+
+/// Starts [`sweep_abandoned`] on a thread of its own, once per process:
+/// what it removes can be large, and a call's removals and spares do not
+/// wait for it. [`flush_private_tmps`] does, within its bound; a process
+/// that exits before the sweep has ended leaves the rest to the next.
+fn start_sweep() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        SWEEPING.store(true, std::sync::atomic::Ordering::SeqCst);
+        let started = std::thread::Builder::new()
+            .name("toolhost-tmp-sweep".into())
+            .spawn(|| {
+                sweep_abandoned();
+                SWEEPING.store(false, std::sync::atomic::Ordering::SeqCst);
+                SWEPT.notify_waiters();
+            });
+        if started.is_err() {
+            SWEEPING.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+}
+
+/// Whether [`sweep_abandoned`] runs now; [`SWEPT`] is notified when it ends.
+static SWEEPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static SWEPT: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Waits until a running sweep has ended.
+async fn sweep_ended() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let ended = SWEPT.notified();
+    tokio::pin!(ended);
+    // Registered before the flag is read: an end in between is not missed.
+    ended.as_mut().enable();
+    if SWEEPING.load(SeqCst) {
+        ended.await;
     }
 }
 
 pub(super) enum ReaperMsg {
-    /// A tmp to remove, and its handle, which holds its lock until then.
-    Remove(PathBuf, OwnedFd),
+    /// A tmp to remove: its path and identity (device, inode).
+    Remove(PathBuf, (u64, u64)),
     Flush(tokio::sync::oneshot::Sender<()>),
     /// Work off the calls' path (the next call's spare, `spare`).
     Run(Box<dyn FnOnce() + Send>),
@@ -379,14 +471,14 @@ static REAPER: OnceLock<Option<Mutex<mpsc::Sender<ReaperMsg>>>> = OnceLock::new(
 pub(super) fn reaper() -> Option<&'static Mutex<mpsc::Sender<ReaperMsg>>> {
     REAPER
         .get_or_init(|| {
+            start_sweep();
             let (tx, rx) = mpsc::channel::<ReaperMsg>();
             std::thread::Builder::new()
                 .name("toolhost-tmp-reaper".into())
                 .spawn(move || {
-                    sweep_abandoned();
                     for msg in rx {
                         match msg {
-                            ReaperMsg::Remove(p, fd) => remove_tmp(&p, fd),
+                            ReaperMsg::Remove(p, id) => remove_tmp(&p, id),
                             ReaperMsg::Flush(ack) => {
                                 let _ = ack.send(());
                             }
@@ -419,8 +511,9 @@ fn started_reaper() -> Option<&'static Mutex<mpsc::Sender<ReaperMsg>>> {
     REAPER.get().and_then(Option::as_ref)
 }
 
-/// Waits until the private tmps of finished calls are removed (up to 10 s),
-/// without holding a thread: the reaper answers on a oneshot.
+/// Waits until the private tmps of finished calls are removed, and the
+/// sweep of abandoned ones has ended (up to 10 s in all), without holding
+/// a thread: the reaper answers on a oneshot, the sweep on a `Notify`.
 /// [`crate::Sandbox::shutdown`] awaits it.
 pub async fn flush_private_tmps() {
     let Some(r) = started_reaper() else { return };
@@ -429,9 +522,13 @@ pub async fn flush_private_tmps() {
         .lock()
         .map(|tx| tx.send(ReaperMsg::Flush(ack)).is_ok())
         .unwrap_or(false);
-    if sent {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), done).await;
-    }
+    let both = async {
+        if sent {
+            let _ = done.await;
+        }
+        sweep_ended().await;
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), both).await;
 }
 
 impl Drop for PrivateTmp {
@@ -440,21 +537,15 @@ impl Drop for PrivateTmp {
         if path.as_os_str().is_empty() {
             return; // removed or let go already (`discard`)
         }
-        // A second handle of the same open directory: the lock stays with
-        // it (this one closes when `self` is dropped) until it is removed.
-        let Ok(fd) = self.fd.try_clone() else {
-            remove_by_path(&path);
-            return;
-        };
-        let unsent = match reaper() {
-            Some(r) => match r.lock() {
-                Ok(tx) => tx.send(ReaperMsg::Remove(path, fd)).err().map(|e| e.0),
-                Err(_) => Some(ReaperMsg::Remove(path, fd)),
-            },
-            None => Some(ReaperMsg::Remove(path, fd)),
-        };
-        if let Some(ReaperMsg::Remove(path, fd)) = unsent {
-            remove_tmp(&path, fd);
+        // Its lock goes with its handle, now: the call is over.
+        let id = self.id();
+        let queued = reaper().is_some_and(|r| {
+            r.lock()
+                .map(|tx| tx.send(ReaperMsg::Remove(path.clone(), id)).is_ok())
+                .unwrap_or(false)
+        });
+        if !queued {
+            remove_tmp(&path, id);
         }
     }
 }

@@ -3,8 +3,8 @@
 //! A tool controls what is in its tmp: how deep it nests, how many
 //! entries, symlinks, and the permission bits of each directory. So the
 //! removal:
-//! - has no recursion and at most four fds open at once (the top, one
-//!   directory below it, and a listing of each), whatever the depth: a
+//! - has no recursion and a handful of fds open at once (the top, a
+//!   directory or two below it, and a listing of each), whatever the depth: a
 //!   recursive removal (std's, cap-std's) holds one fd and one stack frame
 //!   per level, and a chain of a few thousand nested directories, made in
 //!   a fraction of a second, overflows a thread's stack (an abort of the
@@ -21,7 +21,10 @@
 //! `T`, the directories in `S` are moved up into `T` (renamed, under fresh
 //! names), the rest of `S` is removed, then `S`; `T` is read again until it
 //! is empty. Each move takes a directory one level up, so this ends. A
-//! pass that removes and moves nothing ends it with the first error.
+//! pass that removes and moves nothing (a move can fail where a removal
+//! would not: a full filesystem) goes down instead, from the top, one
+//! deepest directory at a time (`dive`). A removal gives up after a
+//! minute (`BUDGET`).
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -32,7 +35,10 @@ use rustix::io::Errno;
 
 /// Empties the directory `top` (a handle of it) without following a
 /// symlink: everything in it is removed, at any depth; `top` itself stays.
+/// Gives up after [`BUDGET`] (a writer that outlived its call would keep it
+/// going).
 pub(super) fn empty_tree(top: BorrowedFd<'_>) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + BUDGET;
     let mut fresh: u64 = 0;
     loop {
         let mut seen = false;
@@ -57,7 +63,61 @@ pub(super) fn empty_tree(top: BorrowedFd<'_>) -> io::Result<()> {
             return Ok(());
         }
         if !progress {
-            return Err(first_err.unwrap_or_else(|| io::Error::other("nothing could be removed")));
+            // A move can fail where a removal would not (ENOSPC: a full
+            // filesystem has no room for a new entry in the top; EXDEV,
+            // ENOKEY): then down, by handles, from the top each time.
+            return dive(top, deadline).map_err(|e| first_err.unwrap_or(e));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(io::Error::other(
+                "still changing after the removal's time budget",
+            ));
+        }
+    }
+}
+
+/// How long a removal may take.
+const BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Empties `top` without moving anything: goes down the first directory at
+/// each level to one that holds none, removing the other entries of each
+/// level on the way (which frees space first), removes that directory, and
+/// starts again from the top. Two directories open at a time; each round
+/// removes one directory, so this ends (in time quadratic in the depth:
+/// only for what the level-by-level removal could not do).
+fn dive(top: BorrowedFd<'_>, deadline: std::time::Instant) -> io::Result<()> {
+    loop {
+        let mut parent: Option<OwnedFd> = None;
+        let mut cur: Option<(OwnedFd, CString)> = None;
+        loop {
+            let here = cur.as_ref().map_or(top, |(fd, _)| fd.as_fd());
+            let mut sub = None;
+            for entry in listing(here)? {
+                let (name, ft) = entry?;
+                if ft == Some(FileType::Directory) || ft.is_none() && is_dir(here, &name) {
+                    sub.get_or_insert(name);
+                } else {
+                    unlink(here, &name, AtFlags::empty())?;
+                }
+            }
+            let Some(sub) = sub else { break };
+            let next = open_dir(here, &sub)?;
+            parent = cur.map(|(fd, _)| fd);
+            cur = Some((next, sub));
+        }
+        let Some((fd, name)) = cur else {
+            return Ok(()); // the top holds no directory, and nothing else
+        };
+        drop(fd);
+        unlink(
+            parent.as_ref().map_or(top, |p| p.as_fd()),
+            &name,
+            AtFlags::REMOVEDIR,
+        )?;
+        if std::time::Instant::now() > deadline {
+            return Err(io::Error::other(
+                "still changing after the removal's time budget",
+            ));
         }
     }
 }
@@ -163,8 +223,13 @@ fn is_dir(dir: BorrowedFd<'_>, name: &CStr) -> bool {
 pub(super) fn open_dir(parent: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
     let path = open_beneath(parent, name, OFlags::PATH)?;
     owner_rwx(&path)?;
+    reopen(&path)
+}
+
+/// A handle to read the directory `dir` (an `O_PATH` handle) through.
+pub(super) fn reopen(dir: &OwnedFd) -> io::Result<OwnedFd> {
     Ok(rustix::fs::openat(
-        &path,
+        dir,
         c".",
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
@@ -174,7 +239,7 @@ pub(super) fn open_dir(parent: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedF
 /// Gives the directory `dir` (a handle, `O_PATH` will do) `rwx` for its
 /// owner if it lacks them, through the handle (`/proc/self/fd`), never a
 /// path that could lead elsewhere meanwhile.
-fn owner_rwx(dir: &OwnedFd) -> io::Result<()> {
+pub(super) fn owner_rwx(dir: &OwnedFd) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let st = rustix::fs::fstat(dir)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
@@ -190,14 +255,25 @@ fn owner_rwx(dir: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
-/// `parent/name`, one component, opened with `flags`: never through a
-/// symlink or across a mount (`openat2`; where the kernel has none,
-/// `O_NOFOLLOW`).
-fn open_beneath(parent: BorrowedFd<'_>, name: &CStr, flags: OFlags) -> io::Result<OwnedFd> {
+/// The directory `parent/name`, one component, opened with `flags`:
+/// never through a symlink or across a mount (`openat2`; where the kernel
+/// has none, or a seccomp profile refuses it with EPERM, `O_NOFOLLOW`, and
+/// a directory of another device than `parent` is refused).
+pub(super) fn open_beneath(
+    parent: BorrowedFd<'_>,
+    name: &CStr,
+    flags: OFlags,
+) -> io::Result<OwnedFd> {
     let flags = flags | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV;
     match rustix::fs::openat2(parent, name, flags, Mode::empty(), resolve) {
-        Err(Errno::NOSYS) => Ok(rustix::fs::openat(parent, name, flags, Mode::empty())?),
+        Err(Errno::NOSYS | Errno::PERM) => {
+            let fd = rustix::fs::openat(parent, name, flags, Mode::empty())?;
+            if rustix::fs::fstat(&fd)?.st_dev != rustix::fs::fstat(parent)?.st_dev {
+                return Err(Errno::XDEV.into());
+            }
+            Ok(fd)
+        }
         r => Ok(r?),
     }
 }
@@ -283,6 +359,23 @@ mod tests {
             assert_eq!(r, Ok(()), "{dir:?}");
             assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "{dir:?}");
         }
+    }
+
+    /// The fallback that moves nothing (for a full filesystem, where a
+    /// move needs room a removal does not) empties a mixed tree alone.
+    #[test]
+    fn the_dive_alone_empties_a_tree() {
+        let t = tempfile::tempdir().unwrap();
+        let top = t.path().join("top");
+        for d in ["a/b/c", "a/b2", "e", "f/g/h/i"] {
+            std::fs::create_dir_all(top.join(d)).unwrap();
+            std::fs::write(top.join(d).join("file"), "x").unwrap();
+        }
+        std::fs::write(top.join("loose"), "x").unwrap();
+        chain(&top.join("e"), 50);
+        let deadline = std::time::Instant::now() + BUDGET;
+        dive(open(&top).as_fd(), deadline).unwrap();
+        assert_eq!(std::fs::read_dir(&top).unwrap().count(), 0);
     }
 
     #[test]

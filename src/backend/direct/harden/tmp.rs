@@ -160,6 +160,12 @@ impl PrivateTmp {
         &self.path
     }
 
+    /// Lets go of its lock (its call is over), before it is removed: the
+    /// removal takes the lock through a handle of its own.
+    fn unlock(&self) {
+        let _ = rustix::fs::flock(&self.fd, rustix::fs::FlockOperation::Unlock);
+    }
+
     /// The directory's identity: its device and inode.
     fn id(&self) -> (u64, u64) {
         (self.made.dev, self.made.ino)
@@ -219,6 +225,7 @@ impl PrivateTmp {
         if self.at_its_path().is_none() {
             self.path = PathBuf::new(); // nothing to remove (see Drop)
         } else if here {
+            self.unlock();
             remove_tmp(&std::mem::take(&mut self.path), self.id());
         }
         // Otherwise Drop queues it on the reaper.
@@ -246,22 +253,34 @@ fn remove_at_path(path: &Path, id: (u64, u64)) -> io::Result<()> {
         Mode::empty(),
     )?;
     let name = std::ffi::CString::new(name.as_bytes()).map_err(|_| io::Error::other("a NUL"))?;
-    remove_in(parent.as_fd(), &name, id)
+    remove_in(parent.as_fd(), &name, id, true)
 }
 
 /// Removes the directory `parent/name` if it is `id`: what it holds, then
 /// it (after it is checked again: a path can change meanwhile; what a
 /// change could make this remove is an empty directory).
-fn remove_in(parent: BorrowedFd<'_>, name: &CStr, id: (u64, u64)) -> io::Result<()> {
+fn remove_in(parent: BorrowedFd<'_>, name: &CStr, id: (u64, u64), lock: bool) -> io::Result<()> {
     use rustix::fs::AtFlags;
     // `st_dev` and `st_ino` are `u64` on Linux, not on every Unix.
     #[allow(clippy::unnecessary_cast)]
     let same = |st: &rustix::fs::Stat| (st.st_dev as u64, st.st_ino as u64) == id;
-    let dir = super::remove::open_dir(parent, name)?;
-    if !same(&rustix::fs::fstat(&dir)?) {
+    use super::remove::{empty_tree, open_beneath, owner_rwx, reopen};
+    let pinned = open_beneath(parent, name, rustix::fs::OFlags::PATH)?;
+    if !same(&rustix::fs::fstat(&pinned)?) {
         return Ok(());
     }
-    super::remove::empty_tree(dir.as_fd())?;
+    owner_rwx(&pinned)?;
+    let dir = reopen(&pinned)?;
+    // One remover at a time (`lock`, unless the caller holds it): a sweep
+    // of another process that took it (its lock went with the call)
+    // removes it.
+    if lock
+        && rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            == Err(rustix::io::Errno::WOULDBLOCK)
+    {
+        return Ok(());
+    }
+    empty_tree(dir.as_fd())?;
     drop(dir);
     if same(&rustix::fs::statat(
         parent,
@@ -370,13 +389,7 @@ fn sweep_abandoned() {
         }
         // A handle that needs no permission and crosses no mount (another
         // user's FUSE mount at such a name would answer, or never).
-        let Ok(pinned) = rustix::fs::openat2(
-            &base_fd,
-            name,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            rustix::fs::ResolveFlags::NO_XDEV | rustix::fs::ResolveFlags::NO_SYMLINKS,
-        ) else {
+        let Ok(pinned) = super::remove::open_beneath(base_fd.as_fd(), name, OFlags::PATH) else {
             continue;
         };
         let Ok(st) = rustix::fs::fstat(&pinned) else {
@@ -385,15 +398,19 @@ fn sweep_abandoned() {
         if st.st_uid != euid || st.st_mode & 0o077 != 0 {
             continue;
         }
-        // The lock needs a handle opened for reading (the owner may read:
-        // 0700 less what a tool took away, given back by `remove`).
-        let Ok(locked) = rustix::fs::openat(
-            &pinned,
-            c".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) else {
-            continue;
+        // The lock needs a handle opened for reading: one whose tool took
+        // its owner's permissions away gets them back first.
+        let locked = match super::remove::reopen(&pinned) {
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ACCESS.raw_os_error()) => {
+                match super::remove::owner_rwx(&pinned)
+                    .and_then(|()| super::remove::reopen(&pinned))
+                {
+                    Ok(fd) => fd,
+                    Err(_) => continue,
+                }
+            }
+            Err(_) => continue,
+            Ok(fd) => fd,
         };
         if rustix::fs::flock(&locked, FlockOperation::NonBlockingLockExclusive).is_err() {
             continue;
@@ -409,7 +426,7 @@ fn sweep_abandoned() {
         }
         #[allow(clippy::unnecessary_cast)]
         let id = (st.st_dev as u64, st.st_ino as u64);
-        if let Err(e) = remove_in(base_fd.as_fd(), name, id)
+        if let Err(e) = remove_in(base_fd.as_fd(), name, id, false)
             && e.kind() != io::ErrorKind::NotFound
         {
             tracing::warn!(path = %base.join(std::ffi::OsStr::from_bytes(name.to_bytes())).display(), "direct backend: could not remove an abandoned private tmp: {e}");
@@ -429,9 +446,16 @@ fn start_sweep() {
         let started = std::thread::Builder::new()
             .name("toolhost-tmp-sweep".into())
             .spawn(|| {
+                // Ended however the sweep ends (a panic included).
+                struct Ended;
+                impl Drop for Ended {
+                    fn drop(&mut self) {
+                        SWEEPING.store(false, std::sync::atomic::Ordering::SeqCst);
+                        SWEPT.notify_waiters();
+                    }
+                }
+                let _ended = Ended;
                 sweep_abandoned();
-                SWEEPING.store(false, std::sync::atomic::Ordering::SeqCst);
-                SWEPT.notify_waiters();
             });
         if started.is_err() {
             SWEEPING.store(false, std::sync::atomic::Ordering::SeqCst);
@@ -537,7 +561,7 @@ impl Drop for PrivateTmp {
         if path.as_os_str().is_empty() {
             return; // removed or let go already (`discard`)
         }
-        // Its lock goes with its handle, now: the call is over.
+        self.unlock();
         let id = self.id();
         let queued = reaper().is_some_and(|r| {
             r.lock()

@@ -255,6 +255,14 @@ pub(super) fn owner_rwx(dir: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Puts back the permission bits `mode` of `dir` (a handle), through the
+/// handle; best effort.
+pub(super) fn set_mode(dir: &OwnedFd, mode: rustix::fs::RawMode) {
+    use std::os::fd::AsRawFd;
+    let me = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    let _ = rustix::fs::chmod(me.as_str(), Mode::from_raw_mode(mode & 0o7777));
+}
+
 /// The directory `parent/name`, one component, opened with `flags`:
 /// never through a symlink or across a mount (`openat2`; where the kernel
 /// has none, or a seccomp profile refuses it with EPERM, `O_NOFOLLOW`, and

@@ -271,14 +271,13 @@ fn remove_in(parent: BorrowedFd<'_>, name: &CStr, id: (u64, u64), lock: bool) ->
     }
     owner_rwx(&pinned)?;
     let dir = reopen(&pinned)?;
-    // One remover at a time (`lock`, unless the caller holds it): a sweep
-    // of another process that took it (its lock went with the call)
-    // removes it.
-    if lock
-        && rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive)
-            == Err(rustix::io::Errno::WOULDBLOCK)
-    {
-        return Ok(());
+    // The lock (`lock`, unless the caller holds it), so that no sweep of
+    // another process starts on it meanwhile. Taken or not, the removal
+    // goes on: whatever holds it (a sweep that got there first, or a
+    // process the tool handed a handle to) is no reason to leave the tmp,
+    // and two removers at once only meet entries already gone.
+    if lock {
+        let _ = rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive);
     }
     empty_tree(dir.as_fd())?;
     drop(dir);
@@ -399,20 +398,29 @@ fn sweep_abandoned() {
             continue;
         }
         // The lock needs a handle opened for reading: one whose tool took
-        // its owner's permissions away gets them back first.
+        // its owner's permissions away gets them back for it, and keeps
+        // them only if it is abandoned (the mode is put back otherwise).
+        let mut changed = false;
         let locked = match super::remove::reopen(&pinned) {
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ACCESS.raw_os_error()) => {
+                changed = true;
                 match super::remove::owner_rwx(&pinned)
                     .and_then(|()| super::remove::reopen(&pinned))
                 {
                     Ok(fd) => fd,
-                    Err(_) => continue,
+                    Err(_) => {
+                        super::remove::set_mode(&pinned, st.st_mode);
+                        continue;
+                    }
                 }
             }
             Err(_) => continue,
             Ok(fd) => fd,
         };
         if rustix::fs::flock(&locked, FlockOperation::NonBlockingLockExclusive).is_err() {
+            if changed {
+                super::remove::set_mode(&pinned, st.st_mode);
+            }
             continue;
         }
         if staging {

@@ -113,6 +113,22 @@ thread_local! {
         const { std::cell::Cell::new(None) };
 }
 
+#[doc(hidden)]
+pub use runner::Wait as MovedCallWait;
+
+thread_local! {
+    static LAST_MOVED_WAIT: std::cell::Cell<Option<runner::Wait>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// For the last call that moved to a runner and returned to its caller on
+/// this thread (`None`: none yet): how the caller waited for its result
+/// (`runner.rs` has why). A diagnostic, and what the tests look at.
+#[doc(hidden)]
+pub fn last_moved_call_wait() -> Option<MovedCallWait> {
+    LAST_MOVED_WAIT.with(|l| l.get())
+}
+
 /// For the last call that moved to a runner and returned to its caller on
 /// this thread (`None`: none yet): whether the runner was bound to one CPU
 /// when the call started there, and whether it was let go of it during
@@ -592,6 +608,7 @@ impl WasmBackend {
             initial_fuel = Some(fuel);
         }
         let slots = self.engine.slots.clone();
+        let inline_calls = inline.as_ref().map(inline_io::InlineSlot::count);
         let call = async move {
             // The pool slot is released only after the store (and the instance
             // it holds) is gone, whether the call ends or is cancelled.
@@ -662,16 +679,38 @@ impl WasmBackend {
                 let _ = done.send((r, cpu));
             })
         });
-        if let Err(job) = runner::run(job) {
-            // No runner could start: tokio's blocking pool, as before
-            // runners (which panics, as then, if it cannot start a thread
-            // either).
-            drop(tokio::task::spawn_blocking(move || job()()));
-        }
+        let placed = match runner::run(job) {
+            Ok(placed) => placed,
+            Err(job) => {
+                // No runner could start: tokio's blocking pool, as before
+                // runners (which panics, as then, if it cannot start a
+                // thread either).
+                drop(tokio::task::spawn_blocking(move || job()()));
+                runner::Placed { here: false }
+            }
+        };
         let _cancel = CancelOnDrop(Some(cancel), ended);
-        match tokio::time::timeout_at(deadline, finished).await {
+        // A short call's result, while this thread gave its CPU to the
+        // runner (`runner::wait_here`): at most 50 µs past the deadline.
+        let mut finished = finished;
+        let mut early = None;
+        let alone = inline_calls.is_some_and(|c| c.load(Acquire) == 1);
+        let wait = runner::wait_here(placed, alone, || match finished.try_recv() {
+            Ok(r) => {
+                early = Some(r);
+                true
+            }
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => true,
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => false,
+        });
+        let got = match early {
+            Some(r) => Ok(Ok(r)),
+            None => tokio::time::timeout_at(deadline, finished).await,
+        };
+        match got {
             Ok(Ok((r, cpu))) => {
                 LAST_MOVED_CPU.with(|l| l.set(Some(cpu)));
+                LAST_MOVED_WAIT.with(|l| l.set(Some(wait)));
                 match r {
                     Ok(Some((result, hits))) => Executed::Done(result, hits),
                     Err(panic) => std::panic::resume_unwind(panic),

@@ -505,6 +505,91 @@ async fn a_moved_call_is_held_to_one_cpu_only_until_a_tick() {
     assert!(short.contains(&Some((true, false))), "{short:?}");
 }
 
+/// The caller of a short moved call, alone in its engine, waits for it on
+/// its own CPU, given to the runner (`Yielded`), and gets the same result.
+/// The twins: while another call of the engine is in flight (a probe that
+/// sleeps, holding its inline slot) the caller sleeps at once (`Slept`);
+/// a long moved call (`sha256sum` of 32 MiB) runs the wait out, and the
+/// caller then sleeps at once for its next moved calls.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_short_moved_call_is_awaited_on_its_cpu() {
+    use toolhost::backend::wasm::MovedCallWait as Wait;
+    use toolhost::backend::wasm::last_call_file_io_inline as inline;
+    use toolhost::backend::wasm::last_moved_call_wait as wait;
+    builtin_tools_built();
+    assert!(toolhost::backend::wasm::fifo_watchdog_available());
+    let t = Tmp::new();
+    std::fs::copy(probe_path(), t.ws().join("probe.wasm")).unwrap();
+    std::fs::write(t.ws().join("note.txt"), "one\ntwo\nthree\n").unwrap();
+    std::fs::write(t.ws().join("big"), vec![7u8; 32 << 20]).unwrap();
+    let sb = std::sync::Arc::new(t.sandbox(wasm_config()));
+    let wc = || RunRequest::new(["wc", "-l", "note.txt"]);
+    // Loaded once first: the holder below is then in flight within the
+    // half second (no compile on its path).
+    let r = probe(&sb, &["read", "note.txt"]).await;
+    assert_eq!(r.stdout, "one\ntwo\nthree\n", "{r:?}");
+
+    // Until one wait sees its result: the engine is the process's, so a
+    // call of another test in flight makes this one sleep at once, and a
+    // wait that runs out on a loaded machine makes the next 64 sleep. The
+    // last one did, so this thread is not backing off below.
+    let mut seen = Vec::new();
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < until {
+        let r = sb.run(wc()).await;
+        assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+        assert_eq!(inline(), Some(true));
+        seen.push(wait());
+        if wait() == Some(Wait::Yielded) {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.last(),
+        Some(&Some(Wait::Yielded)),
+        "{:?}",
+        &seen[seen.len().saturating_sub(20)..]
+    );
+
+    let holder = {
+        let sb = sb.clone();
+        tokio::spawn(async move {
+            sb.run(RunRequest::new([
+                "./probe.wasm",
+                "sleepread",
+                "3000",
+                "note.txt",
+            ]))
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for _ in 0..5 {
+        let r = sb.run(wc()).await;
+        assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+        assert_eq!(wait(), Some(Wait::Slept), "another call was in flight");
+    }
+    let held = holder.await.unwrap();
+    assert_eq!(held.stdout, "one\ntwo\nthree\n", "{held:?}");
+
+    // A long call, when alone (see above), runs its wait out; the next
+    // moved call on this thread then sleeps at once.
+    let mut long = Vec::new();
+    while std::time::Instant::now() < until + Duration::from_secs(30) {
+        let r = sb.run(RunRequest::new(["sha256sum", "big"])).await;
+        assert!(r.success(), "{r:?}");
+        long.push(wait());
+        if wait() == Some(Wait::RanOut) {
+            break;
+        }
+    }
+    assert_eq!(long.last(), Some(&Some(Wait::RanOut)), "{long:?}");
+    let r = sb.run(wc()).await;
+    assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+    assert_eq!(wait(), Some(Wait::Slept), "backed off after a wait ran out");
+}
+
 /// Whether a mounting test can run (root), with the built-in tools built
 /// and the FIFO watchdog up (inline file I/O needs it).
 #[cfg(target_os = "linux")]

@@ -13,6 +13,8 @@
 //! - `fifo_signal` (Linux): a no-op signal handler and a signal to one
 //!   thread, which interrupt a wasm call's blocked open of a FIFO.
 //! - [`private_dir`]: a state dir only this user can write.
+//! - `time_shared` (Linux): whether this thread's scheduling policy is a
+//!   time-sharing one (a wasm runner's, `backend/wasm/runner.rs`).
 
 use std::path::Path;
 
@@ -22,6 +24,20 @@ pub(crate) mod fifo_signal;
 pub(crate) mod file_id;
 #[cfg(windows)]
 pub(crate) mod file_lock;
+
+/// Whether the calling thread has a time-sharing scheduling policy
+/// (`SCHED_OTHER`, `SCHED_BATCH` or `SCHED_IDLE`), not a real-time or
+/// deadline one.
+#[cfg(target_os = "linux")]
+pub(crate) fn time_shared() -> bool {
+    // SAFETY: sched_getscheduler has no preconditions and touches no
+    // memory of ours; 0 names the calling thread.
+    let policy = unsafe { libc::sched_getscheduler(0) } & !libc::SCHED_RESET_ON_FORK;
+    matches!(
+        policy,
+        libc::SCHED_OTHER | libc::SCHED_BATCH | libc::SCHED_IDLE
+    )
+}
 
 /// Creates `dir` if needed and checks that only this user can write to it
 /// (Unix: owned by the effective user; group and other write bits are

@@ -121,9 +121,10 @@ thread_local! {
         const { std::cell::Cell::new(None) };
 }
 
-/// For the last call that moved to a runner and returned to its caller on
-/// this thread (`None`: none yet): how the caller waited for its result
-/// (`runner.rs` has why). A diagnostic, and what the tests look at.
+/// For the last call started on this thread, if it moved to a runner and
+/// returned to its caller here (else `None`): how the caller waited for
+/// its result (`runner.rs` has why). A diagnostic, and what the tests look
+/// at.
 #[doc(hidden)]
 pub fn last_moved_call_wait() -> Option<MovedCallWait> {
     LAST_MOVED_WAIT.with(|l| l.get())
@@ -570,6 +571,7 @@ impl WasmBackend {
         T: HasCommon + Send + 'static,
         R: Send + 'static,
     {
+        LAST_MOVED_WAIT.with(|l| l.set(None));
         let mut store = Store::new(&self.engine.engine, state);
         let moved = inline.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
         let ended = inline.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
@@ -686,29 +688,37 @@ impl WasmBackend {
                 // runners (which panics, as then, if it cannot start a
                 // thread either).
                 drop(tokio::task::spawn_blocking(move || job()()));
-                runner::Placed { here: false }
+                runner::Placed { here: None }
             }
         };
         let _cancel = CancelOnDrop(Some(cancel), ended);
         // A short call's result, while this thread gave its CPU to the
-        // runner (`runner::wait_here`): at most 50 µs past the deadline.
+        // runner (`runner::wait_here`), up to the deadline at most; after
+        // `try_recv` has seen a result, or seen that none will come, the
+        // receiver is done with and must not be awaited.
+        use tokio::sync::oneshot::error::TryRecvError;
         let mut finished = finished;
         let mut early = None;
         let alone = inline_calls.is_some_and(|c| c.load(Acquire) == 1);
-        let wait = runner::wait_here(placed, alone, || match finished.try_recv() {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let wait = runner::wait_here(placed, alone, left, || match finished.try_recv() {
             Ok(r) => {
                 early = Some(r);
-                true
+                runner::Ready::Yes
             }
-            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => true,
-            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => false,
+            Err(TryRecvError::Closed) => runner::Ready::Never,
+            Err(TryRecvError::Empty) => runner::Ready::No,
         });
-        let got = match early {
-            Some(r) => Ok(Ok(r)),
-            None => tokio::time::timeout_at(deadline, finished).await,
+        let got = match (early, wait) {
+            (Some(r), _) => Ok(r),
+            (None, runner::Wait::Lost) => return Executed::TimedOut,
+            (None, _) => match tokio::time::timeout_at(deadline, finished).await {
+                Ok(Ok(r)) => Ok(r),
+                Ok(Err(_)) | Err(_) => Err(()),
+            },
         };
         match got {
-            Ok(Ok((r, cpu))) => {
+            Ok((r, cpu)) => {
                 LAST_MOVED_CPU.with(|l| l.set(Some(cpu)));
                 LAST_MOVED_WAIT.with(|l| l.set(Some(wait)));
                 match r {
@@ -717,7 +727,7 @@ impl WasmBackend {
                     Ok(None) => Executed::TimedOut,
                 }
             }
-            Ok(Err(_)) | Err(_) => Executed::TimedOut,
+            Err(()) => Executed::TimedOut,
         }
     }
 }

@@ -44,14 +44,18 @@
 //! the caller goes on (its result, the next call's instance) with none of
 //! its memory in that CPU's caches: on the 2-core development machine a
 //! `wc -l note.txt` took 40-90 µs that way, and about 30 µs with the
-//! process held to one CPU. So a caller whose runner is bound to its CPU,
-//! and whose call is the only one of its engine running inline, first
-//! gives its CPU to the runner (`sched_yield`) until the result is there,
-//! for at most [`SPIN`]: it stays runnable where it is, and goes on there
-//! as soon as the runner waits for its next call. A wait that runs out
-//! (a call that is long, or a runner that cannot run: a caller with a
-//! real-time policy outranks it) makes the caller sleep at once for its
-//! next [`BACK_OFF`] moved calls.
+//! process held to one CPU. So a caller still on the CPU its runner is
+//! bound to, whose call is the only one of its engine running inline,
+//! and whose runner has a time-sharing policy (a real-time one would keep
+//! the CPU for its whole call), first gives its CPU to the runner
+//! (`sched_yield`) until the result is there, for at most [`SPIN`] and
+//! never past the call's deadline: it stays runnable where it is, and
+//! goes on there as soon as the runner waits for its next call. (A yield
+//! can last longer than that when other threads want the CPU: one of
+//! their time slices, as the wake-up of a sleeping caller would wait for
+//! them too.) A wait that runs out (a long call, or a caller with a
+//! real-time policy, which the runner cannot preempt) makes the thread
+//! sleep at once for its next [`BACK_OFF`] moved calls that could wait so.
 
 use std::cell::Cell;
 use std::sync::Mutex;
@@ -67,8 +71,12 @@ const KEEP_ALIVE: Duration = Duration::from_millis(300);
 
 /// How long a caller gives its CPU to its runner, at most, before it
 /// sleeps until its result ([`wait_here`]). A short file-opening call
-/// (`wc -l` of a small file) takes 15-20 µs on its runner here.
+/// (`wc -l` of a small file) takes 15-20 µs on its runner here, in a
+/// release build; a debug build's code is several times slower.
+#[cfg(not(debug_assertions))]
 const SPIN: Duration = Duration::from_micros(50);
+#[cfg(debug_assertions)]
+const SPIN: Duration = Duration::from_millis(1);
 /// Moved calls for which a thread whose last [`wait_here`] ran out sleeps
 /// at once.
 const BACK_OFF: u32 = 64;
@@ -85,16 +93,21 @@ pub enum Wait {
     Yielded,
     /// It gave its CPU to the runner for [`SPIN`], then slept.
     RanOut,
-    /// It slept at once: its runner was not bound to its CPU, another
-    /// call of its engine ran inline, or a recent wait had run out.
+    /// It slept at once: its runner was not bound to the CPU it ran on
+    /// or had a real-time policy, another call of its engine ran inline,
+    /// its deadline had passed, or a recent wait had run out.
     Slept,
+    /// The result will never come (the runner dropped the call unrun);
+    /// the call ends as timed out.
+    Lost,
 }
 
 /// Where a moved call went ([`run`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Placed {
-    /// On a runner bound to the CPU its caller runs on.
-    pub(super) here: bool,
+    /// The CPU its caller ran on, where its runner is bound, when that
+    /// runner has a time-sharing policy; else `None`.
+    pub(super) here: Option<usize>,
 }
 
 /// Work for a runner: a moved call. What it returns sends the call's
@@ -119,6 +132,9 @@ struct Idle {
     jobs: SyncSender<Sent>,
     tid: cpu::Tid,
     bound: Option<usize>,
+    /// Whether it has a time-sharing policy (as it started: a thread takes
+    /// its starter's).
+    shared: bool,
 }
 
 /// Runners waiting for a call, the most recently idle last. A runner is
@@ -133,8 +149,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// runner could be started, the job comes back, unrun.
 pub(super) fn run(job: Job) -> Result<Placed, Job> {
     let cpu = cpu::current();
-    let placed = |bound: Option<usize>| Placed {
-        here: bound.is_some() && bound == cpu,
+    let placed = |bound: Option<usize>, shared: bool| Placed {
+        here: bound.filter(|b| shared && Some(*b) == cpu),
     };
     let home = cpu::mine();
     let mut job = job;
@@ -156,33 +172,51 @@ pub(super) fn run(job: Job) -> Result<Placed, Job> {
             // place: this send neither blocks nor fails, unless the runner
             // died, which it does only off the list.
             match r.jobs.try_send(Sent { job, bound, home }) {
-                Ok(()) => return Ok(placed(bound)),
+                Ok(()) => return Ok(placed(bound, r.shared)),
                 Err(TrySendError::Full(s) | TrySendError::Disconnected(s)) => job = s.job,
             }
         }
     }
-    let Ok((jobs, tid)) = start() else {
+    let Ok((jobs, tid, shared)) = start() else {
         return Err(job);
     };
     let bound = cpu.and_then(|c| cpu::bind(tid, c));
     jobs.try_send(Sent { job, bound, home })
-        .map(|()| placed(bound))
+        .map(|()| placed(bound, shared))
         .map_err(|e| match e {
             TrySendError::Full(s) | TrySendError::Disconnected(s) => s.job,
         })
 }
 
-/// The caller's wait for a moved call (see the module doc): when `placed`
-/// here and `alone`, gives this thread's CPU to the runner until `done`
-/// says the result is there (or that it never will be), for at most
-/// [`SPIN`]. The caller then sleeps until the result, unless it is there.
-pub(super) fn wait_here(placed: Placed, alone: bool, done: impl FnMut() -> bool) -> Wait {
-    wait_for(SPIN, placed, alone, done)
+/// Whether a moved call's result has come ([`wait_here`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ready {
+    /// Not yet.
+    No,
+    /// Here.
+    Yes,
+    /// Never will.
+    Never,
 }
 
-/// [`wait_here`], with `spin` for [`SPIN`].
-fn wait_for(spin: Duration, placed: Placed, alone: bool, mut done: impl FnMut() -> bool) -> Wait {
-    if !placed.here || !alone {
+/// The caller's wait for a moved call (see the module doc): when `placed`
+/// here, this thread still runs there, and `alone`, gives this thread's
+/// CPU to the runner until `ready` says the result is there (or that it
+/// never will be), for at most [`SPIN`] or `left` (the time to the call's
+/// deadline), the shorter. The caller then sleeps until the result, unless
+/// it is there.
+pub(super) fn wait_here(
+    placed: Placed,
+    alone: bool,
+    left: Duration,
+    ready: impl FnMut() -> Ready,
+) -> Wait {
+    wait_for(SPIN.min(left), placed, alone, ready)
+}
+
+/// [`wait_here`], with `spin` for the time it may wait.
+fn wait_for(spin: Duration, placed: Placed, alone: bool, mut ready: impl FnMut() -> Ready) -> Wait {
+    if !alone || spin.is_zero() || placed.here.is_none() || cpu::current() != placed.here {
         return Wait::Slept;
     }
     let skip = SLEEP_AT_ONCE.with(|s| {
@@ -195,8 +229,10 @@ fn wait_for(spin: Duration, placed: Placed, alone: bool, mut done: impl FnMut() 
     }
     let start = Instant::now();
     loop {
-        if done() {
-            return Wait::Yielded;
+        match ready() {
+            Ready::Yes => return Wait::Yielded,
+            Ready::Never => return Wait::Lost,
+            Ready::No => {}
         }
         if start.elapsed() >= spin {
             SLEEP_AT_ONCE.with(|s| s.set(BACK_OFF));
@@ -221,27 +257,28 @@ pub(super) fn this_call() -> (bool, bool) {
 }
 
 /// Starts a runner: where to send its first call, and its thread.
-fn start() -> std::io::Result<(SyncSender<Sent>, cpu::Tid)> {
+fn start() -> std::io::Result<(SyncSender<Sent>, cpu::Tid, bool)> {
     let (jobs, rx) = sync_channel::<Sent>(1);
-    let (told, tid) = sync_channel::<cpu::Tid>(1);
+    let (told, tid) = sync_channel::<(cpu::Tid, bool)>(1);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let tx = jobs.clone();
     std::thread::Builder::new()
         .name("toolhost-wasm-io".into())
         .spawn(move || {
-            let _ = told.send(cpu::me());
+            let _ = told.send((cpu::me(), cpu::time_shared()));
             serve(id, tx, rx)
         })?;
-    let tid = tid
+    let (tid, shared) = tid
         .recv()
         .map_err(|_| std::io::Error::other("the runner did not start"))?;
-    Ok((jobs, tid))
+    Ok((jobs, tid, shared))
 }
 
 /// A runner's life: its calls, one after another, until it has waited
 /// [`KEEP_ALIVE`] for one.
 fn serve(id: u64, jobs: SyncSender<Sent>, rx: Receiver<Sent>) {
     let tid = cpu::me();
+    let shared = cpu::time_shared();
     // Its starter sends the first call at once; should it not (it would
     // then take the call back and hand it to the blocking pool), go.
     let Ok(mut next) = rx.recv_timeout(KEEP_ALIVE) else {
@@ -257,6 +294,7 @@ fn serve(id: u64, jobs: SyncSender<Sent>, rx: Receiver<Sent>) {
             jobs: jobs.clone(),
             tid,
             bound: cpu::bound(),
+            shared,
         });
         match reply {
             Ok(reply) => {
@@ -324,6 +362,12 @@ mod cpu {
     /// This thread.
     pub(super) fn me() -> Pid {
         gettid()
+    }
+
+    /// Whether this thread has a time-sharing policy (`SCHED_OTHER`,
+    /// `SCHED_BATCH`, `SCHED_IDLE`), not a real-time or deadline one.
+    pub(super) fn time_shared() -> bool {
+        crate::sys::time_shared()
     }
 
     /// Binds runner `tid` to `cpu` (below `MAX_CPU`: `current`); the CPU
@@ -400,6 +444,9 @@ mod cpu {
     }
     pub(super) fn me() -> Tid {
         0
+    }
+    pub(super) fn time_shared() -> bool {
+        false
     }
     pub(super) fn bind(_: Tid, _: usize) -> Option<usize> {
         None
@@ -557,36 +604,52 @@ mod tests {
         }
         assert_eq!(on_runner(|| 7), 7);
     }
-    /// `wait_here` gives the CPU away only for a call placed here and
-    /// alone (each twin sleeps at once, without asking), sees a result
-    /// that arrives while it waits, and after a wait that ran out sleeps at
-    /// once for the next `BACK_OFF` calls, then waits again. (With a wait
-    /// of 10 s where a result must be seen: a yield can hand the CPU to
-    /// another test's thread for longer than `SPIN`.)
+    /// `wait_here` gives the CPU away only for a call placed here (a
+    /// runner bound to the CPU this thread runs on), alone, and before its
+    /// deadline (each twin sleeps at once, without asking); sees a result
+    /// that arrives while it waits, or that none will; and after a wait
+    /// that ran out sleeps at once for the next `BACK_OFF` calls, then
+    /// waits again. (With a wait of 10 s where a result must be seen: a
+    /// yield can hand the CPU to another test's thread for longer than
+    /// `SPIN`.)
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_caller_waits_here_only_when_placed_here_and_alone() {
         SLEEP_AT_ONCE.with(|s| s.set(0));
         let long = Duration::from_secs(10);
-        let here = Placed { here: true };
+        // Held to the CPU it runs on, so that "here" stays here.
+        let at = rustix::thread::sched_getcpu();
+        let mut one = rustix::thread::CpuSet::new();
+        one.set(at);
+        let before = rustix::thread::sched_getaffinity(None).expect("affinity");
+        rustix::thread::sched_setaffinity(None, &one).expect("bind the test thread");
+        let here = Placed { here: Some(at) };
         let asked = Cell::new(0);
         let never = || {
             asked.set(asked.get() + 1);
-            false
+            Ready::No
         };
-        assert_eq!(wait_here(Placed { here: false }, true, never), Wait::Slept);
-        assert_eq!(wait_here(here, false, never), Wait::Slept);
+        assert_eq!(
+            wait_for(long, Placed { here: None }, true, never),
+            Wait::Slept
+        );
+        let elsewhere = Placed { here: Some(at + 1) };
+        assert_eq!(wait_for(long, elsewhere, true, never), Wait::Slept);
+        assert_eq!(wait_for(long, here, false, never), Wait::Slept);
+        assert_eq!(wait_here(here, true, Duration::ZERO, never), Wait::Slept);
         assert_eq!(asked.get(), 0, "asked though it slept at once");
 
         let mut polls = 0;
         let third = || {
             polls += 1;
-            polls == 3
+            if polls == 3 { Ready::Yes } else { Ready::No }
         };
         assert_eq!(wait_for(long, here, true, third), Wait::Yielded);
         assert_eq!(polls, 3);
+        assert_eq!(wait_for(long, here, true, || Ready::Never), Wait::Lost);
 
         let start = Instant::now();
-        assert_eq!(wait_here(here, true, never), Wait::RanOut);
+        assert_eq!(wait_here(here, true, long, never), Wait::RanOut);
         assert!(
             start.elapsed() >= SPIN,
             "ran out after {:?}",
@@ -598,12 +661,14 @@ mod tests {
             assert_eq!(wait_for(long, here, true, never), Wait::Slept, "call {i}");
         }
         assert_eq!(asked.get(), 0, "asked while backing off");
-        assert_eq!(wait_for(long, here, true, || true), Wait::Yielded);
+        assert_eq!(wait_for(long, here, true, || Ready::Yes), Wait::Yielded);
+        rustix::thread::sched_setaffinity(None, &before).expect("unbind");
     }
 
-    /// A job's runner is bound to the CPU its caller runs on, and `run`
-    /// says so (`Placed::here`), where the kernel lets a thread be bound
-    /// (a cpuset that allows this CPU).
+    /// `run` says where a job went: here (the CPU its caller runs on)
+    /// exactly when its runner was bound to one CPU, which is this one
+    /// (`a_runner_is_bound_to_one_cpu_until_released` covers the binding),
+    /// with this thread's time-sharing policy.
     #[cfg(target_os = "linux")]
     #[test]
     fn run_says_when_the_runner_is_bound_here() {
@@ -611,19 +676,17 @@ mod tests {
         let (tx, rx) = channel();
         let job: Job = Box::new(move || {
             let cpus = look().cpus;
+            let at = rustix::thread::sched_getcpu();
             Box::new(move || {
-                let _ = tx.send(cpus);
+                let _ = tx.send((cpus, at));
             })
         });
         let placed = run(job).unwrap_or_else(|_| panic!("a runner must start"));
-        let cpus = rx.recv_timeout(Duration::from_secs(10)).expect("ran");
-        assert_eq!(
-            placed.here,
-            cpus == 1,
-            "placed {placed:?}, runner on {cpus} CPUs"
-        );
-        if cpus_here() > 1 {
-            assert!(placed.here, "bound nowhere though {} CPUs", cpus_here());
+        let (cpus, at) = rx.recv_timeout(Duration::from_secs(10)).expect("ran");
+        assert!(cpu::time_shared());
+        match placed.here {
+            Some(c) => assert_eq!((cpus, at), (1, c), "placed {placed:?}"),
+            None => assert!(cpus > 1, "bound to one CPU but not said"),
         }
     }
 }

@@ -568,6 +568,7 @@ async fn a_lone_short_moved_call_is_awaited_on_its_cpu() {
     for _ in 0..5 {
         let r = sb.run(wc()).await;
         assert_eq!(r.stdout.trim(), "3 note.txt", "{r:?}");
+        assert_eq!(inline(), Some(true));
         assert_eq!(wait(), Some(Wait::Slept), "another call was in flight");
     }
     let held = holder.await.unwrap();

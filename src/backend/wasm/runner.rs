@@ -86,12 +86,14 @@ thread_local! {
     static SLEEP_AT_ONCE: Cell<u32> = const { Cell::new(0) };
 }
 
-/// How a caller waited for its moved call's result ([`wait_here`]).
+/// How a caller waited for its moved call's result (`runner::wait_here`
+/// in the source has the rule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
     /// The result was there while it gave its CPU to the runner.
     Yielded,
-    /// It gave its CPU to the runner for [`SPIN`], then slept.
+    /// It gave its CPU to the runner for as long as it may (50 µs, or
+    /// what was left to its deadline), then slept.
     RanOut,
     /// It slept at once: its runner was not bound to the CPU it ran on
     /// or had a real-time policy, another call of its engine ran inline,

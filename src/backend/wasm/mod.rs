@@ -681,6 +681,9 @@ impl WasmBackend {
                 let _ = done.send((r, cpu));
             })
         });
+        // Read before the hand-off: once on its runner, the call may end
+        // (and give back its slot) before this thread looks.
+        let alone = inline_calls.is_some_and(|c| c.load(Acquire) == 1);
         let placed = match runner::run(job) {
             Ok(placed) => placed,
             Err(job) => {
@@ -699,7 +702,6 @@ impl WasmBackend {
         use tokio::sync::oneshot::error::TryRecvError;
         let mut finished = finished;
         let mut early = None;
-        let alone = inline_calls.is_some_and(|c| c.load(Acquire) == 1);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let wait = runner::wait_here(placed, alone, left, || match finished.try_recv() {
             Ok(r) => {

@@ -43,7 +43,7 @@
 //! their CPU, so the kernel wakes it on another CPU if one is idle, and
 //! the caller goes on (its result, the next call's instance) with none of
 //! its memory in that CPU's caches: on the 2-core development machine a
-//! `wc -l note.txt` took 40-90 µs that way, and about 30 µs with the
+//! `wc -l note.txt` took 40-62 µs that way, and about 30 µs with the
 //! process held to one CPU. So a caller still on the CPU its runner is
 //! bound to, whose call is the only one of its engine running inline,
 //! and whose runner has a time-sharing policy (a real-time one would keep
@@ -92,15 +92,17 @@ thread_local! {
 pub enum Wait {
     /// The result was there while it gave its CPU to the runner.
     Yielded,
-    /// It gave its CPU to the runner for as long as it may (50 µs, or
-    /// what was left to its deadline), then slept.
+    /// It gave its CPU to the runner for as long as it may (50 µs, 1 ms in
+    /// a debug build, or what was left to its deadline), or until it found
+    /// itself moved to another CPU, then slept.
     RanOut,
     /// It slept at once: its runner was not bound to the CPU it ran on
-    /// or had a real-time policy, another call of its engine ran inline,
-    /// its deadline had passed, or a recent wait had run out.
+    /// (not Linux; the kernel refused; no runner could start) or had a
+    /// real-time policy, another call of its engine ran inline, its
+    /// deadline had passed, or a recent wait had run out.
     Slept,
-    /// The result will never come (the runner dropped the call unrun);
-    /// the call ends as timed out.
+    /// The result will never come (the reply was dropped unsent: a panic
+    /// outside the job's own catch); the call ends as timed out.
     Lost,
 }
 
@@ -134,8 +136,8 @@ struct Idle {
     jobs: SyncSender<Sent>,
     tid: cpu::Tid,
     bound: Option<usize>,
-    /// Whether it has a time-sharing policy (as it started: a thread takes
-    /// its starter's).
+    /// Whether it has a time-sharing policy (a thread starts with its
+    /// starter's), as of its last call's end.
     shared: bool,
 }
 
@@ -237,7 +239,16 @@ fn wait_for(spin: Duration, placed: Placed, alone: bool, mut ready: impl FnMut()
             Ready::No => {}
         }
         if start.elapsed() >= spin {
-            SLEEP_AT_ONCE.with(|s| s.set(BACK_OFF));
+            // Only a wait that had all of SPIN says the calls are long; one
+            // cut short by its deadline does not.
+            if spin >= SPIN {
+                SLEEP_AT_ONCE.with(|s| s.set(BACK_OFF));
+            }
+            return Wait::RanOut;
+        }
+        // Moved to another CPU meanwhile, a yield there would return at
+        // once: a spin, holding that CPU for nothing.
+        if cpu::current() != placed.here {
             return Wait::RanOut;
         }
         std::thread::yield_now();
@@ -280,7 +291,6 @@ fn start() -> std::io::Result<(SyncSender<Sent>, cpu::Tid, bool)> {
 /// [`KEEP_ALIVE`] for one.
 fn serve(id: u64, jobs: SyncSender<Sent>, rx: Receiver<Sent>) {
     let tid = cpu::me();
-    let shared = cpu::time_shared();
     // Its starter sends the first call at once; should it not (it would
     // then take the call back and hand it to the blocking pool), go.
     let Ok(mut next) = rx.recv_timeout(KEEP_ALIVE) else {
@@ -296,7 +306,9 @@ fn serve(id: u64, jobs: SyncSender<Sent>, rx: Receiver<Sent>) {
             jobs: jobs.clone(),
             tid,
             bound: cpu::bound(),
-            shared,
+            // Read again after each call: a policy can be changed from
+            // outside (`chrt -a -p`).
+            shared: cpu::time_shared(),
         });
         match reply {
             Ok(reply) => {
@@ -610,8 +622,8 @@ mod tests {
     /// runner bound to the CPU this thread runs on), alone, and before its
     /// deadline (each twin sleeps at once, without asking); sees a result
     /// that arrives while it waits, or that none will; and after a wait
-    /// that ran out sleeps at once for the next `BACK_OFF` calls, then
-    /// waits again. (With a wait of 10 s where a result must be seen: a
+    /// that ran out its whole `SPIN` (not one cut short by the deadline)
+    /// sleeps at once for the next `BACK_OFF` calls, then waits again. (With a wait of 10 s where a result must be seen: a
     /// yield can hand the CPU to another test's thread for longer than
     /// `SPIN`.)
     #[cfg(target_os = "linux")]
@@ -649,6 +661,11 @@ mod tests {
         assert_eq!(wait_for(long, here, true, third), Wait::Yielded);
         assert_eq!(polls, 3);
         assert_eq!(wait_for(long, here, true, || Ready::Never), Wait::Lost);
+        // Cut short by the deadline: runs out, and does not back off.
+        let short = SPIN / 5;
+        assert_eq!(wait_here(here, true, short, never), Wait::RanOut);
+        assert_eq!(wait_for(long, here, true, || Ready::Yes), Wait::Yielded);
+        asked.set(0);
 
         let start = Instant::now();
         assert_eq!(wait_here(here, true, long, never), Wait::RanOut);

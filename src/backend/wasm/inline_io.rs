@@ -175,15 +175,6 @@ enum Before {
 #[derive(Debug)]
 pub(super) struct InlineSlot(Arc<AtomicUsize>);
 
-impl InlineSlot {
-    /// The count of its engine's calls that hold a slot, this one included
-    /// while it does: whether a moved call is the only one running inline
-    /// (`runner::wait_here`).
-    pub(super) fn count(&self) -> Arc<AtomicUsize> {
-        self.0.clone()
-    }
-}
-
 impl Drop for InlineSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);

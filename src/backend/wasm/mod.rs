@@ -610,7 +610,6 @@ impl WasmBackend {
             initial_fuel = Some(fuel);
         }
         let slots = self.engine.slots.clone();
-        let inline_calls = inline.as_ref().map(inline_io::InlineSlot::count);
         let call = async move {
             // The pool slot is released only after the store (and the instance
             // it holds) is gone, whether the call ends or is cancelled.
@@ -681,9 +680,10 @@ impl WasmBackend {
                 let _ = done.send((r, cpu));
             })
         });
-        // Read before the hand-off: once on its runner, the call may end
-        // (and give back its slot) before this thread looks.
-        let alone = inline_calls.is_some_and(|c| c.load(Acquire) == 1);
+        // Read before the hand-off, while this call holds its inline slot:
+        // once on its runner, the call may end (and give the slot back)
+        // before this thread looks.
+        let alone = self.engine.inline_calls.load(Acquire) == 1;
         let placed = match runner::run(job) {
             Ok(placed) => placed,
             Err(job) => {

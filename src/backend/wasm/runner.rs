@@ -58,9 +58,9 @@
 //! sleep at once for its next [`BACK_OFF`] moved calls that could wait so.
 
 use std::cell::Cell;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How long an idle runner waits for a call before it exits.
@@ -129,11 +129,69 @@ struct Sent {
     home: Option<cpu::Set>,
 }
 
+/// Where a runner's next call is left: a slot, and the runner's thread to
+/// wake. A send wakes the runner only once it has let go of the slot's
+/// lock. (With std's `sync_channel`, whose send wakes the receiver while
+/// it holds the channel's own lock, the runner, woken on the caller's CPU,
+/// preempted the caller there at once, and at the end of the call found
+/// that lock still held and slept on it: two more switches between the
+/// threads per call.)
+struct Mailbox {
+    slot: Mutex<Slot>,
+    runner: std::thread::Thread,
+}
+
+#[derive(Default)]
+struct Slot {
+    next: Option<Sent>,
+    /// The runner has exited: a send fails.
+    closed: bool,
+}
+
+impl Mailbox {
+    /// Leaves `sent` for the runner and wakes it; `Err` gives its job back
+    /// when the runner has exited (or, which the callers rule out, has a
+    /// call waiting already).
+    fn send(&self, sent: Sent) -> Result<(), Job> {
+        {
+            let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+            if slot.closed || slot.next.is_some() {
+                return Err(sent.job);
+            }
+            slot.next = Some(sent);
+        }
+        self.runner.unpark();
+        Ok(())
+    }
+
+    /// On the runner: its next call, waited for up to `wait`. When none
+    /// came and `close`, the mailbox is closed in the same step (a later
+    /// send fails), and the runner may exit.
+    fn recv(&self, wait: Duration, close: bool) -> Option<Sent> {
+        let until = Instant::now() + wait;
+        loop {
+            {
+                let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(next) = slot.next.take() {
+                    return Some(next);
+                }
+                if Instant::now() >= until {
+                    slot.closed |= close;
+                    return None;
+                }
+            }
+            // A park may return early (a wake-up meant for an earlier
+            // wait, or none at all): the slot is looked at again.
+            std::thread::park_timeout(until.saturating_duration_since(Instant::now()));
+        }
+    }
+}
+
 /// An idle runner: where to send its next call, which thread it is, and
 /// the CPU it is bound to, if any.
 struct Idle {
     id: u64,
-    jobs: SyncSender<Sent>,
+    mail: Arc<Mailbox>,
     tid: cpu::Tid,
     bound: Option<usize>,
     /// Whether it has a time-sharing policy (a thread starts with its
@@ -142,10 +200,15 @@ struct Idle {
 }
 
 /// Runners waiting for a call, the most recently idle last. A runner is
-/// taken off only under this lock: by a call, which sends it its job
-/// before it lets go of the lock, or by the runner itself when it exits
-/// (see `serve`). So a runner off the list either has its next job in
-/// its channel or is running one.
+/// taken off only under this lock: by a call, which sends it its job right
+/// after it lets go of the lock, or by the runner itself when it exits (see
+/// `serve`). So a runner off the list is running a job, or has its next one
+/// in its channel or about to be. The job is sent after the lock is let go
+/// of: the send wakes the runner on the caller's CPU, where it may preempt
+/// the caller at once, and a caller preempted while it held the lock made
+/// the runner, done with the call, wait for it (on the development machine
+/// 4% of a loop of short moved calls went to that runner's spin on the
+/// lock, and two more switches between the threads per call).
 static IDLE: Mutex<Vec<Idle>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
@@ -158,38 +221,35 @@ pub(super) fn run(job: Job) -> Result<Placed, Job> {
     };
     let home = cpu::mine();
     let mut job = job;
-    {
-        let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-        // The most recent one bound to this CPU already (no system call
-        // under the lock), else the most recent.
+    let taken = {
+        let mut idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
+        // The most recent one bound to this CPU already, else the most
+        // recent.
         let pick = match cpu {
             Some(_) => idle.iter().rposition(|r| r.bound == cpu),
             None => None,
         }
         .or(idle.len().checked_sub(1));
-        if let Some(r) = pick.map(|i| idle.remove(i)) {
-            let bound = match cpu {
-                Some(c) if r.bound != Some(c) => cpu::bind(r.tid, c).or(r.bound),
-                _ => r.bound,
-            };
-            // It was listed, so it waits with an empty channel of one
-            // place: this send neither blocks nor fails, unless the runner
-            // died, which it does only off the list.
-            match r.jobs.try_send(Sent { job, bound, home }) {
-                Ok(()) => return Ok(placed(bound, r.shared)),
-                Err(TrySendError::Full(s) | TrySendError::Disconnected(s)) => job = s.job,
-            }
+        pick.map(|i| idle.remove(i))
+    };
+    if let Some(r) = taken {
+        let bound = match cpu {
+            Some(c) if r.bound != Some(c) => cpu::bind(r.tid, c).or(r.bound),
+            _ => r.bound,
+        };
+        // It was listed, so it waits with an empty slot: this send fails
+        // only if the runner has exited, which it does only off the list.
+        match r.mail.send(Sent { job, bound, home }) {
+            Ok(()) => return Ok(placed(bound, r.shared)),
+            Err(back) => job = back,
         }
     }
-    let Ok((jobs, tid, shared)) = start() else {
+    let Ok((mail, tid, shared)) = start() else {
         return Err(job);
     };
     let bound = cpu.and_then(|c| cpu::bind(tid, c));
-    jobs.try_send(Sent { job, bound, home })
+    mail.send(Sent { job, bound, home })
         .map(|()| placed(bound, shared))
-        .map_err(|e| match e {
-            TrySendError::Full(s) | TrySendError::Disconnected(s) => s.job,
-        })
 }
 
 /// Whether a moved call's result has come ([`wait_here`]).
@@ -270,30 +330,31 @@ pub(super) fn this_call() -> (bool, bool) {
 }
 
 /// Starts a runner: where to send its first call, and its thread.
-fn start() -> std::io::Result<(SyncSender<Sent>, cpu::Tid, bool)> {
-    let (jobs, rx) = sync_channel::<Sent>(1);
-    let (told, tid) = sync_channel::<(cpu::Tid, bool)>(1);
+fn start() -> std::io::Result<(Arc<Mailbox>, cpu::Tid, bool)> {
+    let (told, started) = sync_channel::<(Arc<Mailbox>, cpu::Tid, bool)>(1);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let tx = jobs.clone();
     std::thread::Builder::new()
         .name("toolhost-wasm-io".into())
         .spawn(move || {
-            let _ = told.send((cpu::me(), cpu::time_shared()));
-            serve(id, tx, rx)
+            let mail = Arc::new(Mailbox {
+                slot: Mutex::new(Slot::default()),
+                runner: std::thread::current(),
+            });
+            let _ = told.send((mail.clone(), cpu::me(), cpu::time_shared()));
+            serve(id, &mail)
         })?;
-    let (tid, shared) = tid
+    started
         .recv()
-        .map_err(|_| std::io::Error::other("the runner did not start"))?;
-    Ok((jobs, tid, shared))
+        .map_err(|_| std::io::Error::other("the runner did not start"))
 }
 
 /// A runner's life: its calls, one after another, until it has waited
 /// [`KEEP_ALIVE`] for one.
-fn serve(id: u64, jobs: SyncSender<Sent>, rx: Receiver<Sent>) {
+fn serve(id: u64, mail: &Arc<Mailbox>) {
     let tid = cpu::me();
     // Its starter sends the first call at once; should it not (it would
     // then take the call back and hand it to the blocking pool), go.
-    let Ok(mut next) = rx.recv_timeout(KEEP_ALIVE) else {
+    let Some(mut next) = mail.recv(KEEP_ALIVE, true) else {
         return;
     };
     loop {
@@ -301,36 +362,40 @@ fn serve(id: u64, jobs: SyncSender<Sent>, rx: Receiver<Sent>) {
         // The job catches a panic of the call's own code and sends it to
         // the caller (see `execute`); none gets here.
         let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(next.job));
-        IDLE.lock().unwrap_or_else(|e| e.into_inner()).push(Idle {
+        // Made before the lock is taken (a system call), not under it.
+        let me = Idle {
             id,
-            jobs: jobs.clone(),
+            mail: mail.clone(),
             tid,
             bound: cpu::bound(),
             // Read again after each call: a policy can be changed from
             // outside (`chrt -a -p`).
             shared: cpu::time_shared(),
-        });
+        };
+        IDLE.lock().unwrap_or_else(PoisonError::into_inner).push(me);
         match reply {
             Ok(reply) => {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(reply));
             }
             Err(panic) => drop(panic),
         }
-        next = match rx.recv_timeout(KEEP_ALIVE) {
-            Ok(n) => n,
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+        next = match mail.recv(KEEP_ALIVE, false) {
+            Some(n) => n,
+            None => {
+                let mut idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
                 if let Some(i) = idle.iter().position(|r| r.id == id) {
                     // Still listed: no call has it, and none can now.
                     idle.remove(i);
                     return;
                 }
                 drop(idle);
-                // Taken off by a call, which sent its job before it let go
-                // of the lock.
-                match rx.try_recv() {
-                    Ok(n) => n,
-                    Err(_) => return,
+                // Taken off by a call, which sends its job right after it
+                // let go of the lock (should it never, this one closes its
+                // mailbox and goes: a send then fails, and the call starts
+                // another runner).
+                match mail.recv(KEEP_ALIVE, true) {
+                    Some(n) => n,
+                    None => return,
                 }
             }
         };
@@ -525,6 +590,72 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn cpus_here() -> usize {
         rustix::thread::sched_getaffinity(None).map_or(0, |s| s.count() as usize)
+    }
+
+    /// A job as sent to a runner, marked by `n` (what it replies).
+    fn marked(n: u32, to: std::sync::mpsc::Sender<u32>) -> Sent {
+        Sent {
+            job: Box::new(move || {
+                Box::new(move || {
+                    let _ = to.send(n);
+                })
+            }),
+            bound: None,
+            home: None,
+        }
+    }
+
+    /// A mailbox hands over what was sent before or during the wait, not
+    /// before it (a stray wake-up of the thread does not end the wait
+    /// early); a wait that closes makes every later send fail and give its
+    /// job back, and one that does not close leaves sends open.
+    #[test]
+    fn a_mailbox_hands_over_or_gives_back() {
+        let mail = Mailbox {
+            slot: Mutex::new(Slot::default()),
+            runner: std::thread::current(),
+        };
+        let (tx, rx) = channel();
+        // Sent first: received at once.
+        assert!(mail.send(marked(1, tx.clone())).is_ok());
+        // A second send while one waits is refused, its job back.
+        let back = mail.send(marked(2, tx.clone())).expect_err("refused");
+        back()();
+        assert_eq!(rx.try_recv(), Ok(2));
+        let got = mail.recv(Duration::from_secs(5), true).expect("the first");
+        (got.job)()();
+        assert_eq!(rx.try_recv(), Ok(1));
+        // Nothing sent, a stray wake-up: the wait still lasts its time.
+        std::thread::current().unpark();
+        let t = Instant::now();
+        assert!(mail.recv(Duration::from_millis(30), false).is_none());
+        assert!(
+            t.elapsed() >= Duration::from_millis(30),
+            "{:?}",
+            t.elapsed()
+        );
+        // Not closed by that wait: a send from another thread during the
+        // next wait wakes it.
+        let sent = std::thread::scope(|scope| {
+            let mail = &mail;
+            let tx = tx.clone();
+            scope.spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                mail.send(marked(3, tx)).is_ok()
+            });
+            let t = Instant::now();
+            let got = mail.recv(Duration::from_secs(10), true).expect("the third");
+            assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+            got
+        });
+        (sent.job)()();
+        assert_eq!(rx.try_recv(), Ok(3));
+        // A wait that closes: later sends fail, their jobs back, unrun.
+        assert!(mail.recv(Duration::from_millis(1), true).is_none());
+        let back = mail.send(marked(4, tx.clone())).expect_err("closed");
+        assert_eq!(rx.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty));
+        back()();
+        assert_eq!(rx.try_recv(), Ok(4));
     }
 
     /// A job runs on a runner (not the caller's thread), bound to one CPU

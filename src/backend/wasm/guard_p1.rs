@@ -73,7 +73,7 @@ pub(super) fn guest_str(caller: &mut Caller<'_, State>, ptr: i32, len: i32) -> R
     if len as u32 as usize > MAX_GUEST_PATH {
         return Err(ERRNO_NAMETOOLONG);
     }
-    let Some(mem) = caller.get_export("memory").and_then(|e| e.into_memory()) else {
+    let Some(mem) = super::p1::guest_memory(caller) else {
         return Err(ERRNO_FAULT);
     };
     let (p, l) = (ptr as u32 as usize, len as u32 as usize);
@@ -112,7 +112,7 @@ fn set_fuel(caller: &mut Caller<'_, State>) {
 /// After toolhost or a guest opened a directory: every directory handle
 /// inside a protected dir becomes read-only (`protect`).
 pub(super) fn restrict_all(caller: &mut Caller<'_, State>) {
-    let State { wasi, common } = caller.data_mut();
+    let State { wasi, common, .. } = caller.data_mut();
     if common.guard.active() {
         let table = wasmtime_wasi::WasiView::ctx(wasi).table;
         common.guard.restrict_all(table);
@@ -122,7 +122,7 @@ pub(super) fn restrict_all(caller: &mut Caller<'_, State>) {
 /// Before the first check of a call: the preopens are restricted too (a cwd
 /// inside a protected dir becomes read-only).
 fn sweep_preopens(caller: &mut Caller<'_, State>) {
-    let State { wasi, common } = caller.data_mut();
+    let State { wasi, common, .. } = caller.data_mut();
     if common.guard.active() {
         let table = wasmtime_wasi::WasiView::ctx(wasi).table;
         common.guard.sweep_once(table);
@@ -360,7 +360,7 @@ pub(super) async fn open_for_writing(
         return Ok(Some(super::p1::refusal(r, watched.interrupted)));
     }
     let new = s.result();
-    let Some(mem) = caller.get_export("memory").and_then(|e| e.into_memory()) else {
+    let Some(mem) = super::p1::guest_memory(caller) else {
         return Ok(Some(ERRNO_FAULT));
     };
     let p = opened as u32 as usize;

@@ -262,7 +262,12 @@ impl WasmBackend {
                 ctx::install(view.ctx, fs);
                 let mut common = self.common(limits);
                 common.guard = guard;
-                let state = State { wasi, common };
+                let memory = pre.module().get_export_index("memory");
+                let state = State {
+                    wasi,
+                    common,
+                    memory,
+                };
                 let pre = pre.clone();
                 self.execute(limits, deadline, state, inline, move |store| {
                     Box::pin(async move {

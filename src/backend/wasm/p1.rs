@@ -10,6 +10,19 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 pub(super) struct State {
     pub(super) wasi: WasiP1Ctx,
     pub(super) common: Common,
+    /// Where the module exports `memory`, looked up once per call: each
+    /// host function finds the guest's memory by it ([`guest_memory`])
+    /// instead of by name (a hash of the name and a map lookup, several
+    /// times per file operation).
+    pub(super) memory: Option<wasmtime::ModuleExport>,
+}
+
+/// The calling guest's exported `memory`, as `Caller::get_export("memory")`
+/// would find it (a store holds one instance, of the module `memory` was
+/// looked up in; an export of another module finds nothing).
+pub(super) fn guest_memory(caller: &mut Caller<'_, State>) -> Option<wasmtime::Memory> {
+    let export = caller.data().memory?;
+    caller.get_module_export(&export)?.into_memory()
 }
 
 impl HasCommon for State {
@@ -23,8 +36,8 @@ impl HasCommon for State {
 macro_rules! call_p1 {
     ($caller:ident, $func:ident ( $($arg:expr),* )) => {{
         let fuel = wasmtime::AsContextMut::as_context_mut(&mut $caller).hostcall_fuel();
-        match $caller.get_export("memory") {
-            Some(wasmtime::Extern::Memory(m)) => {
+        match $crate::backend::wasm::p1::guest_memory(&mut $caller) {
+            Some(m) => {
                 let (mem, state) = m.data_and_store_mut(&mut $caller);
                 let ctx = &mut state.wasi;
                 wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1::set_hostcall_fuel(ctx, fuel);
@@ -51,9 +64,7 @@ pub(super) async fn file_write_start(
 ) -> Option<u64> {
     use wasmtime_wasi::p1::types;
     use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
-    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
-        return None;
-    };
+    let m = guest_memory(caller)?;
     let (mem, state) = m.data_and_store_mut(&mut *caller);
     let ctx = &mut state.wasi;
     let mut mem = wiggle::GuestMemory::Unshared(mem);
@@ -103,7 +114,7 @@ pub(super) async fn not_a_socket(caller: &mut Caller<'_, State>, fd: i32) -> i32
     use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
     const ERRNO_BADF: i32 = 8;
     const ERRNO_NOTSOCK: i32 = 57;
-    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
+    let Some(m) = guest_memory(caller) else {
         return ERRNO_BADF;
     };
     let (mem, state) = m.data_and_store_mut(&mut *caller);
@@ -119,9 +130,7 @@ pub(super) async fn not_a_socket(caller: &mut Caller<'_, State>, fd: i32) -> i32
 pub(super) async fn file_size(caller: &mut Caller<'_, State>, fd: i32) -> Option<u64> {
     use wasmtime_wasi::p1::types;
     use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
-    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
-        return None;
-    };
+    let m = guest_memory(caller)?;
     let (mem, state) = m.data_and_store_mut(&mut *caller);
     let mut mem = wiggle::GuestMemory::Unshared(mem);
     let f = P1::fd_filestat_get(&mut state.wasi, &mut mem, types::Fd::from(fd as u32))
@@ -396,7 +405,7 @@ pub(super) async fn p1_precheck(
         return Ok(());
     }
     let fuel = wasmtime::AsContextMut::as_context_mut(&mut *caller).hostcall_fuel();
-    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
+    let Some(m) = guest_memory(caller) else {
         return Ok(());
     };
     let (mem, state) = m.data_and_store_mut(&mut *caller);
@@ -424,7 +433,7 @@ pub(super) async fn p1_precheck(
 pub(super) async fn p1_postcheck(caller: &mut Caller<'_, State>, opened: i32) -> i32 {
     use wasmtime_wasi::p1::types;
     use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
-    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
+    let Some(m) = guest_memory(caller) else {
         return ERRNO_FAULT;
     };
     let (mem, state) = m.data_and_store_mut(&mut *caller);
@@ -457,7 +466,7 @@ pub(super) async fn p1_postcheck(caller: &mut Caller<'_, State>, opened: i32) ->
 /// Length of the first non-empty iovec of an array in guest memory (what a
 /// preview-1 write of wasmtime-wasi writes at most); `None` if out of bounds.
 pub(super) fn iov_first(caller: &mut Caller<'_, State>, iovs: i32, n: i32) -> Option<u64> {
-    let mem = caller.get_export("memory")?.into_memory()?;
+    let mem = guest_memory(caller)?;
     let data = mem.data(&*caller);
     let (start, n) = (iovs as u32 as usize, n as u32 as usize);
     let bytes = data.get(start..start.checked_add(n.checked_mul(8)?)?)?;
@@ -471,7 +480,7 @@ pub(super) fn iov_first(caller: &mut Caller<'_, State>, iovs: i32, n: i32) -> Op
 }
 
 pub(super) fn count_written(caller: &mut Caller<'_, State>, ptr: i32) {
-    let Some(mem) = caller.get_export("memory").and_then(|e| e.into_memory()) else {
+    let Some(mem) = guest_memory(caller) else {
         return;
     };
     let p = ptr as u32 as usize;

@@ -45,7 +45,7 @@ pub(super) fn add_to_linker(linker: &mut Linker<State>) -> wasmtime::Result<()> 
                         nbytes: 0,
                     },
                 };
-                let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
+                let Some(m) = super::p1::guest_memory(&mut caller) else {
                     return Err(wasmtime::format_err!("missing required memory export"));
                 };
                 let mut mem = GuestMemory::Unshared(m.data_mut(&mut caller));
@@ -68,9 +68,7 @@ fn lone_sleep(caller: &mut Caller<'_, State>, subs: i32, n: i32) -> Option<LoneS
     if n != 1 {
         return None;
     }
-    let Some(wasmtime::Extern::Memory(m)) = caller.get_export("memory") else {
-        return None;
-    };
+    let m = super::p1::guest_memory(caller)?;
     let mem = GuestMemory::Unshared(m.data_mut(&mut *caller));
     let sub = mem
         .read(GuestPtr::<types::Subscription>::new(subs as u32))

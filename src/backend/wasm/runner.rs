@@ -30,13 +30,17 @@
 //!
 //! A runner that has finished its call goes back on the idle list, then
 //! sends the result (so that the caller, woken by it, finds the runner
-//! there for its next move), and waits for the next call; one left idle
-//! for [`KEEP_ALIVE`] exits. A runner whose call waits (a file operation
+//! there for its next move), and waits for the next call in its mailbox
+//! ([`Mailbox`]); one left idle for [`KEEP_ALIVE`] exits (closing its
+//! mailbox first, so that a late send fails and its call goes to another
+//! runner). A runner whose call waits (a file operation
 //! that does not return) is not on the list and gets no other call: the
 //! next move takes another runner, or starts one. Runners busy at once are
 //! the calls moved at once, which their inline slots bound (`inline_io`);
 //! idle ones are at most as many, for [`KEEP_ALIVE`]. If no runner can be
-//! started, the call goes to tokio's blocking pool as before.
+//! started (or a new one gave up waiting for its first call, its starter
+//! stalled for [`KEEP_ALIVE`]), the call goes to tokio's blocking pool as
+//! before.
 //!
 //! How the caller waits ([`wait_here`]): a caller that sleeps until the
 //! result arrives is woken by the runner while the runner still holds
@@ -144,24 +148,46 @@ struct Mailbox {
 #[derive(Default)]
 struct Slot {
     next: Option<Sent>,
-    /// The runner has exited: a send fails.
+    /// The runner has exited, or is about to: a send fails. A runner
+    /// closes its mailbox before it exits, however it exits ([`Closer`]).
     closed: bool,
 }
 
 impl Mailbox {
-    /// Leaves `sent` for the runner and wakes it; `Err` gives its job back
-    /// when the runner has exited (or, which the callers rule out, has a
-    /// call waiting already).
-    fn send(&self, sent: Sent) -> Result<(), Job> {
-        {
+    /// Leaves `job` for the runner and wakes it. `bind` runs first, under
+    /// the slot's lock, where the runner is known to be alive (it closes
+    /// its mailbox under that lock before it exits, so its thread id names
+    /// no other thread), and says which CPU the runner is bound to for the
+    /// call. `Err` gives the job back, unrun, when the runner has exited
+    /// (or, which the callers rule out, has a call waiting already).
+    fn send(
+        &self,
+        job: Job,
+        home: Option<cpu::Set>,
+        bind: impl FnOnce() -> Option<usize>,
+    ) -> Result<Option<usize>, Job> {
+        let bound = {
             let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
             if slot.closed || slot.next.is_some() {
-                return Err(sent.job);
+                return Err(job);
             }
-            slot.next = Some(sent);
-        }
+            let bound = bind();
+            slot.next = Some(Sent { job, bound, home });
+            bound
+        };
         self.runner.unpark();
-        Ok(())
+        Ok(bound)
+    }
+
+    /// Closes the mailbox: later sends fail. What was left in it unrun is
+    /// dropped (its caller sees its reply dropped: `Wait::Lost`).
+    fn close(&self) {
+        let left = {
+            let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+            slot.closed = true;
+            slot.next.take()
+        };
+        drop(left);
     }
 
     /// On the runner: its next call, waited for up to `wait`. When none
@@ -203,7 +229,7 @@ struct Idle {
 /// taken off only under this lock: by a call, which sends it its job right
 /// after it lets go of the lock, or by the runner itself when it exits (see
 /// `serve`). So a runner off the list is running a job, or has its next one
-/// in its channel or about to be. The job is sent after the lock is let go
+/// in its mailbox or about to be. The job is sent after the lock is let go
 /// of: the send wakes the runner on the caller's CPU, where it may preempt
 /// the caller at once, and a caller preempted while it held the lock made
 /// the runner, done with the call, wait for it (on the development machine
@@ -233,23 +259,23 @@ pub(super) fn run(job: Job) -> Result<Placed, Job> {
         pick.map(|i| idle.remove(i))
     };
     if let Some(r) = taken {
-        let bound = match cpu {
+        let bind = || match cpu {
             Some(c) if r.bound != Some(c) => cpu::bind(r.tid, c).or(r.bound),
             _ => r.bound,
         };
         // It was listed, so it waits with an empty slot: this send fails
-        // only if the runner has exited, which it does only off the list.
-        match r.mail.send(Sent { job, bound, home }) {
-            Ok(()) => return Ok(placed(bound, r.shared)),
+        // only if the runner has exited since (it does so only off the
+        // list, or unwinding).
+        match r.mail.send(job, home, bind) {
+            Ok(bound) => return Ok(placed(bound, r.shared)),
             Err(back) => job = back,
         }
     }
     let Ok((mail, tid, shared)) = start() else {
         return Err(job);
     };
-    let bound = cpu.and_then(|c| cpu::bind(tid, c));
-    mail.send(Sent { job, bound, home })
-        .map(|()| placed(bound, shared))
+    mail.send(job, home, || cpu.and_then(|c| cpu::bind(tid, c)))
+        .map(|bound| placed(bound, shared))
 }
 
 /// Whether a moved call's result has come ([`wait_here`]).
@@ -348,9 +374,23 @@ fn start() -> std::io::Result<(Arc<Mailbox>, cpu::Tid, bool)> {
         .map_err(|_| std::io::Error::other("the runner did not start"))
 }
 
+/// Closes a runner's mailbox when the runner exits, also by unwinding: a
+/// caller that took it off the idle list then gets its job back from the
+/// send and starts another runner, instead of leaving it in a mailbox no
+/// thread reads.
+struct Closer<'a>(&'a Mailbox);
+
+impl Drop for Closer<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// A runner's life: its calls, one after another, until it has waited
-/// [`KEEP_ALIVE`] for one.
+/// [`KEEP_ALIVE`] for one (twice that when a call took it off the idle
+/// list just as it gave up waiting, and then sent nothing).
 fn serve(id: u64, mail: &Arc<Mailbox>) {
+    let _closer = Closer(mail);
     let tid = cpu::me();
     // Its starter sends the first call at once; should it not (it would
     // then take the call back and hand it to the blocking pool), go.
@@ -593,22 +633,19 @@ mod tests {
     }
 
     /// A job as sent to a runner, marked by `n` (what it replies).
-    fn marked(n: u32, to: std::sync::mpsc::Sender<u32>) -> Sent {
-        Sent {
-            job: Box::new(move || {
-                Box::new(move || {
-                    let _ = to.send(n);
-                })
-            }),
-            bound: None,
-            home: None,
-        }
+    fn marked(n: u32, to: std::sync::mpsc::Sender<u32>) -> Job {
+        Box::new(move || {
+            Box::new(move || {
+                let _ = to.send(n);
+            })
+        })
     }
 
     /// A mailbox hands over what was sent before or during the wait, not
     /// before it (a stray wake-up of the thread does not end the wait
-    /// early); a wait that closes makes every later send fail and give its
-    /// job back, and one that does not close leaves sends open.
+    /// early), with the CPU its send's `bind` named; a wait that closes
+    /// makes every later send fail, give its job back and not bind; one
+    /// that does not close leaves sends open.
     #[test]
     fn a_mailbox_hands_over_or_gives_back() {
         let mail = Mailbox {
@@ -616,13 +653,24 @@ mod tests {
             runner: std::thread::current(),
         };
         let (tx, rx) = channel();
-        // Sent first: received at once.
-        assert!(mail.send(marked(1, tx.clone())).is_ok());
-        // A second send while one waits is refused, its job back.
-        let back = mail.send(marked(2, tx.clone())).expect_err("refused");
+        // Sent first: received at once, with what `bind` said.
+        assert_eq!(
+            mail.send(marked(1, tx.clone()), None, || Some(7)).ok(),
+            Some(Some(7))
+        );
+        // A second send while one waits is refused, its job back, unbound.
+        let bound = Cell::new(false);
+        let back = mail
+            .send(marked(2, tx.clone()), None, || {
+                bound.set(true);
+                None
+            })
+            .expect_err("refused");
+        assert!(!bound.get());
         back()();
         assert_eq!(rx.try_recv(), Ok(2));
         let got = mail.recv(Duration::from_secs(5), true).expect("the first");
+        assert_eq!(got.bound, Some(7));
         (got.job)()();
         assert_eq!(rx.try_recv(), Ok(1));
         // Nothing sent, a stray wake-up: the wait still lasts its time.
@@ -641,7 +689,7 @@ mod tests {
             let tx = tx.clone();
             scope.spawn(move || {
                 std::thread::sleep(Duration::from_millis(20));
-                mail.send(marked(3, tx)).is_ok()
+                mail.send(marked(3, tx), None, || None).is_ok()
             });
             let t = Instant::now();
             let got = mail.recv(Duration::from_secs(10), true).expect("the third");
@@ -650,12 +698,50 @@ mod tests {
         });
         (sent.job)()();
         assert_eq!(rx.try_recv(), Ok(3));
-        // A wait that closes: later sends fail, their jobs back, unrun.
+        // A wait that closes: later sends fail, their jobs back, unrun and
+        // unbound.
         assert!(mail.recv(Duration::from_millis(1), true).is_none());
-        let back = mail.send(marked(4, tx.clone())).expect_err("closed");
+        let back = mail
+            .send(marked(4, tx.clone()), None, || {
+                bound.set(true);
+                None
+            })
+            .expect_err("closed");
+        assert!(!bound.get());
         assert_eq!(rx.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty));
         back()();
         assert_eq!(rx.try_recv(), Ok(4));
+    }
+
+    /// A runner that exits by unwinding closes its mailbox (`Closer`): a
+    /// send then fails and gives its job back, where an open mailbox would
+    /// take the job and no thread would run it. Side by side, a mailbox
+    /// whose thread lives on still takes a send.
+    #[test]
+    fn a_runner_that_unwinds_closes_its_mailbox() {
+        let open = Mailbox {
+            slot: Mutex::new(Slot::default()),
+            runner: std::thread::current(),
+        };
+        let unwound = Mailbox {
+            slot: Mutex::new(Slot::default()),
+            runner: std::thread::current(),
+        };
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _closer = Closer(&unwound);
+            panic!("a runner's own code panics");
+        }));
+        assert!(r.is_err());
+        let (tx, rx) = channel();
+        let back = unwound
+            .send(marked(1, tx.clone()), None, || None)
+            .expect_err("closed by the unwind");
+        back()();
+        assert_eq!(rx.try_recv(), Ok(1));
+        assert!(open.send(marked(2, tx), None, || None).is_ok());
+        let got = open.recv(Duration::from_secs(1), true).expect("taken");
+        (got.job)()();
+        assert_eq!(rx.try_recv(), Ok(2));
     }
 
     /// A job runs on a runner (not the caller's thread), bound to one CPU

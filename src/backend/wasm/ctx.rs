@@ -50,7 +50,7 @@ pub(super) fn build_wasi(
     stderr: &CappedPipe,
     cache: &Preopens,
     inline: bool,
-) -> Result<(WasiCtxBuilder, protect::Guard, Option<WasiFilesystemCtx>), Outcome> {
+) -> Result<(WasiCtxBuilder, protect::Guard, Option<Shared>), Outcome> {
     let invalid = |m: String| Outcome::new(OutcomeKind::InvalidRequest, m);
     let mut b = WasiCtxBuilder::new();
     let mut args = Vec::with_capacity(plan.argv.len());
@@ -103,11 +103,36 @@ pub(super) fn build_wasi(
     Ok((b, guard, None))
 }
 
-/// Puts preopens made by [`Preopens`] in a built context.
-pub(super) fn install(ctx: &mut wasmtime_wasi::WasiCtx, fs: Option<WasiFilesystemCtx>) {
-    if let Some(fs) = fs {
-        *ctx.filesystem() = fs;
-    }
+/// Preopens made by [`Preopens`] for a call, and the dirs they were made
+/// from.
+pub(super) struct Shared {
+    fs: WasiFilesystemCtx,
+    dirs: PreopenDirs,
+}
+
+/// The dirs a set of shared preopens was made from, in order: each one's
+/// handle (the very directory its preopen holds: it was opened through
+/// this handle, `preopen_path`), guest path and mode.
+pub(super) type PreopenDirs = Arc<[(Arc<Dir>, String, bool)]>;
+
+/// Puts preopens made by [`Preopens`] in a built context; the dirs they
+/// were made from, if so.
+pub(super) fn install(
+    ctx: &mut wasmtime_wasi::WasiCtx,
+    shared: Option<Shared>,
+) -> Option<PreopenDirs> {
+    let shared = shared?;
+    *ctx.filesystem() = shared.fs;
+    Some(shared.dirs)
+}
+
+/// The handle of the preopen named `guest` among `dirs`, when exactly one
+/// has that name.
+#[cfg(target_os = "linux")]
+pub(super) fn preopen_named<'a>(dirs: &'a PreopenDirs, guest: &[u8]) -> Option<&'a Dir> {
+    let mut found = dirs.iter().filter(|(_, g, _)| g.as_bytes() == guest);
+    let (dir, _, _) = found.next()?;
+    found.next().is_none().then_some(&**dir)
 }
 
 /// One preopen of a call: the dir by the call's handle on it (when the plan
@@ -233,7 +258,7 @@ const MAX_PREOPEN_SETS: usize = 16;
 /// that no other dir can take its address), guest path and mode, in order;
 /// and whether their file operations run inline (a preopen keeps the
 /// setting it was made with, and so does every file opened through it).
-struct PreopenKey(Vec<(Arc<Dir>, String, bool)>, bool);
+struct PreopenKey(PreopenDirs, bool);
 
 impl PreopenKey {
     fn matches(&self, list: &[Preopen<'_>], inline: bool) -> bool {
@@ -251,17 +276,16 @@ impl Preopens {
     /// allowed dir's own handle (a cwd below one), or not on Linux, where a
     /// preopen is opened by its path (`preopen_path`) and a path swapped at
     /// the first call would stay for every later one.
-    fn get(
-        &self,
-        list: &[Preopen<'_>],
-        inline: bool,
-    ) -> Result<Option<WasiFilesystemCtx>, Outcome> {
+    fn get(&self, list: &[Preopen<'_>], inline: bool) -> Result<Option<Shared>, Outcome> {
         if cfg!(not(target_os = "linux")) || list.iter().any(|p| p.shared.is_none()) {
             return Ok(None);
         }
         let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, fs)) = made.iter().find(|(k, _)| k.matches(list, inline)) {
-            return Ok(Some(fs.clone()));
+        if let Some((k, fs)) = made.iter().find(|(k, _)| k.matches(list, inline)) {
+            return Ok(Some(Shared {
+                fs: fs.clone(),
+                dirs: k.0.clone(),
+            }));
         }
         let mut b = WasiCtxBuilder::new();
         b.allow_blocking_current_thread(inline);
@@ -277,8 +301,9 @@ impl Preopens {
         if made.len() >= MAX_PREOPEN_SETS {
             made.remove(0);
         }
-        made.push((PreopenKey(key, inline), fs.clone()));
-        Ok(Some(fs))
+        let dirs: PreopenDirs = key.into();
+        made.push((PreopenKey(dirs.clone(), inline), fs.clone()));
+        Ok(Some(Shared { fs, dirs }))
     }
 }
 
@@ -306,4 +331,34 @@ pub(super) fn cwd_inside(
             .dir
             .try_clone()
             .map_or(true, |d| guard.inside(&d.into_std_file()))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// A preopen is found by its exact name, and only when no other has it.
+    #[test]
+    fn a_preopen_is_named_by_exactly_one_dir() {
+        let a = tempfile::tempdir().expect("a");
+        let b = tempfile::tempdir().expect("b");
+        let open = |p: &Path| {
+            Arc::new(Dir::open_ambient_dir(p, cap_std::ambient_authority()).expect("dir"))
+        };
+        let id = |d: &Dir| crate::sys::file_id::of_dir(d).ok();
+        let (da, db) = (open(a.path()), open(b.path()));
+        let dirs: PreopenDirs = vec![
+            (da.clone(), "/w".to_string(), false),
+            (db.clone(), ".".to_string(), true),
+        ]
+        .into();
+        assert_eq!(preopen_named(&dirs, b"/w").and_then(id), id(&da));
+        assert_eq!(preopen_named(&dirs, b".").and_then(id), id(&db));
+        for other in [&b""[..], b"/w/", b"/", b"./", b"/W"] {
+            assert!(preopen_named(&dirs, other).is_none(), "{other:?}");
+        }
+        let twice: PreopenDirs =
+            vec![(da, "/w".to_string(), false), (db, "/w".to_string(), true)].into();
+        assert!(preopen_named(&twice, b"/w").is_none());
+    }
 }

@@ -88,6 +88,15 @@ pub fn fifo_opens_interrupted() -> u64 {
     special::INTERRUPTED.load(Relaxed)
 }
 
+/// How many special files a preview-1 guest's open was refused by
+/// toolhost's own lookup on a shared preopen's directory (one lookup where
+/// wasmtime-wasi's stat makes two; see `p1::p1_precheck`): a diagnostic,
+/// and what the tests look at.
+#[doc(hidden)]
+pub fn special_files_refused_by_preopen_lookup() -> u64 {
+    special::REFUSED_BY_PREOPEN.load(Relaxed)
+}
+
 /// Whether a wasm guest's open that waits on a FIFO is ended here (Linux,
 /// with `SIGURG` free for toolhost's watchdog, which it self-tests once; this
 /// waits for that test). Paths are checked before they are opened everywhere;
@@ -259,7 +268,7 @@ impl WasmBackend {
                 let mut wasi = builder.build_p1();
                 let view = wasmtime_wasi::WasiView::ctx(&mut wasi);
                 view.table.set_max_capacity(MAX_GUEST_HANDLES);
-                ctx::install(view.ctx, fs);
+                let dirs = ctx::install(view.ctx, fs);
                 let mut common = self.common(limits);
                 common.guard = guard;
                 let memory = pre.module().get_export_index("memory");
@@ -267,6 +276,7 @@ impl WasmBackend {
                     wasi,
                     common,
                     memory,
+                    dirs,
                 };
                 let pre = pre.clone();
                 self.execute(limits, deadline, state, inline, move |store| {

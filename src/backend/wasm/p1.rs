@@ -15,6 +15,11 @@ pub(super) struct State {
     /// instead of by name (a hash of the name and a map lookup, several
     /// times per file operation).
     pub(super) memory: Option<wasmtime::ModuleExport>,
+    /// The dirs the call's preopens were made from, when they are shared
+    /// ones (`ctx::Preopens`): the check before an open looks a path under
+    /// a preopen up on that very directory ([`p1_precheck`]).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(super) dirs: Option<super::ctx::PreopenDirs>,
 }
 
 /// The calling guest's exported `memory`, as `Caller::get_export("memory")`
@@ -414,6 +419,26 @@ pub(super) async fn p1_precheck(
     let Ok(flags) = types::Lookupflags::try_from(dirflags) else {
         return Ok(());
     };
+    // Under a shared preopen, by toolhost's own lookup on its directory:
+    // one lookup where wasmtime-wasi's makes two.
+    #[cfg(target_os = "linux")]
+    if let Some(dirs) = &state.dirs
+        && let Some(dir) = preopen_of(ctx, dirs, fd)
+        && let Some(name) = mem
+            .get(path as u32 as usize..)
+            .and_then(|m| m.get(..path_len as u32 as usize))
+            .and_then(|b| std::str::from_utf8(b).ok())
+    {
+        let follow = flags.contains(types::Lookupflags::SYMLINK_FOLLOW);
+        match special::found_at(dir, name, follow) {
+            special::Found::Special => {
+                special::REFUSED_BY_PREOPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Err(ERRNO_PERM);
+            }
+            special::Found::Allowed | special::Found::Missing => return Ok(()),
+            special::Found::Unknown => {}
+        }
+    }
     let mut mem = wiggle::GuestMemory::Unshared(mem);
     let ptr = wiggle::GuestPtr::<str>::new((path as u32, path_len as u32));
     match P1::path_filestat_get(ctx, &mut mem, types::Fd::from(fd as u32), flags, ptr).await {
@@ -425,6 +450,28 @@ pub(super) async fn p1_precheck(
         }
         _ => Ok(()),
     }
+}
+
+/// The directory of the preopen the guest's `fd` is (renumbered or not),
+/// found by the preopen's name among `dirs`; `None` for a descriptor that
+/// is no preopen, or a name that is not exactly one of `dirs`.
+#[cfg(target_os = "linux")]
+fn preopen_of<'a>(
+    ctx: &mut WasiP1Ctx,
+    dirs: &'a super::ctx::PreopenDirs,
+    fd: i32,
+) -> Option<&'a cap_std::fs::Dir> {
+    use wasmtime_wasi::p1::types;
+    use wasmtime_wasi::p1::wasi_snapshot_preview1::WasiSnapshotPreview1 as P1;
+    let fd = types::Fd::from(fd as u32);
+    let mut name = [0u8; 256];
+    let types::Prestat::Dir(d) =
+        P1::fd_prestat_get(ctx, &mut wiggle::GuestMemory::Unshared(&mut []), fd).ok()?;
+    let len = usize::try_from(d.pr_name_len).ok()?;
+    let name = name.get_mut(..len)?;
+    let mut mem = wiggle::GuestMemory::Unshared(name);
+    P1::fd_prestat_dir_name(ctx, &mut mem, fd, wiggle::GuestPtr::new(0), len as u32).ok()?;
+    super::ctx::preopen_named(dirs, name)
 }
 
 /// After a successful preview-1 `path_open`: 0, or `ERRNO_PERM` when what it

@@ -37,6 +37,10 @@ use wasmtime_wasi::p2::bindings::filesystem::types::DescriptorType;
 /// Threads the watchdog has interrupted in this process.
 pub(crate) static INTERRUPTED: AtomicU64 = AtomicU64::new(0);
 
+/// Special files the check before an open refused by toolhost's own lookup
+/// on a shared preopen's directory ([`found_at`]).
+pub(crate) static REFUSED_BY_PREOPEN: AtomicU64 = AtomicU64::new(0);
+
 /// Set by tests: skip the check before opening, so that a guest's open of a
 /// FIFO reaches the real open and the watchdog (how it is tested without a
 /// race).
@@ -56,6 +60,61 @@ pub(crate) fn p2_allowed(t: DescriptorType) -> bool {
 /// Whether the path is stat'ed before the call (step 1).
 pub(crate) fn precheck() -> bool {
     !SKIP_PRECHECK.load(Ordering::Relaxed)
+}
+
+/// What a path under a preopen is, for the check before an open (step 1),
+/// looked up by toolhost itself on the preopen's own directory ([`found_at`]).
+#[cfg(target_os = "linux")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// A file, a directory or (not followed) a symlink: the open may go on.
+    Allowed,
+    /// A FIFO, socket or device: refused before any open.
+    Special,
+    /// Nothing there (`ENOENT`): the open goes on and reports its own error.
+    Missing,
+    /// Anything else (an escape refused, `openat2` unavailable or refused,
+    /// a rename racing the lookup): wasmtime-wasi's own lookup decides.
+    Unknown,
+}
+
+/// What `path` names under `dir`, resolved as wasmtime-wasi's own stat
+/// resolves it (`openat2` beneath `dir`, no magic links, the last
+/// component followed when `follow`; one normal component not followed is
+/// a plain `fstatat`), in one lookup, where wasmtime-wasi's preview-1
+/// `path_filestat_get` makes two (a stat, then another for the inode's
+/// hash). Every outcome but a type or `ENOENT` is [`Found::Unknown`].
+#[cfg(target_os = "linux")]
+pub(crate) fn found_at(dir: &cap_std::fs::Dir, path: &str, follow: bool) -> Found {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+    use rustix::io::Errno;
+    let single = {
+        let mut c = std::path::Path::new(path).components();
+        match (c.next(), c.next()) {
+            (Some(std::path::Component::Normal(one)), None) => Some(one),
+            _ => None,
+        }
+    };
+    let stat = match single {
+        Some(one) if !follow => rustix::fs::statat(dir, one, AtFlags::SYMLINK_NOFOLLOW),
+        _ => {
+            let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+            if !follow {
+                flags |= OFlags::NOFOLLOW;
+            }
+            let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+            rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve)
+                .and_then(|fd| rustix::fs::fstat(&fd))
+        }
+    };
+    match stat {
+        Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile | FileType::Directory | FileType::Symlink => Found::Allowed,
+            _ => Found::Special,
+        },
+        Err(Errno::NOENT) => Found::Missing,
+        Err(_) => Found::Unknown,
+    }
 }
 
 /// Whether the watchdog can end a guest's open blocked on a FIFO here (for
@@ -543,5 +602,79 @@ mod watchdog {
             }
         }
         matches!(result, Some((fd, errno)) if fd < 0 && errno == libc::EINTR)
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    fn mkfifo(p: &std::path::Path) {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            p,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .expect("mkfifo");
+    }
+
+    /// toolhost's own lookup for the check before an open: a FIFO, direct
+    /// or behind a followed symlink (also through a subdir), a socket and a
+    /// device are special; a file, a dir and an unfollowed symlink are not;
+    /// nothing there is missing; a path that leaves the dir (by `..`, an
+    /// absolute path or an absolute symlink) is left to wasmtime-wasi's own
+    /// lookup. Nothing is opened but by `O_PATH`: the FIFO has no reader,
+    /// so an open of it would not return.
+    #[test]
+    fn a_path_under_a_preopen_is_looked_up_once_and_beneath_it() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = t.path();
+        std::fs::create_dir(root.join("sub")).expect("sub");
+        mkfifo(&root.join("fifo"));
+        mkfifo(&root.join("sub/fifo"));
+        std::fs::write(root.join("plain"), "x").expect("plain");
+        std::os::unix::fs::symlink("fifo", root.join("to-fifo")).expect("link");
+        std::os::unix::fs::symlink("../fifo", root.join("sub/up-fifo")).expect("link");
+        std::os::unix::fs::symlink("/dev/null", root.join("abs")).expect("link");
+        let _sock = std::os::unix::net::UnixListener::bind(root.join("sock")).expect("sock");
+        let dir = cap_std::fs::Dir::open_ambient_dir(root, cap_std::ambient_authority())
+            .expect("open dir");
+        let cases: &[(&str, bool, Found)] = &[
+            ("fifo", true, Found::Special),
+            ("fifo", false, Found::Special),
+            ("sub/fifo", true, Found::Special),
+            ("./sub/../fifo", true, Found::Special),
+            ("to-fifo", true, Found::Special),
+            ("to-fifo", false, Found::Allowed),
+            ("sub/up-fifo", true, Found::Special),
+            ("sub/up-fifo", false, Found::Allowed),
+            ("sock", true, Found::Special),
+            ("plain", true, Found::Allowed),
+            ("plain", false, Found::Allowed),
+            ("sub", true, Found::Allowed),
+            ("sub/", true, Found::Allowed),
+            ("fifo/", true, Found::Unknown),
+            ("none", true, Found::Missing),
+            ("sub/none", false, Found::Missing),
+            ("../x", true, Found::Unknown),
+            ("sub/../../x", false, Found::Unknown),
+            ("/dev/null", true, Found::Unknown),
+            ("abs", true, Found::Unknown),
+            ("abs", false, Found::Allowed),
+        ];
+        for (path, follow, want) in cases {
+            assert_eq!(
+                found_at(&dir, path, *follow),
+                *want,
+                "{path} follow={follow}"
+            );
+        }
+        // A device: /dev's own null, by a handle on /dev.
+        let dev =
+            cap_std::fs::Dir::open_ambient_dir("/dev", cap_std::ambient_authority()).expect("/dev");
+        assert_eq!(found_at(&dev, "null", true), Found::Special);
+        assert_eq!(found_at(&dev, "null", false), Found::Special);
     }
 }

@@ -174,6 +174,7 @@ async fn attack_10_a_guest_never_holds_or_waits_on_a_special_file() {
         let _skip = skip.then(SkipPrecheck::new);
         for (kind, p2) in [("p1", false), ("p2", true)] {
             let before = toolhost::backend::wasm::fifo_opens_interrupted();
+            let by_preopen = toolhost::backend::wasm::special_files_refused_by_preopen_lookup();
             for args in waits {
                 let r = probe_either(&sb, p2, args).await;
                 assert_eq!(
@@ -217,6 +218,18 @@ async fn attack_10_a_guest_never_holds_or_waits_on_a_special_file() {
             if root {
                 let r = probe_either(&sb, p2, &["read", "zero"]).await;
                 assert_eq!(r.stdout, EPERM, "{kind} {skip} char device: {r:?}");
+            }
+            // A preview-1 guest's opens under the sandbox's shared preopens
+            // (the cwd is the allowed dir) were checked by toolhost's own
+            // lookup on the preopen's dir: the FIFO twice (by its name and
+            // by a symlink), the one with a writer, the socket.
+            if !skip && !p2 {
+                let refused =
+                    toolhost::backend::wasm::special_files_refused_by_preopen_lookup() - by_preopen;
+                assert!(
+                    refused >= 4,
+                    "{kind}: {refused} refused by the preopen lookup"
+                );
             }
             for p in ["plain.txt", "to-plain"] {
                 let r = probe_either(&sb, p2, &["read", p]).await;
@@ -448,4 +461,42 @@ async fn attack_10_a_fifo_swapped_in_under_the_guest_never_holds_a_thread() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     swapper.join().unwrap();
     assert_eq!(threads_waiting_on_a_fifo(), 0);
+}
+
+// Unix only: FIFOs
+#[cfg(unix)]
+/// Attack 10 from a cwd below the allowed dir: that call's preopens are its
+/// own, not the sandbox's shared ones, so the check before an open is
+/// wasmtime-wasi's lookup, not toolhost's on a shared preopen's dir. A FIFO
+/// (by name, by a symlink, by `..` from a deeper dir) is still refused
+/// before any open, and a file beside it still read.
+#[tokio::test]
+async fn attack_10_a_fifo_is_refused_from_a_cwd_below_the_allowed_dir() {
+    let _counter = FIFO_TESTS.lock().await;
+    let (t, sb) = setup(SandboxConfig {
+        timeout: Duration::from_secs(20),
+        ..wasm_config()
+    });
+    std::fs::create_dir_all(t.ws().join("sub/deeper")).unwrap();
+    mkfifo(&t.ws().join("sub/fifo"));
+    std::os::unix::fs::symlink("fifo", t.ws().join("sub/to-fifo")).unwrap();
+    t.write("sub/plain.txt", "plain");
+    std::fs::copy(probe_path(), t.ws().join("sub/probe.wasm")).unwrap();
+    let before = toolhost::backend::wasm::fifo_opens_interrupted();
+    let run = |args: &[&str]| {
+        let mut argv = vec!["./probe.wasm"];
+        argv.extend_from_slice(args);
+        sb.run(RunRequest::new(argv).cwd(t.ws().join("sub")))
+    };
+    for p in ["fifo", "to-fifo", "deeper/../fifo"] {
+        let r = run(&["read", p]).await;
+        assert_eq!(r.stdout, EPERM, "{p}: {r:?}");
+    }
+    let r = run(&["read", "plain.txt"]).await;
+    assert_eq!((r.stdout.as_str(), r.success()), ("plain", true), "{r:?}");
+    assert_eq!(
+        toolhost::backend::wasm::fifo_opens_interrupted() - before,
+        0,
+        "an open reached the FIFO"
+    );
 }

@@ -268,7 +268,11 @@ impl WasmBackend {
                 let mut wasi = builder.build_p1();
                 let view = wasmtime_wasi::WasiView::ctx(&mut wasi);
                 view.table.set_max_capacity(MAX_GUEST_HANDLES);
-                let dirs = ctx::install(view.ctx, fs);
+                // toolhost's own lookup before an open is a blocking system
+                // call: only for a call whose file operations run inline
+                // (moved to a runner before its first), never on a runtime
+                // worker, where a stuck FUSE or NFS server would hold it.
+                let dirs = ctx::install(view.ctx, fs).filter(|_| inline.is_some());
                 let mut common = self.common(limits);
                 common.guard = guard;
                 let memory = pre.module().get_export_index("memory");

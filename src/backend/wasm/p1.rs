@@ -16,8 +16,10 @@ pub(super) struct State {
     /// times per file operation).
     pub(super) memory: Option<wasmtime::ModuleExport>,
     /// The dirs the call's preopens were made from, when they are shared
-    /// ones (`ctx::Preopens`): the check before an open looks a path under
-    /// a preopen up on that very directory ([`p1_precheck`]).
+    /// ones (`ctx::Preopens`) and the call's file operations run inline
+    /// (`inline_io`: the lookup blocks, so it runs on the call's runner,
+    /// never on a runtime worker): the check before an open looks a path
+    /// under a preopen up on that very directory ([`p1_precheck`]).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) dirs: Option<super::ctx::PreopenDirs>,
 }

@@ -17,8 +17,9 @@ pub(super) struct State {
     pub(super) memory: Option<wasmtime::ModuleExport>,
     /// The dirs the call's preopens were made from, when they are shared
     /// ones (`ctx::Preopens`) and the call's file operations run inline
-    /// (`inline_io`: the lookup blocks, so it runs on the call's runner,
-    /// never on a runtime worker): the check before an open looks a path
+    /// (`inline_io`: the lookup blocks, so it runs on the call's runner, or
+    /// a blocking-pool thread if none could start, never on a runtime
+    /// worker): the check before an open looks a path
     /// under a preopen up on that very directory ([`p1_precheck`]).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) dirs: Option<super::ctx::PreopenDirs>,

@@ -7,6 +7,7 @@
 //! between [`AllowedDirs::resolve`] and the open therefore cannot lead outside:
 //! the open fails instead. No `std::fs` call ever sees an agent's path.
 
+use std::borrow::Cow;
 use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -229,7 +230,8 @@ pub struct ResolvedPath {
     root: usize,
     rel: PathBuf,
     host_path: PathBuf,
-    guest_path: PathBuf,
+    /// `None` when the allowed dir is not mapped: the host path then.
+    guest_path: Option<PathBuf>,
     read_only: bool,
 }
 
@@ -249,11 +251,16 @@ impl ResolvedPath {
     /// The path tools see: below the allowed dir's guest path (the host path
     /// when the dir is not mapped). The one to show an agent.
     pub fn guest_path(&self) -> &Path {
-        &self.guest_path
+        self.guest_path.as_deref().unwrap_or(&self.host_path)
     }
     /// Whether the allowed dir it lies in is read-only.
     pub fn read_only(&self) -> bool {
         self.read_only
+    }
+    /// Its allowed dir's index, its path below that dir and its host path,
+    /// taken without a copy.
+    pub(crate) fn into_parts(self) -> (usize, PathBuf, PathBuf) {
+        (self.root, self.rel, self.host_path)
     }
 }
 
@@ -618,20 +625,26 @@ impl AllowedDirs {
         }
         // A guest path (`/data/x`) is absolute to the tools that see it,
         // also on Windows, where a path with a root but no drive is not.
-        let (root, rel) = if user_path.is_absolute() || user_path.has_root() {
-            self.split_root(user_path, true)
-                .ok_or_else(|| PathError::Outside(shown()))?
+        // Below the base, borrowed when the base is an allowed dir itself.
+        let (root, rel): (usize, Cow<'_, Path>) = if user_path.is_absolute() || user_path.has_root()
+        {
+            let (root, rel) = self
+                .split_root(user_path, true)
+                .ok_or_else(|| PathError::Outside(shown()))?;
+            (root, Cow::Owned(rel))
         } else {
-            let (root, base_rel) = match base {
+            match base {
                 Base::Path(b) => {
                     let (b, _) = self.resolve_from(b, Base::First)?;
-                    (b.root, b.rel)
+                    (b.root, Cow::Owned(b.rel.join(user_path)))
                 }
-                Base::Resolved(root, rel) => (root, rel.to_path_buf()),
+                Base::Resolved(root, rel) if rel.as_os_str().is_empty() => {
+                    (root, Cow::Borrowed(user_path))
+                }
+                Base::Resolved(root, rel) => (root, Cow::Owned(rel.join(user_path))),
                 Base::First if self.dirs.is_empty() => return Err(PathError::Outside(shown())),
-                Base::First => (0, PathBuf::new()),
-            };
-            (root, base_rel.join(user_path))
+                Base::First => (0, Cow::Borrowed(user_path)),
+            }
         };
         if escapes_lexically(&rel) {
             // Refused before any lookup, whether or not the components exist.
@@ -643,13 +656,7 @@ impl AllowedDirs {
             let host_path = self.dirs[root].path.join(&canon);
             self.split_root(&host_path, false).unwrap_or((root, canon))
         } else {
-            // Spelled as that join and split would spell it (cap-std may
-            // answer `.` for the dir itself).
-            let rel = canon
-                .components()
-                .filter(|c| *c != Component::CurDir)
-                .collect();
-            (root, rel)
+            (root, canon)
         };
         let d = &self.dirs[root];
         let below = |base: &Path| {
@@ -663,14 +670,16 @@ impl AllowedDirs {
             root,
             read_only: d.read_only,
             host_path: below(&d.path),
-            guest_path: below(d.guest_path()),
+            guest_path: d.guest.as_deref().map(below),
             rel,
         };
         Ok((resolved, stamp))
     }
 
     /// Canonicalizes `rel` below allowed dir `root` with cap-std; missing trailing
-    /// components are kept as they are if they are plain names.
+    /// components are kept as they are if they are plain names. The result
+    /// is spelled as a join and a split would spell it: no `.`, no doubled
+    /// or trailing `/` (cap-std may answer `.` for the dir itself).
     fn canonicalize_in(
         &self,
         root: usize,
@@ -679,8 +688,16 @@ impl AllowedDirs {
     ) -> Result<(PathBuf, Option<FileStamp>), PathError> {
         let shown = || display(user_path);
         let dir = &self.dirs[root].dir;
+        // The common case, before any copy of the path.
+        #[cfg(target_os = "linux")]
+        if let Some(found) = canonical_without_symlinks(dir, rel) {
+            return Ok(found);
+        }
         let mut existing = rel.to_path_buf();
         let mut missing: Vec<OsString> = Vec::new();
+        // The first round's fast path was tried above.
+        #[cfg(target_os = "linux")]
+        let mut first = true;
         loop {
             let target = if existing.as_os_str().is_empty() {
                 Path::new(".")
@@ -688,7 +705,9 @@ impl AllowedDirs {
                 existing.as_path()
             };
             #[cfg(target_os = "linux")]
-            if let Some((mut canon, stamp)) = canonical_without_symlinks(dir, &existing) {
+            if !std::mem::take(&mut first)
+                && let Some((mut canon, stamp)) = canonical_without_symlinks(dir, &existing)
+            {
                 for name in missing.iter().rev() {
                     canon.push(name);
                 }
@@ -696,6 +715,10 @@ impl AllowedDirs {
             }
             match dir.canonicalize(target) {
                 Ok(canon) => {
+                    let canon: PathBuf = canon
+                        .components()
+                        .filter(|c| *c != Component::CurDir)
+                        .collect();
                     #[cfg(windows)]
                     let canon =
                         long_names(&self.dirs[root].path, &canon).map_err(|e| PathError::Io {

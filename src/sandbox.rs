@@ -175,9 +175,9 @@ pub struct Sandbox {
     host_env: Vec<(OsString, OsString)>,
     /// `build_env(&[])`, computed once: every native call gets this environment.
     base_env: Vec<(OsString, OsString)>,
-    /// The allowlisted host variables alone (no `PATH` seed): what a wasm
-    /// guest gets.
-    given_env: Vec<(OsString, OsString)>,
+    /// The allowlisted host variables alone (no `PATH` seed), without the
+    /// host's layout variables (`HOST_LAYOUT_VARS`): what a wasm guest gets.
+    wasm_env: Vec<(OsString, OsString)>,
     registry: Registry,
     /// Created on first use: the engine costs a thread and some memory.
     wasm: OnceLock<Result<WasmBackend, String>>,
@@ -223,11 +223,18 @@ impl Sandbox {
             &config.env_allowlist,
             config.allow_network,
         );
-        let given_env = given_env_from(
+        // The host's layout variables (PATH, HOME, TMPDIR: host paths a
+        // guest does not have) pass to a guest only when set for the call,
+        // as docker takes them from its image.
+        let mut wasm_env = given_env_from(
             host_env.iter().map(|(k, v)| (k, v)),
             &config.env_allowlist,
             config.allow_network,
         );
+        wasm_env.retain(|(k, _)| {
+            !k.to_str()
+                .is_some_and(|k| HOST_LAYOUT_VARS.iter().any(|v| crate::env::same_name(k, v)))
+        });
         let registry =
             Registry::open(&config.wasm).map_err(|e| SandboxError::ToolDirs(e.to_string()))?;
         let mounts = dirs
@@ -254,7 +261,7 @@ impl Sandbox {
             direct: DirectBackend::new(),
             host_env,
             base_env,
-            given_env,
+            wasm_env,
             registry,
             wasm: OnceLock::new(),
             docker: OnceLock::new(),
@@ -357,7 +364,13 @@ impl Sandbox {
     /// [`Sandbox::plan`] for a plan run at once: its tool file's stamp,
     /// taken while resolving it, keys the wasm engine's cache.
     fn plan_now(&self, request: &RunRequest) -> Result<ExecPlan, Outcome> {
-        let Some(program) = request.argv.first() else {
+        self.plan_argv(request, request.argv.clone())
+    }
+
+    /// [`Sandbox::plan_now`] with `argv` in place of the request's (which
+    /// is not looked at): a caller that owns its request moves its argv in.
+    fn plan_argv(&self, request: &RunRequest, argv: Vec<OsString>) -> Result<ExecPlan, Outcome> {
+        let Some(program) = argv.first() else {
             return Err(Outcome::new(
                 OutcomeKind::EmptyArgv,
                 "empty argv: nothing to run",
@@ -366,7 +379,7 @@ impl Sandbox {
         if program.is_empty() {
             return Err(Outcome::new(OutcomeKind::EmptyArgv, "argv[0] is empty"));
         }
-        if let Some(i) = request.argv.iter().position(|a| has_nul(a)) {
+        if let Some(i) = argv.iter().position(|a| has_nul(a)) {
             return Err(Outcome::new(
                 OutcomeKind::InvalidRequest,
                 format!("argv[{i}] contains a NUL byte"),
@@ -382,18 +395,11 @@ impl Sandbox {
         if backend == BackendKind::Direct {
             self.refuse_for_direct()?;
         }
-        // A wasm guest gets exactly the variables it is given; `PATH` is a
-        // native concern, set for `direct` and `docker` when not given. The
-        // host's layout variables (PATH, HOME, TMPDIR: host paths a guest
-        // does not have) pass to it only when set for the call, as docker
-        // takes them from its image.
+        // A wasm guest gets exactly the variables it is given (`wasm_env`);
+        // `PATH` is a native concern, set for `direct` and `docker` when not
+        // given.
         let mut env = if backend == BackendKind::Wasm {
-            let mut e = self.given_env.clone();
-            e.retain(|(k, _)| {
-                !k.to_str()
-                    .is_some_and(|k| HOST_LAYOUT_VARS.iter().any(|v| crate::env::same_name(k, v)))
-            });
-            e
+            self.wasm_env.clone()
         } else {
             self.build_env(&[])
         };
@@ -416,7 +422,7 @@ impl Sandbox {
         Ok(ExecPlan {
             backend,
             wasm,
-            argv: request.argv.clone(),
+            argv,
             env,
             cwd,
             stdin: request.stdin.as_deref().map(Arc::from),
@@ -522,14 +528,15 @@ impl Sandbox {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| shown.to_string());
+        let (root, rel, host_path) = resolved.into_parts();
         Ok(Some(ToolFile {
             name,
             source: ToolSource::File {
-                dir: self.dirs.as_slice()[resolved.root_index()].shared_dir(),
-                rel: resolved.relative().to_path_buf(),
+                dir: self.dirs.as_slice()[root].shared_dir(),
+                rel,
                 stamp,
             },
-            host_path: resolved.host_path().to_path_buf(),
+            host_path,
         }))
     }
 
@@ -751,9 +758,10 @@ impl Sandbox {
 
     /// Runs a request (the seed's `run_subprocess`). Never panics and never
     /// returns an error: refusals and failures are outcomes.
-    pub async fn run(&self, request: RunRequest) -> RunOutput {
+    pub async fn run(&self, mut request: RunRequest) -> RunOutput {
         let start = Instant::now();
-        match self.plan_now(&request) {
+        let argv = std::mem::take(&mut request.argv);
+        match self.plan_argv(&request, argv) {
             Ok(plan) => self.run_plan(&plan).await,
             Err(outcome) => {
                 let backend = self.config.backend.fixed().unwrap_or(BackendKind::Direct);

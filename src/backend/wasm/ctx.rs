@@ -53,16 +53,13 @@ pub(super) fn build_wasi(
 ) -> Result<(WasiCtxBuilder, protect::Guard, Option<Shared>), Outcome> {
     let invalid = |m: String| Outcome::new(OutcomeKind::InvalidRequest, m);
     let mut b = WasiCtxBuilder::new();
-    let mut args = Vec::with_capacity(plan.argv.len());
-    args.push(name.to_string());
+    b.arg(name);
     for (i, a) in plan.argv.iter().enumerate().skip(1) {
-        args.push(
+        b.arg(
             a.to_str()
-                .ok_or_else(|| invalid(format!("argv[{i}] is not valid UTF-8")))?
-                .to_string(),
+                .ok_or_else(|| invalid(format!("argv[{i}] is not valid UTF-8")))?,
         );
     }
-    b.args(&args);
     for (k, v) in &plan.env {
         if let (Some(k), Some(v)) = (k.to_str(), v.to_str()) {
             b.env(k, v);

@@ -646,7 +646,10 @@ impl WasmBackend {
             };
             let store = &mut held.store;
             let result = body(store).await;
-            if let (Some(initial), Ok(left)) = (initial_fuel, store.get_fuel()) {
+            // Asked only under fuel: without it, `get_fuel` makes an error.
+            if let Some(initial) = initial_fuel
+                && let Ok(left) = store.get_fuel()
+            {
                 LAST_FUEL_USED.store(initial.saturating_sub(left), Relaxed);
             }
             let s = store.data_mut().common();

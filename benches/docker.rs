@@ -94,7 +94,8 @@ fn main() {
     // Podman: the rootless engine's workspace is its user's.
     let rootless_ws = tempfile::tempdir().expect("tempdir");
     let rootless = rootless_ids().and_then(|(uid, gid)| {
-        let host = format!("unix:///run/user/{uid}/podman.sock");
+        // scripts/docker-setup's rootless service.
+        let host = "unix:///run/toolhost-podman-rootless/podman.sock".to_string();
         std::os::unix::fs::chown(rootless_ws.path(), Some(uid), Some(gid)).ok()?;
         engine_has(&host, &image).then_some(host)
     });

@@ -267,6 +267,10 @@ pub(crate) enum Engine {
 pub(crate) const PODMAN_SOCK: &str = "/run/toolhost-podman.sock";
 /// The unprivileged user whose rootless Podman service it starts.
 pub(crate) const ROOTLESS_USER: &str = "toolhost-podman";
+/// That service's socket, in a dir of that user's that Podman never
+/// manages (its runtime dir, `/run/user/UID`, it may remove on a first
+/// run: `scripts/docker-setup`).
+pub(crate) const PODMAN_ROOTLESS_SOCK: &str = "/run/toolhost-podman-rootless/podman.sock";
 
 /// The uid and gid of [`ROOTLESS_USER`], from the passwd file.
 pub(crate) fn rootless_ids() -> Option<(u32, u32)> {
@@ -296,10 +300,7 @@ impl Engine {
         match self {
             Engine::Runc | Engine::Runsc => None,
             Engine::Podman => Some(format!("unix://{PODMAN_SOCK}")),
-            Engine::PodmanRootless => {
-                let (uid, _) = rootless_ids().unwrap_or((u32::MAX, u32::MAX));
-                Some(format!("unix:///run/user/{uid}/podman.sock"))
-            }
+            Engine::PodmanRootless => Some(format!("unix://{PODMAN_ROOTLESS_SOCK}")),
         }
     }
 

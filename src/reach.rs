@@ -211,6 +211,12 @@ impl Writable {
         Writable { paths }
     }
 
+    /// The mount table read when these were looked at.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn mount_table(&self) -> &[(String, PathBuf, PathBuf)] {
+        &self.mounts
+    }
+
     /// The writable dirs of a sandbox.
     pub(crate) fn of(dirs: &AllowedDirs) -> Self {
         Self::new(

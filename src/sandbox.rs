@@ -206,13 +206,16 @@ impl Sandbox {
     {
         config.validate()?;
         let dirs = AllowedDirs::open(allowed_dirs.into_iter().map(Into::into))?;
-        crate::state_dirs::refuse_exposed_state(&dirs, &config)
+        // The writable dirs and the mount table, looked at once for both.
+        let writable = crate::reach::Writable::of(&dirs);
+        crate::state_dirs::refuse_exposed_state_with(&writable, &dirs, &config)
             .map_err(SandboxError::StateExposed)?;
         // validate() parsed the same list.
         let protected = ProtectedPaths::parse(&config.protected_paths)
             .map_err(|m| ConfigError::key("protected_paths", m))?;
-        crate::state_dirs::refuse_aliased_protected(&dirs, &protected)
+        crate::state_dirs::refuse_aliased_protected_with(&writable, &dirs, &protected)
             .map_err(SandboxError::StateExposed)?;
+        drop(writable);
         if config.protect_host_environ {
             protect_host_environ();
         }
@@ -276,15 +279,23 @@ impl Sandbox {
     /// path leads to is looked at by the call. Each is made once per
     /// process, and a call that starts meanwhile waits for what it needs,
     /// so calling this changes no call's result, only when the work is
-    /// done. `toolhost run` calls it first thing.
+    /// done.
     pub fn warm_up_in_background(&self) {
+        Self::warm_up_for(&self.config);
+    }
+
+    /// [`warm_up_in_background`](Self::warm_up_in_background) for the
+    /// sandbox `config` would make, before it is made: what the warm-up
+    /// makes depends only on the backend, the isolation level and the
+    /// network setting. `toolhost run` calls it before [`Sandbox::new`],
+    /// whose checks then run while the network namespace is made.
+    pub fn warm_up_for(config: &SandboxConfig) {
+        #[cfg(not(target_os = "linux"))]
+        let _ = config;
         #[cfg(target_os = "linux")]
-        if matches!(
-            self.config.backend,
-            BackendChoice::Direct | BackendChoice::Auto
-        ) {
-            let net_off = !self.config.allow_network;
-            let level = self.config.isolation;
+        if matches!(config.backend, BackendChoice::Direct | BackendChoice::Auto) {
+            let net_off = !config.allow_network;
+            let level = config.isolation;
             let started = std::thread::Builder::new()
                 .name("toolhost-warm-up".into())
                 .spawn(move || crate::backend::direct::warm_up(net_off, level));
@@ -617,10 +628,7 @@ impl Sandbox {
             Some(Ok(wasm)) => Backend::shutdown(wasm).await,
             // The FIFO watchdog's self-test is the process's: a wasm call of
             // another sandbox may have started it.
-            _ => {
-                let _ = tokio::task::spawn_blocking(crate::backend::wasm::settle_background_checks)
-                    .await;
-            }
+            _ => crate::backend::wasm::settle_background_checks_async().await,
         }
     }
 

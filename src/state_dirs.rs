@@ -27,9 +27,9 @@ use std::path::PathBuf;
 
 use crate::config::SandboxConfig;
 use crate::paths::AllowedDirs;
-use crate::reach::{Writable, resolution_trail};
 #[cfg(target_os = "linux")]
-use crate::reach::{fs_position, mount_table};
+use crate::reach::fs_position;
+use crate::reach::{Writable, resolution_trail};
 
 /// One piece of toolhost's state, with what moves it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,7 +148,19 @@ pub fn state_paths(config: &SandboxConfig) -> Vec<StatePath> {
 /// what moves it. Read-only allowed dirs are fine (a call may read compiled
 /// code; it cannot change it). A state path must be absolute, without `..`.
 pub fn refuse_exposed_state(dirs: &AllowedDirs, config: &SandboxConfig) -> Result<(), String> {
-    let writable = Writable::of(dirs);
+    refuse_exposed_state_with(&Writable::of(dirs), dirs, config)
+}
+
+/// [`refuse_exposed_state`] with the writable dirs of `dirs` looked at
+/// already (one read of the mount table for this and
+/// [`refuse_aliased_protected_with`]).
+pub(crate) fn refuse_exposed_state_with(
+    writable: &Writable,
+    dirs: &AllowedDirs,
+    config: &SandboxConfig,
+) -> Result<(), String> {
+    #[cfg(not(unix))]
+    let _ = dirs;
     for state in state_paths(config) {
         if !state.path.is_absolute()
             || state
@@ -227,9 +239,21 @@ pub fn refuse_aliased_protected(
     if protected.is_empty() {
         return Ok(());
     }
-    let writable = Writable::of(dirs);
+    refuse_aliased_protected_with(&Writable::of(dirs), dirs, protected)
+}
+
+/// [`refuse_aliased_protected`] with the writable dirs of `dirs` looked at
+/// already, and their mount table.
+pub(crate) fn refuse_aliased_protected_with(
+    writable: &Writable,
+    dirs: &AllowedDirs,
+    protected: &crate::protected::ProtectedPaths,
+) -> Result<(), String> {
+    if protected.is_empty() {
+        return Ok(());
+    }
     #[cfg(target_os = "linux")]
-    let mounts = mount_table();
+    let mounts = writable.mount_table();
     for d in dirs.as_slice().iter().filter(|d| !d.read_only()) {
         for (_, raw) in protected.entries_raw() {
             let lexical: PathBuf = raw.iter().fold(d.path().to_path_buf(), |p, n| p.join(n));
@@ -245,8 +269,8 @@ pub fn refuse_aliased_protected(
                 ));
             }
             #[cfg(target_os = "linux")]
-            if let Some((dev, pos)) = fs_position(&place, &mounts) {
-                for (mdev, root, point) in &mounts {
+            if let Some((dev, pos)) = fs_position(&place, mounts) {
+                for (mdev, root, point) in mounts {
                     // By path: a mount point outside every allowed dir's path
                     // is out of reach (Landlock walks the mount tree).
                     if *mdev == dev
@@ -376,7 +400,7 @@ mod tests {
             fs_position(Path::new("/ws/a"), &mounts),
             Some(("8:1".into(), PathBuf::from("/ws/a")))
         );
-        assert!(!mount_table().is_empty());
+        assert!(!crate::reach::mount_table().is_empty());
     }
 
     #[test]

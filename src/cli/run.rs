@@ -362,10 +362,11 @@ pub(crate) fn stdin_timed_out(backend: BackendKind, timeout: Duration) -> RunOut
 }
 
 pub fn main(args: RunArgs) -> anyhow::Result<i32> {
-    let mut sandbox = build_sandbox(&args.sandbox, args.backend)?;
-    // The namespaces and programs a direct call needs are made while stdin
-    // is read and the runtime starts.
-    sandbox.warm_up_in_background();
+    let config = build_config(&args.sandbox, args.backend)?;
+    // The namespaces and programs a direct call needs are made while the
+    // sandbox is checked, stdin is read and the runtime starts.
+    Sandbox::warm_up_for(&config);
+    let mut sandbox = build_sandbox_with(&args.sandbox, config)?;
     let mut request = RunRequest::new(args.argv.clone());
     request.cwd = cwd(&args.sandbox);
     request.env = args.env.clone();

@@ -328,9 +328,6 @@ enum Reaped {
 /// budget; one that takes long only delays the settling of those queued
 /// after it.
 fn hand_to_reaper(pidfd: &AsyncFd<OwnedFd>, how: Reaped, kept: Kept) {
-    type Job = (OwnedFd, Reaped, Kept);
-    static REAPER: std::sync::OnceLock<Option<std::sync::Mutex<std::sync::mpsc::Sender<Job>>>> =
-        std::sync::OnceLock::new();
     let fd = match pidfd.get_ref().try_clone() {
         Ok(fd) => fd,
         Err(e) => {
@@ -338,27 +335,7 @@ fn hand_to_reaper(pidfd: &AsyncFd<OwnedFd>, how: Reaped, kept: Kept) {
             return; // `kept` leaks (its Drop)
         }
     };
-    let reaper = REAPER.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("toolhost-reap".into())
-            .spawn(move || {
-                for (fd, how, kept) in rx {
-                    let reaped = reap(fd.as_raw_fd(), true);
-                    let clean = match how {
-                        Reaped::After(clean) => clean,
-                        Reaped::Report(status) => status
-                            .and_then(read_report)
-                            .is_some_and(|r| r.survivors == 0 || not_started(&r)),
-                    };
-                    kept.settle(reaped && clean);
-                }
-            })
-            .inspect_err(|e| tracing::error!("direct backend: no thread to reap supervisors: {e}"))
-            .ok()
-            .map(|_| std::sync::Mutex::new(tx))
-    });
-    match reaper {
+    match supervisor_reaper() {
         Some(tx) => {
             // A send fails only if the thread is gone; the job (and the
             // Kept in it) is then dropped, and leaks (its Drop).
@@ -369,6 +346,47 @@ fn hand_to_reaper(pidfd: &AsyncFd<OwnedFd>, how: Reaped, kept: Kept) {
         }
         None => drop(kept), // leaks (its Drop)
     }
+}
+
+/// A supervisor to wait for, how to know its call clean, and what it reads.
+type ReapJob = (OwnedFd, Reaped, Kept);
+
+/// Starts the thread of [`hand_to_reaper`] (`warm_up` does, so that a
+/// CLI's only call does not start it on its way out).
+pub(super) fn start_supervisor_reaper() {
+    let _ = supervisor_reaper();
+}
+
+/// The thread of [`hand_to_reaper`], started on first use; `None` if it
+/// could not be.
+fn supervisor_reaper() -> Option<&'static std::sync::Mutex<std::sync::mpsc::Sender<ReapJob>>> {
+    type Job = ReapJob;
+    static REAPER: std::sync::OnceLock<Option<std::sync::Mutex<std::sync::mpsc::Sender<Job>>>> =
+        std::sync::OnceLock::new();
+    REAPER
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<Job>();
+            std::thread::Builder::new()
+                .name("toolhost-reap".into())
+                .spawn(move || {
+                    for (fd, how, kept) in rx {
+                        let reaped = reap(fd.as_raw_fd(), true);
+                        let clean = match how {
+                            Reaped::After(clean) => clean,
+                            Reaped::Report(status) => status
+                                .and_then(read_report)
+                                .is_some_and(|r| r.survivors == 0 || not_started(&r)),
+                        };
+                        kept.settle(reaped && clean);
+                    }
+                })
+                .inspect_err(|e| {
+                    tracing::error!("direct backend: no thread to reap supervisors: {e}")
+                })
+                .ok()
+                .map(|_| std::sync::Mutex::new(tx))
+        })
+        .as_ref()
 }
 
 impl Drop for Control {

@@ -154,6 +154,14 @@ pub(crate) fn settle_background_checks() {
     special::settle();
 }
 
+/// Waits for the background checks on the blocking pool, if one runs:
+/// most processes never start one, and need no thread for it.
+pub(crate) async fn settle_background_checks_async() {
+    if special::unsettled() {
+        let _ = tokio::task::spawn_blocking(settle_background_checks).await;
+    }
+}
+
 /// Tests only: skip the check of a path before a guest opens it, so that an
 /// open of a FIFO reaches the real open and the watchdog (`special`).
 #[doc(hidden)]
@@ -813,6 +821,6 @@ impl crate::backend::Backend for WasmBackend {
 
     /// Waits for the FIFO watchdog's self-test if one has started.
     async fn shutdown(&self) {
-        let _ = tokio::task::spawn_blocking(settle_background_checks).await;
+        settle_background_checks_async().await;
     }
 }

@@ -145,6 +145,11 @@ pub(crate) fn settle() {
     watchdog::wait_if_started();
 }
 
+/// Whether [`settle`] would wait: a self-test started and not ended.
+pub(crate) fn unsettled() -> bool {
+    watchdog::running()
+}
+
 /// First look of the watchdog, and the longest wait between two: an open of
 /// a file takes microseconds; only a call still running after this long is
 /// looked at.
@@ -210,6 +215,9 @@ mod watchdog {
     }
     pub(super) fn wait_for_self_test() {}
     pub(super) fn wait_if_started() {}
+    pub(super) fn running() -> bool {
+        false
+    }
     pub(super) fn ready() -> bool {
         false
     }
@@ -257,6 +265,12 @@ mod watchdog {
         if STARTED.is_completed() {
             wait_for_self_test();
         }
+    }
+
+    /// A self-test started and has not ended (its result is stored once
+    /// its FIFO dir is gone).
+    pub(super) fn running() -> bool {
+        STARTED.is_completed() && SELF_TEST.load(Ordering::Acquire) == UNKNOWN
     }
 
     pub(super) fn wait_for_self_test() {

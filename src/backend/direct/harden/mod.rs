@@ -128,12 +128,14 @@ fn unavailable(layer: Layer, why: &str) -> Outcome {
 /// Makes now what the first call of this process at `level` would make on
 /// its own path, each once per process: the Landlock probe, the seccomp
 /// program, the shared network namespace (root) or user namespace
-/// (otherwise), the private tmps' reaper thread. A call that starts
+/// (otherwise), the private tmps' reaper thread, the supervisors' reaper
+/// thread (`platform::start_supervisor_reaper`). A call that starts
 /// meanwhile waits for what it needs. Nothing here depends on a call or on
 /// what the host's paths lead to: the read paths' handles, which do (a
 /// directory swapped for another between now and the call), are left to
 /// the call.
 pub(crate) fn warm_up(net_off: bool, level: IsolationLevel) {
+    super::platform::start_supervisor_reaper();
     let abi = landlock_abi();
     if level == IsolationLevel::Off {
         let _ = minimal_domain(abi);

@@ -206,16 +206,15 @@ impl Sandbox {
     {
         config.validate()?;
         let dirs = AllowedDirs::open(allowed_dirs.into_iter().map(Into::into))?;
-        // The writable dirs and the mount table, looked at once for both.
-        let writable = crate::reach::Writable::of(&dirs);
-        crate::state_dirs::refuse_exposed_state_with(&writable, &dirs, &config)
+        crate::state_dirs::refuse_exposed_state(&dirs, &config)
             .map_err(SandboxError::StateExposed)?;
         // validate() parsed the same list.
         let protected = ProtectedPaths::parse(&config.protected_paths)
             .map_err(|m| ConfigError::key("protected_paths", m))?;
-        crate::state_dirs::refuse_aliased_protected_with(&writable, &dirs, &protected)
+        // Its own look at the mounts, after the state's paths were walked
+        // (a walk may trigger an automount).
+        crate::state_dirs::refuse_aliased_protected(&dirs, &protected)
             .map_err(SandboxError::StateExposed)?;
-        drop(writable);
         if config.protect_host_environ {
             protect_host_environ();
         }

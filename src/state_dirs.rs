@@ -148,19 +148,7 @@ pub fn state_paths(config: &SandboxConfig) -> Vec<StatePath> {
 /// what moves it. Read-only allowed dirs are fine (a call may read compiled
 /// code; it cannot change it). A state path must be absolute, without `..`.
 pub fn refuse_exposed_state(dirs: &AllowedDirs, config: &SandboxConfig) -> Result<(), String> {
-    refuse_exposed_state_with(&Writable::of(dirs), dirs, config)
-}
-
-/// [`refuse_exposed_state`] with the writable dirs of `dirs` looked at
-/// already (one read of the mount table for this and
-/// [`refuse_aliased_protected_with`]).
-pub(crate) fn refuse_exposed_state_with(
-    writable: &Writable,
-    dirs: &AllowedDirs,
-    config: &SandboxConfig,
-) -> Result<(), String> {
-    #[cfg(not(unix))]
-    let _ = dirs;
+    let writable = Writable::of(dirs);
     for state in state_paths(config) {
         if !state.path.is_absolute()
             || state
@@ -239,19 +227,8 @@ pub fn refuse_aliased_protected(
     if protected.is_empty() {
         return Ok(());
     }
-    refuse_aliased_protected_with(&Writable::of(dirs), dirs, protected)
-}
-
-/// [`refuse_aliased_protected`] with the writable dirs of `dirs` looked at
-/// already, and their mount table.
-pub(crate) fn refuse_aliased_protected_with(
-    writable: &Writable,
-    dirs: &AllowedDirs,
-    protected: &crate::protected::ProtectedPaths,
-) -> Result<(), String> {
-    if protected.is_empty() {
-        return Ok(());
-    }
+    // The writable dirs and the mount table they were placed by: one read.
+    let writable = Writable::of(dirs);
     #[cfg(target_os = "linux")]
     let mounts = writable.mount_table();
     for d in dirs.as_slice().iter().filter(|d| !d.read_only()) {

@@ -360,12 +360,11 @@ pub(super) fn start_supervisor_reaper() {
 /// The thread of [`hand_to_reaper`], started on first use; `None` if it
 /// could not be.
 fn supervisor_reaper() -> Option<&'static std::sync::Mutex<std::sync::mpsc::Sender<ReapJob>>> {
-    type Job = ReapJob;
-    static REAPER: std::sync::OnceLock<Option<std::sync::Mutex<std::sync::mpsc::Sender<Job>>>> =
+    static REAPER: std::sync::OnceLock<Option<std::sync::Mutex<std::sync::mpsc::Sender<ReapJob>>>> =
         std::sync::OnceLock::new();
     REAPER
         .get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel::<Job>();
+            let (tx, rx) = std::sync::mpsc::channel::<ReapJob>();
             std::thread::Builder::new()
                 .name("toolhost-reap".into())
                 .spawn(move || {

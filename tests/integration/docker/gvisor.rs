@@ -127,7 +127,10 @@ async fn under_gvisor_a_swapped_parent_never_gets_the_outside_mounted() {
 /// this process, as another sandbox or the host could be) keeps swapping
 /// the protected `.git` for a symlink to an outside repository and back
 /// while calls start: no call reads the outside one; each reads the
-/// workspace's or fails. The helper's ctime check is best effort against
+/// workspace's or fails. Each swap is one `renameat2(RENAME_EXCHANGE)`, so
+/// `.git` is never missing: a call that started while it was would take the
+/// `.git` there after it for one it made, and move it aside (as it must:
+/// `protect::move_aside_created`), under the writer's feet. The helper's ctime check is best effort against
 /// such a writer (docs/src/docker.md#runtimes-gvisor), and this engine did
 /// not mount the outside in these races even without it: the test guards
 /// the outcome, not that check. Control: the swaps happened, and with them
@@ -146,16 +149,19 @@ async fn under_gvisor_a_mount_swapped_by_another_writer_is_refused() {
     std::fs::write(repo.join("config"), "OUTSIDE").unwrap();
     let sb = t.sandbox(docker_config_on(&image, Engine::Runsc));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The symlink out waits beside `.git`, and trades places with it.
+    std::os::unix::fs::symlink(&repo, t.ws().join(".git.alt")).unwrap();
     let swapper = {
-        let (stop, ws, repo) = (stop.clone(), t.ws(), repo.clone());
+        let (stop, ws) = (stop.clone(), t.ws());
         std::thread::spawn(move || {
+            use rustix::fs::{CWD, RenameFlags, renameat_with};
+            let (git, alt) = (ws.join(".git"), ws.join(".git.alt"));
+            let exchange = || renameat_with(CWD, &git, CWD, &alt, RenameFlags::EXCHANGE).unwrap();
             let mut swaps = 0u32;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                std::fs::rename(ws.join(".git"), ws.join(".git.x")).unwrap();
-                std::os::unix::fs::symlink(&repo, ws.join(".git")).unwrap();
+                exchange();
                 std::thread::sleep(Duration::from_millis(2));
-                std::fs::remove_file(ws.join(".git")).unwrap();
-                std::fs::rename(ws.join(".git.x"), ws.join(".git")).unwrap();
+                exchange();
                 swaps += 1;
                 std::thread::sleep(Duration::from_millis(1));
             }

@@ -128,13 +128,16 @@ async fn under_gvisor_a_swapped_parent_never_gets_the_outside_mounted() {
 /// the protected `.git` for a symlink to an outside repository and back
 /// while calls start: no call reads the outside one; each reads the
 /// workspace's or fails. Each swap is one `renameat2(RENAME_EXCHANGE)`, so
-/// `.git` is never missing: a call that started while it was would take the
-/// `.git` there after it for one it made, and move it aside (as it must:
-/// `protect::move_aside_created`), under the writer's feet. The helper's ctime check is best effort against
-/// such a writer (docs/src/docker.md#runtimes-gvisor), and this engine did
-/// not mount the outside in these races even without it: the test guards
-/// the outcome, not that check. Control: the swaps happened, and with them
-/// stopped the calls read it.
+/// `.git` is never missing. (With a moment where it was, a call planned in
+/// that moment listed `.git` as absent, the gate later found and held it,
+/// and after the call the held `.git` was moved aside as one the call had
+/// made, under the writer's feet: the absent list and the held list are
+/// taken at two moments, which is a known bug of its own.) The helper's
+/// ctime check is best effort against such a writer
+/// (docs/src/docker.md#runtimes-gvisor), and this engine did not mount the
+/// outside in these races even without it: the test guards the outcome,
+/// not that check. Control: the swaps happened, and with them stopped the
+/// calls read it.
 #[tokio::test]
 async fn under_gvisor_a_mount_swapped_by_another_writer_is_refused() {
     let Some(image) = image_on(Engine::Runsc) else {

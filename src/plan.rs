@@ -193,18 +193,23 @@ impl ExecPlan {
     /// most specific allowed dir (by host path) that holds it; `None` when
     /// none does.
     pub fn guest_of(&self, host: &Path) -> Option<PathBuf> {
-        self.mounts
-            .iter()
-            .filter_map(|m| strip_dir(host, &m.path).map(|rest| (m, rest)))
-            .max_by_key(|(m, _)| m.path.components().count())
-            .map(|(m, rest)| {
-                if rest.as_os_str().is_empty() {
-                    m.guest.clone()
-                } else {
-                    m.guest.join(rest)
-                }
-            })
+        guest_in(&self.mounts, host)
     }
+}
+
+/// [`ExecPlan::guest_of`] over `mounts`.
+pub(crate) fn guest_in(mounts: &[Mount], host: &Path) -> Option<PathBuf> {
+    mounts
+        .iter()
+        .filter_map(|m| strip_dir(host, &m.path).map(|rest| (m, rest)))
+        .max_by_key(|(m, _)| m.path.components().count())
+        .map(|(m, rest)| {
+            if rest.as_os_str().is_empty() {
+                m.guest.clone()
+            } else {
+                m.guest.join(rest)
+            }
+        })
 }
 
 /// A tool found in a tool dir, in the built-in collection, or a `.wasm` file

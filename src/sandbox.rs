@@ -784,13 +784,11 @@ impl Sandbox {
     /// moves it (measured: most of the copying of a warm wasm call).
     pub async fn run_plan(&self, plan: &ExecPlan) -> RunOutput {
         match plan.backend {
-            BackendKind::Direct if plan.isolation == crate::isolation::IsolationLevel::Off => {
-                Box::pin(self.direct.run(plan)).await
-            }
-            // What mounts cannot hold (a name that did not exist) is moved
-            // aside after the call (`backend::protect`).
-            BackendKind::Direct => Box::pin(swept(&self.direct, plan)).await,
-            BackendKind::Docker => Box::pin(swept(self.docker_backend(), plan)).await,
+            // Each holds the protected paths that exist and moves aside,
+            // after the call, what was made where one did not
+            // (`backend::protect`).
+            BackendKind::Direct => Box::pin(self.direct.run(plan)).await,
+            BackendKind::Docker => Box::pin(Backend::run(self.docker_backend(), plan)).await,
             BackendKind::Wasm => match self.wasm_backend() {
                 Ok(w) => Box::pin(Backend::run(w, plan)).await,
                 Err(e) => RunOutput::refused(
@@ -801,15 +799,6 @@ impl Sandbox {
             },
         }
     }
-}
-
-/// Runs `plan` on `backend`, then moves aside what the call made at a
-/// protected path that did not exist when it started (`backend::protect`).
-async fn swept(backend: &impl Backend, plan: &ExecPlan) -> RunOutput {
-    let sweep = crate::backend::protect::Sweep::new(crate::backend::protect::absent(plan));
-    let mut out = backend.run(plan).await;
-    sweep.finish(&mut out);
-    out
 }
 
 /// The OS reason of an error, without any path.

@@ -2,14 +2,34 @@
 //! dirs, as the mounts that hold them: read-only over each protected path,
 //! and the same place mounted over itself (writable) for each directory on
 //! the way to one below the dir (`.git` for `.git/hooks`), since a mount
-//! point cannot be renamed or removed. The `direct` backend makes them in a
-//! mount namespace of the call (Linux), the `docker` backend as extra binds.
+//! point cannot be renamed or removed in the namespace that has it. The
+//! `direct` backend makes them in a mount namespace of the call (Linux), the
+//! `docker` backend as extra binds.
 //!
 //! What does not exist cannot be a mount point: a protected path missing when
 //! the call starts is not held by mounts (the file tools and the wasm backend
 //! refuse it by name); what a call makes there is moved aside after it
 //! ([`move_aside_created`]). A protected path that is a symlink (or lies
 //! through one) is held where it leads, and the link itself is a mount too.
+//!
+//! One look ([`look`]) decides both: each protected path is either held (it
+//! existed) or swept after the call (it did not), never neither. A backend
+//! takes the look where it takes its mounts, and again if it looks again
+//! (the gVisor gate); a held place gone, or another file, by the time it is
+//! mounted fails the call (the direct backend; an engine refuses a bind of a
+//! missing source).
+//!
+//! A mount holds a file, not a name, and only in the call's namespace: a
+//! writer outside it (another call, the host) can rename a held file away,
+//! and the call then make the name anew. So the walk to each protected path
+//! is taken again after the call, and the first file on it that the look did
+//! not meet there is moved aside ([`move_aside_replaced`]).
+//!
+//! The parts: [`Held`] and [`resolve_entry`] (one protected path, walked);
+//! [`look`] (the plan's, once); [`Sweep`] (armed with a look's [`After`],
+//! run once the call's processes are gone, or by a thread if the call is
+//! dropped); [`move_aside_created`] and [`move_aside_replaced`] (the two
+//! checks).
 
 use std::path::{Path, PathBuf};
 
@@ -29,6 +49,9 @@ pub(crate) struct Held {
     /// mounted over, so that it cannot be replaced; what it leads to is held
     /// by the next entry.
     pub link: bool,
+    /// What the look found there (a place or a link; `None` for the
+    /// directories on the way, and where the platform gives no identity).
+    pub id: Id,
 }
 
 /// A protected path of a writable dir, resolved on the host now.
@@ -41,6 +64,30 @@ pub(crate) struct Resolved {
     /// (the rest of the names appended to the last place that exists).
     pub place: PathBuf,
     pub exists: bool,
+    /// The first name on the way found missing (its parent exists, as
+    /// resolved): where a call could make the path. `None` when it exists,
+    /// or ends at a link that cannot be followed (which is pinned).
+    pub missing: Option<PathBuf>,
+    /// Each name met that exists, in order (the links, the dirs entered, the
+    /// place), with what it is: after the call, the same walk must meet the
+    /// same files, or what differs was put there during it.
+    pub chain: Vec<(PathBuf, Id)>,
+}
+
+/// A file's identity (device and inode) where the platform gives one.
+pub(crate) type Id = Option<(u64, u64)>;
+
+/// The identity of the file `m` describes.
+#[cfg(unix)]
+fn id_of(m: &std::fs::Metadata) -> Id {
+    use std::os::unix::fs::MetadataExt as _;
+    Some((m.dev(), m.ino()))
+}
+
+/// No stable identity here: walks compare paths only.
+#[cfg(not(unix))]
+fn id_of(_: &std::fs::Metadata) -> Id {
+    None
 }
 
 /// Resolves `raw` (a protected path's names) under the canonical dir `root`,
@@ -51,6 +98,7 @@ pub(crate) fn resolve_entry(root: &Path, raw: &[String]) -> Resolved {
     let mut rest: VecDeque<std::ffi::OsString> = raw.iter().map(Into::into).collect();
     let mut cur = root.to_path_buf();
     let mut links = Vec::new();
+    let mut chain = Vec::new();
     let mut hops = 0;
     while let Some(name) = rest.pop_front() {
         if name == ".." {
@@ -66,7 +114,7 @@ pub(crate) fn resolve_entry(root: &Path, raw: &[String]) -> Resolved {
                 // Where it would be: the rest appended, unless a `..` in it
                 // makes that depend on what is created (then the first
                 // missing name is all there is).
-                let mut place = next;
+                let mut place = next.clone();
                 if !rest.iter().any(|r| r == "..") {
                     for r in rest {
                         if r != "." {
@@ -78,9 +126,12 @@ pub(crate) fn resolve_entry(root: &Path, raw: &[String]) -> Resolved {
                     links,
                     place,
                     exists: false,
+                    missing: Some(next),
+                    chain,
                 };
             }
             Ok(m) if m.file_type().is_symlink() => {
+                chain.push((next.clone(), id_of(&m)));
                 hops += 1;
                 let target = std::fs::read_link(&next).ok().filter(|_| hops <= 40);
                 links.push(next.clone());
@@ -89,6 +140,8 @@ pub(crate) fn resolve_entry(root: &Path, raw: &[String]) -> Resolved {
                         links,
                         place: next,
                         exists: false,
+                        missing: None,
+                        chain,
                     };
                 };
                 if target.has_root() {
@@ -125,19 +178,27 @@ pub(crate) fn resolve_entry(root: &Path, raw: &[String]) -> Resolved {
             Ok(m) if !m.is_dir() && !rest.is_empty() => {
                 // A file on the way (a worktree's `.git` file): it is what
                 // protects the rest.
+                chain.push((next.clone(), id_of(&m)));
                 return Resolved {
                     links,
                     place: next,
                     exists: true,
+                    missing: None,
+                    chain,
                 };
             }
-            Ok(_) => cur = next,
+            Ok(m) => {
+                chain.push((next.clone(), id_of(&m)));
+                cur = next;
+            }
         }
     }
     Resolved {
         links,
         place: cur,
         exists: true,
+        missing: None,
+        chain,
     }
 }
 
@@ -160,24 +221,92 @@ pub(crate) fn outermost_writable<'a>(
         .min_by_key(|m| m.components().count())
 }
 
-/// The mounts that hold the protected paths existing now in `plan`'s
-/// writable dirs, shallowest first; empty when nothing is protected. Each
-/// protected place is read-only; each symlink on the way is pinned (a mount
-/// over the link itself), and so is each directory between the outermost
-/// writable dir holding one of them and it (renaming one of those would move
-/// the repository away and let a new one take its place: a symlink's target
-/// elsewhere in the workspace, an allowed dir nested in another).
-pub(crate) fn held(plan: &ExecPlan) -> Vec<Held> {
-    let mut out: Vec<Held> = Vec::new();
-    if plan.protected.is_empty() {
-        return out;
+/// What one look at a plan's protected paths found: the mounts that hold
+/// those that exist, and what to check once the call is over.
+#[derive(Debug, Default)]
+pub(crate) struct Look {
+    /// The mounts that hold those that exist, shallowest first.
+    pub held: Vec<Held>,
+    /// What to check after the call ([`Sweep::arm`]).
+    pub after: After,
+}
+
+/// What to check after a call, from its look: the first missing name of
+/// each protected path that did not exist, and the walk to each that did
+/// (or to the part of it that did).
+#[derive(Debug, Default)]
+pub(crate) struct After {
+    absent: Vec<Absent>,
+    kept: Vec<Kept>,
+}
+
+impl After {
+    fn is_empty(&self) -> bool {
+        self.absent.is_empty() && self.kept.is_empty()
     }
+}
+
+/// The walk to a protected path that (in part) existed at the look, to be
+/// walked again after the call ([`move_aside_replaced`]).
+#[derive(Debug)]
+struct Kept {
+    /// The writable allowed dir it is resolved from, and its names.
+    from: PathBuf,
+    raw: Vec<String>,
+    /// What the look met on the way ([`Resolved::chain`]).
+    chain: Vec<(PathBuf, Id)>,
+    /// The writable allowed dirs, with their handles, and the plan's
+    /// mounts (for the guest path a note shows).
+    dirs: std::sync::Arc<[(PathBuf, std::sync::Arc<cap_std::fs::Dir>)]>,
+    mounts: std::sync::Arc<[crate::plan::Mount]>,
+}
+
+/// Looks once at the protected paths of `plan`'s writable dirs; empty when
+/// nothing is protected. Each protected path is resolved once, and that one
+/// answer decides both what is held and what is checked after the call:
+/// looking twice (once for the mounts, once for the sweep) would let
+/// another writer make it exist for one look and not for the other, so
+/// that neither covers it.
+///
+/// Held ([`Look::held`]): each protected place is read-only; each symlink
+/// on the way is pinned (a mount over the link itself), and so is each
+/// directory between the outermost writable dir holding one of them and it
+/// (renaming one of those would move the repository away and let a new one
+/// take its place: a symlink's target elsewhere in the workspace, an allowed
+/// dir nested in another). Each place and link carries its identity, which
+/// the mount must find (the direct backend).
+///
+/// After ([`Look::after`]):
+/// - the first missing name on the way (`.git` where there is none), inside
+///   a writable dir: what a call may create where no mount can hold it, to
+///   be moved aside after the call. Each is found again two ways: through a
+///   handle on the dir it would be made in (opened now: whatever that dir's
+///   path becomes) and by its path under the outermost writable dir's handle
+///   (a dir renamed away and made anew);
+/// - the walk to what existed: a mount holds a file, not a name, and a
+///   writer outside the call (another call, in its own mount namespace, or
+///   the host) can rename the held file away, after which the call may make
+///   the name anew. After the call the walk is taken again, and the first
+///   file on it that is not the one met now is moved aside.
+pub(crate) fn look(plan: &ExecPlan) -> Look {
+    let mut look = Look::default();
+    if plan.protected.is_empty() {
+        return look;
+    }
+    let out = &mut look.held;
     let add = |out: &mut Vec<Held>, h: Held| match out
         .iter_mut()
         .find(|o| o.source == h.source && o.link == h.link)
     {
         Some(o) => o.read_only |= h.read_only,
         None => out.push(h),
+    };
+    let id_in = |chain: &[(PathBuf, Id)], p: &Path| {
+        chain
+            .iter()
+            .rev()
+            .find(|(c, _)| c == p)
+            .and_then(|(_, id)| *id)
     };
     let mut anchors: Vec<PathBuf> = Vec::new();
     for m in plan.mounts.iter().filter(|m| !m.read_only) {
@@ -186,27 +315,40 @@ pub(crate) fn held(plan: &ExecPlan) -> Vec<Held> {
             let r = resolve_entry(&m.path, raw);
             for l in &r.links {
                 add(
-                    &mut out,
+                    out,
                     Held {
                         target: l.clone(),
                         source: l.clone(),
                         read_only: false,
                         link: true,
+                        id: id_in(&r.chain, l),
                     },
                 );
                 anchors.push(l.clone());
             }
             if r.exists && honoured(&plan.mounts, &r.place) {
                 add(
-                    &mut out,
+                    out,
                     Held {
                         target: lexical,
                         source: r.place.clone(),
                         read_only: true,
                         link: false,
+                        id: id_in(&r.chain, &r.place),
                     },
                 );
                 anchors.push(r.place);
+            } else if let Some(first) = r.missing {
+                absent_at(plan, first, &mut look.after.absent);
+            }
+            if !r.chain.is_empty() {
+                look.after.kept.push(Kept {
+                    from: m.path.clone(),
+                    raw: raw.to_vec(),
+                    chain: r.chain,
+                    dirs: std::sync::Arc::clone(&plan.mount_dirs),
+                    mounts: std::sync::Arc::clone(&plan.mounts),
+                });
             }
         }
     }
@@ -217,12 +359,13 @@ pub(crate) fn held(plan: &ExecPlan) -> Vec<Held> {
         let mut cur = a.clone();
         while cur.pop() && cur.as_path() != outer && cur.starts_with(outer) {
             add(
-                &mut out,
+                out,
                 Held {
                     target: cur.clone(),
                     source: cur.clone(),
                     read_only: false,
                     link: false,
+                    id: None,
                 },
             );
         }
@@ -235,74 +378,44 @@ pub(crate) fn held(plan: &ExecPlan) -> Vec<Held> {
         .collect();
     out.retain(|h| !ro.iter().any(|r| h.source != *r && h.source.starts_with(r)));
     out.sort_by_key(|h| h.source.components().count());
-    out
+    look
 }
 
-/// The first missing name of each protected path of `plan`'s writable dirs
-/// (`.git` where there is none): what a call may create where no mount can
-/// hold it, to be moved aside after the call. Each is found again after the
-/// call two ways: through a handle on the dir it would be made in (opened
-/// now: whatever that dir's path becomes) and by its path under the allowed
-/// dir's handle (a dir renamed away and made anew). Only names that are
-/// missing now and lie inside a writable dir.
-pub(crate) fn absent(plan: &ExecPlan) -> Vec<Absent> {
-    let mut out: Vec<Absent> = Vec::new();
-    if plan.protected.is_empty() {
-        return out;
+/// Adds `first`, a protected path's first missing name, to `out`: when it
+/// lies in a writable dir and is not there already. Nothing is looked at
+/// again: whether it exists was decided by the look (a name made since is
+/// swept too).
+fn absent_at(plan: &ExecPlan, first: PathBuf, out: &mut Vec<Absent>) {
+    let (Some(parent), Some(name)) = (first.parent(), first.file_name()) else {
+        return;
+    };
+    if !plan
+        .mounts
+        .iter()
+        .any(|w| !w.read_only && parent.starts_with(&w.path))
+        || out.iter().any(|a| a.host == first)
+    {
+        return;
     }
-    for m in plan.mounts.iter().filter(|m| !m.read_only) {
-        let Some((_, root)) = plan.mount_dirs.iter().find(|(p, _)| p == &m.path) else {
-            continue;
-        };
-        for (_, raw) in plan.protected.entries_raw() {
-            let r = resolve_entry(&m.path, raw);
-            if r.exists {
-                continue;
-            }
-            // The deepest existing dir on the way, and the next name.
-            let mut first = r.place.clone();
-            while let Some(parent) = first.parent() {
-                if std::fs::symlink_metadata(parent).is_ok() {
-                    break;
-                }
-                first = parent.to_path_buf();
-            }
-            let (Some(parent), Some(name)) = (first.parent(), first.file_name()) else {
-                continue;
-            };
-            let inside = plan
-                .mounts
-                .iter()
-                .any(|w| !w.read_only && parent.starts_with(&w.path));
-            if !inside
-                || std::fs::symlink_metadata(&first).is_ok()
-                || out.iter().any(|a| a.host == first)
-            {
-                continue;
-            }
-            let Ok(dir) = cap_std::fs::Dir::open_ambient_dir(parent, cap_std::ambient_authority())
-            else {
-                continue;
-            };
-            // By path from the outermost writable dir holding it: a nested
-            // allowed dir can itself be renamed away and made anew.
-            let outer = outermost_writable(&plan.mounts, &first)
-                .and_then(|o| plan.mount_dirs.iter().find(|(p, _)| p == o))
-                .map(|(p, d)| (p, d))
-                .unwrap_or((&m.path, root));
-            let rel = first.strip_prefix(outer.0).ok().map(Path::to_path_buf);
-            out.push(Absent {
-                // What the call's stderr names: where the tool sees it.
-                path: plan.guest_of(&first).unwrap_or_else(|| first.clone()),
-                host: first.clone(),
-                dir,
-                name: name.to_os_string(),
-                root: std::sync::Arc::clone(outer.1),
-                rel,
-            });
-        }
-    }
-    out
+    // By path from the outermost writable dir holding it: a nested allowed
+    // dir can itself be renamed away and made anew.
+    let Some((outer, root)) = outermost_writable(&plan.mounts, &first)
+        .and_then(|o| plan.mount_dirs.iter().find(|(p, _)| p == o))
+    else {
+        return;
+    };
+    // The dir it would be made in, if it can be opened now (if not, the
+    // path under the allowed dir still finds what is made there later).
+    let dir = cap_std::fs::Dir::open_ambient_dir(parent, cap_std::ambient_authority()).ok();
+    out.push(Absent {
+        // What the call's stderr names: where the tool sees it.
+        path: plan.guest_of(&first).unwrap_or_else(|| first.clone()),
+        host: first.clone(),
+        dir,
+        name: name.to_os_string(),
+        root: std::sync::Arc::clone(root),
+        rel: first.strip_prefix(outer).ok().map(Path::to_path_buf),
+    });
 }
 
 /// A protected name that does not exist, and where to look for it after.
@@ -312,47 +425,54 @@ pub(crate) struct Absent {
     path: PathBuf,
     /// Its host path.
     host: PathBuf,
-    /// The dir it would be made in, and the name.
-    dir: cap_std::fs::Dir,
+    /// The dir it would be made in (when it could be opened), and the name.
+    dir: Option<cap_std::fs::Dir>,
     name: std::ffi::OsString,
     /// The writable allowed dir it lies in, and the path from there.
     root: std::sync::Arc<cap_std::fs::Dir>,
     rel: Option<PathBuf>,
 }
 
-/// Moves aside what a call made at the absent protected names (see
-/// [`move_aside_created`]) once its processes are gone, also when the call is
-/// dropped before it ends (an MCP cancel, a signal to the CLI): then a thread
-/// sweeps a few times while the backend's cleanup finishes, and
-/// [`sweep_cancelled`] sweeps what is left before the process exits.
+/// Moves aside what was made during a call at its protected paths (see
+/// [`move_aside_created`] and [`move_aside_replaced`]) once its processes
+/// are gone, also when the call is dropped before it ends (an MCP cancel, a
+/// signal to the CLI): then a thread sweeps a few times while the backend's
+/// cleanup finishes, and [`sweep_cancelled`] sweeps what is left before the
+/// process exits.
 pub(crate) struct Sweep {
-    absent: Option<std::sync::Arc<Vec<Absent>>>,
+    after: Option<std::sync::Arc<After>>,
 }
 
-static CANCELLED: std::sync::Mutex<Vec<std::sync::Arc<Vec<Absent>>>> =
-    std::sync::Mutex::new(Vec::new());
+static CANCELLED: std::sync::Mutex<Vec<std::sync::Arc<After>>> = std::sync::Mutex::new(Vec::new());
 
 impl Sweep {
-    pub(crate) fn new(absent: Vec<Absent>) -> Self {
-        Sweep {
-            absent: (!absent.is_empty()).then(|| std::sync::Arc::new(absent)),
-        }
+    /// A sweep with nothing to sweep yet.
+    pub(crate) fn unarmed() -> Self {
+        Sweep { after: None }
+    }
+
+    /// What to check: the [`After`] of the look the call's mounts come
+    /// from. Armed before the tool can run; a later look (the gVisor gate's)
+    /// replaces an earlier one's, which is let go unchecked (the mounts come
+    /// from the later one).
+    pub(crate) fn arm(&mut self, after: After) {
+        self.after = (!after.is_empty()).then(|| std::sync::Arc::new(after));
     }
 
     /// After the call ended: moves aside, with notes on `out`'s stderr.
     pub(crate) fn finish(mut self, out: &mut crate::outcome::RunOutput) {
-        if let Some(a) = self.absent.take() {
-            move_aside_created(&a, Some(out));
+        if let Some(a) = self.after.take() {
+            sweep(&a, Some(out));
         }
     }
 }
 
 impl Drop for Sweep {
     fn drop(&mut self) {
-        let Some(a) = self.absent.take() else { return };
+        let Some(a) = self.after.take() else { return };
         if let Ok(mut c) = CANCELLED.lock() {
-            // Kept for the sweep at exit; a bounded number (each holds two
-            // dir handles), the oldest dropped first.
+            // Kept for the sweep at exit; a bounded number (each holds dir
+            // handles), the oldest dropped first.
             if c.len() >= 64 {
                 c.remove(0);
             }
@@ -363,7 +483,7 @@ impl Drop for Sweep {
             .spawn(move || {
                 for ms in [50, 500, 2000, 5000, 15000] {
                     std::thread::sleep(std::time::Duration::from_millis(ms));
-                    move_aside_created(&a, None);
+                    sweep(&a, None);
                 }
             });
         if spawned.is_err() {
@@ -382,51 +502,16 @@ pub(crate) fn any_cancelled() -> bool {
 pub(crate) fn sweep_cancelled() {
     let pending: Vec<_> = CANCELLED.lock().map(|c| c.clone()).unwrap_or_default();
     for a in pending {
-        move_aside_created(&a, None);
+        sweep(&a, None);
     }
 }
 
-/// After a call (its processes gone): each protected name that was missing
-/// before it and exists now was made by the call. It is renamed aside in its
-/// dir (`NAME.toolhost-refused-PID-NANOS-N`, which git does not read), found
-/// by the dir's handle and by its path in the allowed dir, and the call's
-/// stderr says so. Nothing is removed.
-pub(crate) fn move_aside_created(absent: &[Absent], out: Option<&mut crate::outcome::RunOutput>) {
+/// Both checks of `after`, the notes on `out`'s stderr (or, for a
+/// cancelled call, in the log).
+fn sweep(after: &After, out: Option<&mut crate::outcome::RunOutput>) {
     let mut notes = String::new();
-    for a in absent {
-        // The dir held since before the call (it may have moved), then the
-        // path as it is now (under the allowed dir's handle: a symlink out
-        // of it is not followed).
-        let by_path = a.rel.as_ref().and_then(|rel| {
-            let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
-            let dir = match parent {
-                Some(p) => a.root.open_dir(p).ok()?,
-                None => a.root.try_clone().ok()?,
-            };
-            Some((dir, rel.file_name()?.to_os_string()))
-        });
-        let places = std::iter::once(a.dir.try_clone().ok().map(|d| (d, a.name.clone())))
-            .chain(std::iter::once(by_path))
-            .flatten();
-        for (dir, name) in places {
-            if dir.symlink_metadata(&name).is_err() {
-                continue;
-            }
-            let note = match move_aside(&dir, &name) {
-                Some(to) => format!(
-                    "toolhost: {} is a protected path (protected_paths) the call created; moved to {}\n",
-                    a.path.display(),
-                    a.path.with_file_name(&to).display()
-                ),
-                None => format!(
-                    "toolhost: {} is a protected path (protected_paths) the call created, and could not be moved aside: remove it before running git there\n",
-                    a.path.display()
-                ),
-            };
-            tracing::debug!("{}", note.trim_end());
-            notes.push_str(&note);
-        }
-    }
+    move_aside_created(&after.absent, &mut notes);
+    move_aside_replaced(&after.kept, &mut notes);
     match out {
         Some(out) if !notes.is_empty() => {
             if !out.stderr.is_empty() && !out.stderr.ends_with('\n') {
@@ -438,6 +523,97 @@ pub(crate) fn move_aside_created(absent: &[Absent], out: Option<&mut crate::outc
         None if !notes.is_empty() => tracing::warn!("cancelled call: {}", notes.trim_end()),
         None => {}
     }
+}
+
+/// After a call (its processes gone): each protected name that was missing
+/// at the call's look and exists now was made during the call (by the call,
+/// or by another writer: they cannot be told apart). It is renamed aside in
+/// its dir (`NAME.toolhost-refused-PID-NANOS-N`, which git does not read),
+/// found by the dir's handle and by its path in the allowed dir, and a note
+/// says so. Nothing is removed.
+fn move_aside_created(absent: &[Absent], notes: &mut String) {
+    for a in absent {
+        // The dir held since before the call (it may have moved), then the
+        // path as it is now (under the allowed dir's handle: a symlink out
+        // of it is not followed).
+        let by_path = a.rel.as_ref().and_then(|rel| under(&a.root, rel));
+        let held_dir = a.dir.as_ref().and_then(|d| d.try_clone().ok());
+        let places = std::iter::once(held_dir.map(|d| (d, a.name.clone())))
+            .chain(std::iter::once(by_path))
+            .flatten();
+        for (dir, name) in places {
+            if dir.symlink_metadata(&name).is_err() {
+                continue;
+            }
+            notes.push_str(&note(
+                &a.path,
+                "did not exist when the call started, so nothing held it; it was made during the call",
+                move_aside(&dir, &name),
+            ));
+        }
+    }
+}
+
+/// After a call (its processes gone): each protected path that existed (in
+/// part) at the call's look is walked again; the first file met that is not
+/// the one met at the look (a mount holds a file, not a name: a writer
+/// outside the call can rename the held file away, and the call then make
+/// the name anew) is renamed aside, by its path under its writable allowed
+/// dir's handle, and a note says so. Where nothing holds the path (no mount
+/// namespace), a file the call itself put in its place is found the same way.
+fn move_aside_replaced(kept: &[Kept], notes: &mut String) {
+    for k in kept {
+        let now = resolve_entry(&k.from, &k.raw);
+        let Some(((p, _), _)) = now.chain.iter().zip(&k.chain).find(|(a, b)| a != b) else {
+            continue;
+        };
+        let Some((outer, root)) = crate::backend::protect::outermost_writable(&k.mounts, p)
+            .and_then(|o| k.dirs.iter().find(|(d, _)| d == o))
+        else {
+            continue;
+        };
+        let Some((dir, name)) = p.strip_prefix(outer).ok().and_then(|rel| under(root, rel)) else {
+            continue;
+        };
+        if dir.symlink_metadata(&name).is_err() {
+            continue;
+        }
+        let shown = crate::plan::guest_in(&k.mounts, p).unwrap_or_else(|| p.clone());
+        notes.push_str(&note(
+            &shown,
+            "existed when the call started, but what is there now is another file (what was there was moved away and the name made anew during the call)",
+            move_aside(&dir, &name),
+        ));
+    }
+}
+
+/// The dir that holds `rel` under `root` (a handle: no symlink out of
+/// `root` is followed), and its last name.
+fn under(root: &cap_std::fs::Dir, rel: &Path) -> Option<(cap_std::fs::Dir, std::ffi::OsString)> {
+    let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
+    let dir = match parent {
+        Some(p) => root.open_dir(p).ok()?,
+        None => root.try_clone().ok()?,
+    };
+    Some((dir, rel.file_name()?.to_os_string()))
+}
+
+/// The note for `path` (as the tool sees it), which `why`, moved to `to`
+/// (beside it) or not.
+fn note(path: &Path, why: &str, to: Option<std::ffi::OsString>) -> String {
+    let note = match to {
+        Some(to) => format!(
+            "toolhost: {} is a protected path (protected_paths) that {why}; moved to {}\n",
+            path.display(),
+            path.with_file_name(&to).display()
+        ),
+        None => format!(
+            "toolhost: {} is a protected path (protected_paths) that {why}, and could not be moved aside: remove it before running git there\n",
+            path.display()
+        ),
+    };
+    tracing::debug!("{}", note.trim_end());
+    note
 }
 
 /// Renames `name` in `dir` to a fresh name beside it; the new name.

@@ -1346,6 +1346,17 @@ fn an_unprivileged_toolhost_gets_user_network_and_pid_namespaces() {
     assert_eq!(survivors("sleep 9651"), Vec::<i32>::new());
 }
 
+/// A held `.git` renamed away by another call and made anew by the
+/// holding call is moved aside after it (`util::a_protected_dir_renamed_away_and_made_anew`).
+#[tokio::test]
+async fn a_protected_dir_renamed_away_by_another_call_and_made_anew_is_moved_aside() {
+    let t = Tmp::new();
+    let mut cfg = level(IsolationLevel::BestEffort);
+    cfg.timeout = Duration::from_secs(30);
+    let sb = t.sandbox(cfg);
+    a_protected_dir_renamed_away_and_made_anew(&sb, &t.ws(), false).await;
+}
+
 /// Case 44 on `direct`, what the contract row does not see: the call's mount
 /// namespace leaves no mount behind in toolhost's, strict reports the layer,
 /// a cwd inside the workspace still resolves relative paths under the

@@ -24,7 +24,7 @@ use tokio::process::Command;
 use super::harden::{self, Prepared};
 use super::supervisor::{self, Params, RLimit, Region, Report};
 use super::{Finished, Termination};
-use crate::isolation::{ALL_LAYERS, IsolationReport};
+use crate::isolation::{ALL_LAYERS, IsolationReport, Layer};
 use crate::outcome::Outcome;
 use crate::plan::ExecPlan;
 
@@ -35,8 +35,13 @@ pub(super) use harden::Spares;
 
 /// Prepares the call's isolation (with the sandbox's spare tmp and ruleset
 /// where they hold); fails only under `strict`.
-pub(super) fn harden(plan: &ExecPlan, spares: &Spares) -> Result<Hardening, Outcome> {
-    harden::prepare(plan, spares).map(Hardening)
+/// `held`: the mounts of the protected paths, from the call's one look.
+pub(super) fn harden(
+    plan: &ExecPlan,
+    spares: &Spares,
+    held: Vec<crate::backend::protect::Held>,
+) -> Result<Hardening, Outcome> {
+    harden::prepare(plan, spares, held).map(Hardening)
 }
 
 /// After the spawn: makes the sandbox's next call's tmp and ruleset while
@@ -90,10 +95,19 @@ impl Hardening {
         } else {
             ""
         };
+        // What the call's look held was gone, or had changed kind, when it
+        // was mounted: a race with another writer, not a missing feature.
+        let why = if layer == Layer::ProtectedPaths.bit()
+            && (errno == libc::ENOENT || errno == libc::ESTALE || errno == libc::ELOOP)
+        {
+            ": a path the call's mounts hold (a protected path, a read-only allowed dir, or a link or dir on the way to one) changed between the call's look at it and its mounts (another writer in the allowed dir?)"
+        } else {
+            ""
+        };
         Outcome::new(
             crate::outcome::OutcomeKind::IsolationUnavailable,
             format!(
-                "{level}{name} could not be applied to the tool ({}); the call did not run",
+                "{level}{name} could not be applied to the tool ({}){why}; the call did not run",
                 io::Error::from_raw_os_error(errno)
             ),
         )

@@ -163,7 +163,21 @@ pub(crate) enum LimitHit {
     Cpu,
 }
 
+/// Runs `plan`; hardened, it holds the protected paths that exist and moves
+/// aside, once the tool's processes are gone, what was made where one did
+/// not (one look decides which: `backend::protect::look`).
 async fn run(plan: &ExecPlan, spares: &std::sync::Arc<Spares>) -> RunOutput {
+    let mut sweep = crate::backend::protect::Sweep::unarmed();
+    let mut out = run_swept(plan, spares, &mut sweep).await;
+    sweep.finish(&mut out);
+    out
+}
+
+async fn run_swept(
+    plan: &ExecPlan,
+    spares: &std::sync::Arc<Spares>,
+    sweep: &mut crate::backend::protect::Sweep,
+) -> RunOutput {
     let start = Instant::now();
     // `Sandbox::plan` refuses these for direct; a plan built by hand is too.
     if plan.cwd.is_none() || plan.mounts.iter().any(|m| m.guest != m.path) {
@@ -187,7 +201,13 @@ async fn run(plan: &ExecPlan, spares: &std::sync::Arc<Spares>) -> RunOutput {
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
 
-    let hardening = match platform::harden(plan, spares) {
+    // `off` holds nothing and sweeps nothing.
+    let look = if plan.isolation == crate::isolation::IsolationLevel::Off {
+        crate::backend::protect::Look::default()
+    } else {
+        crate::backend::protect::look(plan)
+    };
+    let hardening = match platform::harden(plan, spares, look.held) {
         Ok(h) => h,
         Err(o) => return RunOutput::refused(BackendKind::Direct, o, start.elapsed()),
     };
@@ -195,6 +215,9 @@ async fn run(plan: &ExecPlan, spares: &std::sync::Arc<Spares>) -> RunOutput {
         Ok(s) => s,
         Err(e) => return launch_failure(plan, &e, start),
     };
+    // The tool may run from here on: what it makes at an absent protected
+    // path is swept, also if this call is dropped.
+    sweep.arm(look.after);
     // The tool runs: the next call's tmp and ruleset are made meanwhile.
     stock(spares, plan);
     let stdout = spawned.child.stdout.take();

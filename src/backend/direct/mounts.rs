@@ -120,8 +120,14 @@ struct Bind {
     /// The place is a symlink, and the mount covers the link itself.
     link: bool,
     /// The device and inode the place must be (`None`: a place that is
-    /// gone or is something else now needs no mount).
+    /// something else now is held as it is).
     expect: Option<(u64, u64)>,
+    /// The place must still be there: a protected path (or a link or dir on
+    /// the way to one) that existed at the call's look is not in its sweep
+    /// of missing names, so if it is gone the call must not run. Not so for
+    /// another path to it (through a host bind mount), which another mount
+    /// may hide.
+    required: bool,
 }
 
 /// One mount made in the call's namespace, in order.
@@ -161,7 +167,8 @@ impl MountPlan {
     ///   directories between the writable dir and it pinned (a mount of
     ///   themselves, so that it cannot be moved away and another put in its
     ///   place); and, without the view, the places in it kept writable;
-    /// - the protected paths that exist.
+    /// - the protected paths that exist, as the call's one look found them
+    ///   (`held`, from `backend::protect::look`).
     ///
     /// `None` when it needs none of these; `Err` when more places must be
     /// kept writable than the supervisor can hold.
@@ -169,6 +176,7 @@ impl MountPlan {
         plan: &ExecPlan,
         places: Vec<Writable>,
         view: bool,
+        held: Vec<crate::backend::protect::Held>,
     ) -> Result<Option<MountPlan>, String> {
         use std::os::fd::AsFd as _;
         let cstr = |p: &std::path::Path| CString::new(p.as_os_str().as_bytes()).ok();
@@ -177,7 +185,6 @@ impl MountPlan {
         // directory whatever path reaches it).
         // The mount table, read once, and only when there is a read-only
         // dir that a writable one may reach or a protected path to hold.
-        let held = crate::backend::protect::held(plan);
         let any_ro = plan.mounts.iter().any(|m| m.read_only);
         let any_rw = plan.mounts.iter().any(|m| !m.read_only);
         let table = if (any_ro && any_rw) || !held.is_empty() {
@@ -210,6 +217,7 @@ impl MountPlan {
             Some(o) => {
                 o.read_only |= b.read_only;
                 o.expect = o.expect.or(b.expect);
+                o.required |= b.required;
             }
             None => binds.push(b),
         };
@@ -241,6 +249,7 @@ impl MountPlan {
                         // Its own path must lead to it; another that no
                         // longer does (a mount over it) is no way in.
                         expect: (i == 0).then_some((me.dev, me.ino)),
+                        required: false,
                     },
                 );
                 if let Some(outer) = outermost(&way) {
@@ -254,6 +263,7 @@ impl MountPlan {
                                     read_only: false,
                                     link: false,
                                     expect: None,
+                                    required: false,
                                 },
                             );
                         }
@@ -265,7 +275,7 @@ impl MountPlan {
         for h in held {
             let mut ways = vec![h.source.clone()];
             ways.extend(aliases(&h.source));
-            for p in ways {
+            for (i, p) in ways.into_iter().enumerate() {
                 // A path with a NUL byte cannot exist.
                 if let Some(place) = cstr(&p) {
                     add(
@@ -274,7 +284,10 @@ impl MountPlan {
                             place,
                             read_only: h.read_only,
                             link: h.link,
-                            expect: None,
+                            // What the look found (the sweep after the
+                            // call walks from it): nothing else is held.
+                            expect: if i == 0 { h.id } else { None },
+                            required: i == 0,
                         },
                     );
                 }
@@ -470,10 +483,11 @@ impl MountPlan {
                         };
                         let fd = match open_no_symlinks(&b.place, flags) {
                             Ok(fd) => fd,
-                            // Gone since `prepare`: nothing there to hold.
                             // An alias hidden under another mount is not
-                            // reachable.
-                            Err(libc::ENOENT) if b.expect.is_none() => continue,
+                            // reachable. A protected place gone since the
+                            // look (`required`) fails the call: it is in
+                            // neither the mounts nor the sweep.
+                            Err(libc::ENOENT) if b.expect.is_none() && !b.required => continue,
                             Err(e) => return Err(paths(e)),
                         };
                         if let Some((dev, ino)) = b.expect {

@@ -65,6 +65,8 @@ pub(super) struct Hardening {
 pub(super) fn harden(
     plan: &ExecPlan,
     _spares: &super::Spares,
+    // Nothing here holds a path by mounts: only the sweep covers them.
+    _held: Vec<crate::backend::protect::Held>,
 ) -> Result<Hardening, crate::outcome::Outcome> {
     use crate::isolation::IsolationLevel;
     if plan.isolation == IsolationLevel::Strict {

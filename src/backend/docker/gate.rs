@@ -75,10 +75,13 @@ impl DockerBackend {
     /// that shows no host inodes, and the protected-path mounts to give it:
     /// when a tool could redirect a source, the exclusive pass, with the
     /// protected paths found again and the mounts checked again under it.
+    /// That look replaces the earlier one for the call's `sweep` too: what
+    /// it finds missing is what the container will not hold.
     pub(super) async fn enter_gate(
         &self,
         plan: &ExecPlan,
         held: Vec<Held>,
+        sweep: &mut protect::Sweep,
     ) -> Result<(Pass, Vec<Held>), Outcome> {
         if !redirectable(plan, &held) {
             return Ok((Pass::Shared(self.gate.clone().read_owned().await), held));
@@ -86,9 +89,10 @@ impl DockerBackend {
         let pass = self.gate.clone().write_owned().await;
         // No tool of this backend runs now: what is checked here is what
         // the engine will find.
-        let held = protect::held(plan);
-        self.check_mounts(plan, &held)?;
-        Ok((Pass::Exclusive(pass), held))
+        let look = protect::look(plan);
+        sweep.arm(look.after);
+        self.check_mounts(plan, &look.held)?;
+        Ok((Pass::Exclusive(pass), look.held))
     }
 
     /// [`enter_gate`](Self::enter_gate) within the call's timeout: the wait
@@ -97,8 +101,9 @@ impl DockerBackend {
         &self,
         plan: &ExecPlan,
         held: Vec<Held>,
+        sweep: &mut protect::Sweep,
     ) -> Result<(Pass, Vec<Held>), Outcome> {
-        match tokio::time::timeout(plan.limits.timeout, self.enter_gate(plan, held)).await {
+        match tokio::time::timeout(plan.limits.timeout, self.enter_gate(plan, held, sweep)).await {
             Ok(entered) => entered,
             Err(_) => Err(Outcome::new(
                 crate::outcome::OutcomeKind::TimedOut,

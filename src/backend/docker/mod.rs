@@ -142,13 +142,22 @@ impl DockerBackend {
     /// Runs the plan in a container (or, in warm mode, through the helper in
     /// the session's container). An engine's message that names a mapped
     /// dir's host path names its guest path instead.
+    ///
+    /// What the call made at a protected path that did not exist is moved
+    /// aside once the container is gone (`backend::protect`).
     pub async fn run(&self, plan: &ExecPlan) -> RunOutput {
-        let mut out = self.run_unscrubbed(plan).await;
+        let mut sweep = crate::backend::protect::Sweep::unarmed();
+        let mut out = self.run_unscrubbed(plan, &mut sweep).await;
+        sweep.finish(&mut out);
         out.outcome.message = to_guest_paths(plan, &out.outcome.message);
         out
     }
 
-    async fn run_unscrubbed(&self, plan: &ExecPlan) -> RunOutput {
+    async fn run_unscrubbed(
+        &self,
+        plan: &ExecPlan,
+        sweep: &mut crate::backend::protect::Sweep,
+    ) -> RunOutput {
         let start = Instant::now();
         let refuse = |o: Outcome| RunOutput::refused(BackendKind::Docker, o, start.elapsed());
         let mut argv = Vec::with_capacity(plan.argv.len());
@@ -178,8 +187,12 @@ impl DockerBackend {
         }
         env.push("TMPDIR=/tmp".to_string());
         // The protected-path mounts of this call, resolved once: the checks,
-        // the binds and the helper's mount check all see this one list.
-        let held = crate::backend::protect::held(plan);
+        // the binds and the helper's mount check all see this one list, and
+        // what it did not find is swept after the call (the gVisor gate
+        // looks again, and its look replaces this one).
+        let look = crate::backend::protect::look(plan);
+        sweep.arm(look.after);
+        let held = look.held;
         if let Err(o) = self.check_mounts(plan, &held) {
             return refuse(o);
         }
@@ -226,7 +239,7 @@ impl DockerBackend {
                     plan,
                     (argv, env),
                     (user, held, gvisor),
-                    start,
+                    (start, sweep),
                 )
                 .await;
         }
@@ -236,7 +249,7 @@ impl DockerBackend {
         let (pass, held, waited) = if !gvisor {
             (None, held, std::time::Duration::ZERO)
         } else {
-            match self.enter_gate_in_time(plan, held).await {
+            match self.enter_gate_in_time(plan, held, sweep).await {
                 Ok((p, h)) => (Some(p), h, waiting.elapsed()),
                 Err(o) => return refuse(o),
             }

@@ -286,10 +286,22 @@ pub(super) async fn case(c: &Ctx, sb: Sandbox, d: Target, case: u32) -> CaseResu
         // once the next toolhost starts (it removes the containers labelled
         // with a dead owner).
         27 => {
-            let (marker, script) = match d {
-                Target::Direct => ("sleep 9541", "m=95; sleep ${m}41 & wait"),
-                _ => ("sleep 9542", "m=95; sleep ${m}42 & echo > ran; wait"),
+            // A marker of each target's own: the targets' cases run at
+            // once, and each looks for its tool among the host's processes.
+            let n = match d {
+                Target::Direct => 41,
+                Target::Docker(Engine::Runc) => 42,
+                Target::Docker(Engine::Runsc) => 43,
+                Target::Docker(Engine::Podman) => 44,
+                Target::Docker(Engine::PodmanRootless) => 45,
+                _ => 46,
             };
+            let marker = format!("sleep 95{n}");
+            let script = match d {
+                Target::Direct => format!("m=95; sleep ${{m}}{n} & wait"),
+                _ => format!("m=95; sleep ${{m}}{n} & echo > ran; wait"),
+            };
+            let (marker, script) = (marker.as_str(), script.as_str());
             let mut args: Vec<String> = ["run", "--timeout", "120"].map(String::from).to_vec();
             if d.is_docker() {
                 let cfg = c.t.root.join("docker.toml");

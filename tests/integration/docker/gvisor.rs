@@ -128,16 +128,16 @@ async fn under_gvisor_a_swapped_parent_never_gets_the_outside_mounted() {
 /// the protected `.git` for a symlink to an outside repository and back
 /// while calls start: no call reads the outside one; each reads the
 /// workspace's or fails. Each swap is one `renameat2(RENAME_EXCHANGE)`, so
-/// `.git` is never missing. (With a moment where it was, a call planned in
-/// that moment listed `.git` as absent, the gate later found and held it,
-/// and after the call the held `.git` was moved aside as one the call had
-/// made, under the writer's feet: the absent list and the held list are
-/// taken at two moments, which is a known bug of its own.) The helper's
-/// ctime check is best effort against such a writer
-/// (docs/src/docker.md#runtimes-gvisor), and this engine did not mount the
-/// outside in these races even without it: the test guards the outcome,
-/// not that check. Control: the swaps happened, and with them stopped the
-/// calls read it.
+/// `.git` is never missing. After a call, what is at `.git` must be what
+/// the call's look found there: a mount holds a file, not a name, and a
+/// writer outside the call could have put anything in its place (the call
+/// too, once the held one was moved away). So when a call ends mid-swap,
+/// what is at `.git` then is moved aside, and the writer, finding its
+/// names gone, stops. The helper's ctime check is best effort against
+/// such a writer (docs/src/docker.md#runtimes-gvisor), and this engine did
+/// not mount the outside in these races even without it: the test guards
+/// the outcome, not that check. Control: the swaps happened, and with them
+/// stopped and `.git` made again the calls read it.
 #[tokio::test]
 async fn under_gvisor_a_mount_swapped_by_another_writer_is_refused() {
     let Some(image) = image_on(Engine::Runsc) else {
@@ -145,8 +145,11 @@ async fn under_gvisor_a_mount_swapped_by_another_writer_is_refused() {
     };
     let t = tmp();
     let git = t.ws().join(".git");
-    std::fs::create_dir_all(&git).unwrap();
-    std::fs::write(git.join("config"), "INSIDE").unwrap();
+    let make_git = || {
+        std::fs::create_dir_all(&git).unwrap();
+        std::fs::write(git.join("config"), "INSIDE").unwrap();
+    };
+    make_git();
     let repo = t.outside().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(repo.join("config"), "OUTSIDE").unwrap();
@@ -159,12 +162,17 @@ async fn under_gvisor_a_mount_swapped_by_another_writer_is_refused() {
         std::thread::spawn(move || {
             use rustix::fs::{CWD, RenameFlags, renameat_with};
             let (git, alt) = (ws.join(".git"), ws.join(".git.alt"));
-            let exchange = || renameat_with(CWD, &git, CWD, &alt, RenameFlags::EXCHANGE).unwrap();
+            let exchange = || renameat_with(CWD, &git, CWD, &alt, RenameFlags::EXCHANGE);
             let mut swaps = 0u32;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                exchange();
+                // A name moved aside after a call ends the swaps.
+                if exchange().is_err() {
+                    break;
+                }
                 std::thread::sleep(Duration::from_millis(2));
-                exchange();
+                if exchange().is_err() {
+                    break;
+                }
                 swaps += 1;
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -184,6 +192,24 @@ async fn under_gvisor_a_mount_swapped_by_another_writer_is_refused() {
             "the outside was mounted: {r:?}"
         );
         assert!(r.stdout == "INSIDE" || !r.success(), "{r:?}");
+    }
+    // The outside repository is whole, wherever its link went.
+    assert_eq!(
+        std::fs::read_to_string(repo.join("config")).unwrap(),
+        "OUTSIDE"
+    );
+    for e in std::fs::read_dir(t.ws()).unwrap() {
+        let p = e.unwrap().path();
+        if std::fs::symlink_metadata(&p)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+        {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    if std::fs::symlink_metadata(&git).is_err() {
+        make_git();
     }
     let r = dsh(&sb, "cat .git/config").await;
     assert_eq!(r.stdout, "INSIDE", "{r:?}");

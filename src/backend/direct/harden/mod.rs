@@ -154,7 +154,11 @@ pub(crate) fn warm_up(net_off: bool, level: IsolationLevel) {
 
 /// Prepares the isolation of one call, with the sandbox's spare tmp and
 /// ruleset if they hold for it (`spare`). Fails only under `strict`.
-pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outcome> {
+pub(super) fn prepare(
+    plan: &ExecPlan,
+    spares: &Spares,
+    held: Vec<crate::backend::protect::Held>,
+) -> Result<Prepared, Outcome> {
     let level = plan.isolation;
     let abi = landlock_abi();
     // SAFETY: geteuid cannot fail.
@@ -274,7 +278,7 @@ pub(super) fn prepare(plan: &ExecPlan, spares: &Spares) -> Result<Prepared, Outc
     // Err: the paths to hold need more places kept writable than the
     // supervisor can hold (wanted, not applied: reported missing).
     let (mounts, unheld) =
-        match super::mounts::MountPlan::prepare(plan, places.unwrap_or_default(), view) {
+        match super::mounts::MountPlan::prepare(plan, places.unwrap_or_default(), view, held) {
             Ok(m) => (m, false),
             Err(why) if strict => return Err(refused_for_call(Layer::ProtectedPaths, &why)),
             Err(why) => {

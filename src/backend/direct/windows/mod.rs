@@ -256,7 +256,13 @@ pub(super) struct Hardening {
     level: IsolationLevel,
 }
 
-pub(super) fn harden(plan: &ExecPlan, _spares: &super::Spares) -> Result<Hardening, Outcome> {
+/// Nothing here holds a path by mounts (`_held`): only the sweep covers
+/// the protected paths.
+pub(super) fn harden(
+    plan: &ExecPlan,
+    _spares: &super::Spares,
+    _held: Vec<crate::backend::protect::Held>,
+) -> Result<Hardening, Outcome> {
     if plan.isolation == IsolationLevel::Strict {
         return Err(Outcome::new(
             OutcomeKind::IsolationUnavailable,

@@ -304,7 +304,7 @@ impl DockerBackend {
         plan: &ExecPlan,
         (argv, env): (Vec<String>, Vec<String>),
         (user, held, gvisor): (String, Vec<crate::backend::protect::Held>, bool),
-        start: Instant,
+        (start, sweep): (Instant, &mut crate::backend::protect::Sweep),
     ) -> RunOutput {
         let refused = |o: Outcome| RunOutput::refused(BackendKind::Docker, o, start.elapsed());
         let request = match run_request(plan, &argv, &env) {
@@ -340,7 +340,7 @@ impl DockerBackend {
             // container of the backend is gone (a dropped call's may still
             // be going), with the protected paths found again.
             let (pass, held) = if gvisor {
-                match self.enter_gate_in_time(plan, held).await {
+                match self.enter_gate_in_time(plan, held, sweep).await {
                     Ok((p, h)) => (Some(p), h),
                     Err(o) => {
                         slot.keep = true;

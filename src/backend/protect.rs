@@ -74,14 +74,35 @@ pub(crate) struct Resolved {
     pub chain: Vec<(PathBuf, Id)>,
 }
 
-/// A file's identity (device and inode) where the platform gives one.
-pub(crate) type Id = Option<(u64, u64)>;
+/// What a walk met at a name, where the platform says (`None` elsewhere:
+/// walks then compare paths only).
+pub(crate) type Id = Option<Seen>;
 
-/// The identity of the file `m` describes.
+/// A file as a walk met it: its device and inode; its birth time, where the
+/// filesystem keeps one (an inode number freed and given to a new file
+/// differs there); and, for what is not a directory, its change time (a
+/// hard link made to it, or a rename of it, changes that: a file held by a
+/// mount can come back under its name through another link, where no mount
+/// holds it). A directory has one name, and its change time moves with
+/// every entry made in it (git's lock files), so it is left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub dev: u64,
+    pub ino: u64,
+    birth: Option<std::time::SystemTime>,
+    change: Option<(i64, i64)>,
+}
+
+/// What the file `m` describes is.
 #[cfg(unix)]
 fn id_of(m: &std::fs::Metadata) -> Id {
     use std::os::unix::fs::MetadataExt as _;
-    Some((m.dev(), m.ino()))
+    Some(Seen {
+        dev: m.dev(),
+        ino: m.ino(),
+        birth: m.created().ok(),
+        change: (!m.is_dir()).then(|| (m.ctime(), m.ctime_nsec())),
+    })
 }
 
 /// No stable identity here: walks compare paths only.
@@ -485,6 +506,11 @@ impl Drop for Sweep {
                     std::thread::sleep(std::time::Duration::from_millis(ms));
                     sweep(&a, None);
                 }
+                // Done: the sweep at exit would be against a look long
+                // past (what the user has made since is theirs).
+                if let Ok(mut c) = CANCELLED.lock() {
+                    c.retain(|o| !std::sync::Arc::ptr_eq(o, &a));
+                }
             });
         if spawned.is_err() {
             tracing::warn!("no thread to sweep the protected paths of a cancelled call");
@@ -562,29 +588,79 @@ fn move_aside_created(absent: &[Absent], notes: &mut String) {
 /// dir's handle, and a note says so. Where nothing holds the path (no mount
 /// namespace), a file the call itself put in its place is found the same way.
 fn move_aside_replaced(kept: &[Kept], notes: &mut String) {
+    const WHY: &str = "existed when the call started, but what is there now is another file (what was there was moved away and the name made anew during the call)";
     for k in kept {
-        let now = resolve_entry(&k.from, &k.raw);
-        let Some(((p, _), _)) = now.chain.iter().zip(&k.chain).find(|(a, b)| a != b) else {
-            continue;
-        };
-        let Some((outer, root)) = crate::backend::protect::outermost_writable(&k.mounts, p)
-            .and_then(|o| k.dirs.iter().find(|(d, _)| d == o))
-        else {
-            continue;
-        };
-        let Some((dir, name)) = p.strip_prefix(outer).ok().and_then(|rel| under(root, rel)) else {
-            continue;
-        };
-        if dir.symlink_metadata(&name).is_err() {
-            continue;
+        // A few tries: the dir opened to rename in must be the one the walk
+        // went through (a writer swapping a dir on the way would otherwise
+        // have another dir's entry renamed).
+        for attempt in 0..4 {
+            match replaced_once(k) {
+                Replaced::Same => break,
+                Replaced::Moved(shown, to) => {
+                    notes.push_str(&note(&shown, WHY, to));
+                    break;
+                }
+                Replaced::Raced(shown) if attempt == 3 => {
+                    notes.push_str(&note(&shown, WHY, None));
+                }
+                Replaced::Raced(_) => std::thread::yield_now(),
+            }
         }
-        let shown = crate::plan::guest_in(&k.mounts, p).unwrap_or_else(|| p.clone());
-        notes.push_str(&note(
-            &shown,
-            "existed when the call started, but what is there now is another file (what was there was moved away and the name made anew during the call)",
-            move_aside(&dir, &name),
-        ));
     }
+}
+
+/// What one walk of [`move_aside_replaced`] did.
+enum Replaced {
+    /// Nothing differs (or what differs is not in a writable dir).
+    Same,
+    /// What differed (as the tool sees it), moved aside to a new name or not.
+    Moved(PathBuf, Option<std::ffi::OsString>),
+    /// The dir that holds what differs changed under the walk.
+    Raced(PathBuf),
+}
+
+fn replaced_once(k: &Kept) -> Replaced {
+    let from_now = std::fs::symlink_metadata(&k.from)
+        .ok()
+        .and_then(|m| id_of(&m));
+    let now = resolve_entry(&k.from, &k.raw);
+    let Some(i) = now.chain.iter().zip(&k.chain).position(|(a, b)| a != b) else {
+        return Replaced::Same;
+    };
+    let p = &now.chain[i].0;
+    let Some((outer, root)) =
+        outermost_writable(&k.mounts, p).and_then(|o| k.dirs.iter().find(|(d, _)| d == o))
+    else {
+        return Replaced::Same;
+    };
+    let shown = crate::plan::guest_in(&k.mounts, p).unwrap_or_else(|| p.clone());
+    // The dir the walk found it in: an earlier step of the walk, or where
+    // it started.
+    let parent = p.parent();
+    let expect = now.chain[..i]
+        .iter()
+        .rev()
+        .find(|(c, _)| Some(c.as_path()) == parent)
+        .map(|(_, id)| *id)
+        .or_else(|| (parent == Some(k.from.as_path())).then_some(from_now));
+    let Some((dir, name)) = p.strip_prefix(outer).ok().and_then(|rel| under(root, rel)) else {
+        return Replaced::Raced(shown);
+    };
+    match expect {
+        // Where the platform gives no identity, none is compared.
+        Some(None) => {}
+        Some(Some(seen)) => {
+            if crate::sys::file_id::of_dir(&dir).ok() != Some((seen.dev, seen.ino)) {
+                return Replaced::Raced(shown);
+            }
+        }
+        None => return Replaced::Raced(shown),
+    }
+    if dir.symlink_metadata(&name).is_err() {
+        return Replaced::Raced(shown);
+    }
+    let to = move_aside(&dir, &name);
+    Replaced::Moved(shown, to)
 }
 
 /// The dir that holds `rel` under `root` (a handle: no symlink out of

@@ -1347,14 +1347,17 @@ fn an_unprivileged_toolhost_gets_user_network_and_pid_namespaces() {
 }
 
 /// A held `.git` renamed away by another call and made anew by the
-/// holding call is moved aside after it (`util::a_protected_dir_renamed_away_and_made_anew`).
+/// holding call is moved aside after it: a new dir, and the same file
+/// linked back (`util::a_protected_path_renamed_away_and_made_anew`).
 #[tokio::test]
-async fn a_protected_dir_renamed_away_by_another_call_and_made_anew_is_moved_aside() {
-    let t = Tmp::new();
-    let mut cfg = level(IsolationLevel::BestEffort);
-    cfg.timeout = Duration::from_secs(30);
-    let sb = t.sandbox(cfg);
-    a_protected_dir_renamed_away_and_made_anew(&sb, &t.ws(), false).await;
+async fn a_protected_path_renamed_away_by_another_call_and_made_anew_is_moved_aside() {
+    for anew in [Anew::Dir, Anew::LinkedBack] {
+        let t = Tmp::new();
+        let mut cfg = level(IsolationLevel::BestEffort);
+        cfg.timeout = Duration::from_secs(30);
+        let sb = t.sandbox(cfg);
+        a_protected_path_renamed_away_and_made_anew(&sb, &t.ws(), false, anew).await;
+    }
 }
 
 /// Case 44 on `direct`, what the contract row does not see: the call's mount

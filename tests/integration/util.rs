@@ -334,52 +334,83 @@ impl Engine {
     }
 }
 
+/// How call B makes `.git` anew in [`a_protected_path_renamed_away_and_made_anew`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Anew {
+    /// `.git` is a dir; B makes a new one, with a hook.
+    Dir,
+    /// `.git` is a file (`gitdir: evil`); A makes a hard link to it
+    /// (`keep`) before renaming it away, and B moves `keep` to `.git`: the
+    /// same file, with its device and inode, back under the name.
+    LinkedBack,
+}
+
 /// A protected `.git` renamed away while a call holds it, and made anew by
 /// that call. A mount holds a file, not a name: call A (in a mount
 /// namespace or container of its own, where `.git` is no mount point; it
 /// started before `.git` existed) makes `.git`; call B starts with it there,
 /// so B's look holds it; A renames it to `moved` and ends, and B makes
-/// `.git` anew, with a hook. After B, what B made must be moved aside: by the walk after
-/// the call (direct, runc), or, where B waited at the gVisor gate until A was
-/// gone (`gated`: A then renames `.git` on a timer, not when B has started),
-/// by B's own look, which found `.git` missing. Allowed twin, in the same
-/// call: the same hook made in `notgit` stays.
-pub(crate) async fn a_protected_dir_renamed_away_and_made_anew(
+/// `.git` anew (`anew`). After B, what B made must be moved aside: by the
+/// walk after the call (direct, runc), or, where B waited at the gVisor gate
+/// until A was gone (`gated`: A then renames `.git` on a timer, not when B
+/// has started), by B's own look, which found `.git` missing. Allowed twin,
+/// in the same call: the same thing made in `notgit` stays.
+pub(crate) async fn a_protected_path_renamed_away_and_made_anew(
     sb: &Sandbox,
     ws: &Path,
     gated: bool,
+    anew: Anew,
 ) {
-    let a = if gated {
-        "mkdir .git && sleep 1 && mv .git moved && echo renamed"
-    } else {
-        "mkdir .git && i=0; while [ ! -e b-started ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; [ -e b-started ] && mv .git moved && echo renamed"
+    let make = match anew {
+        Anew::Dir => "mkdir .git",
+        Anew::LinkedBack => "printf 'gitdir: evil\\n' > .git",
     };
-    // B writes once A is over (`a-done`, made here when A's call has
+    let wait = if gated {
+        "sleep 1"
+    } else {
+        "i=0; while [ ! -e b-started ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; [ -e b-started ]"
+    };
+    let away = match anew {
+        Anew::Dir => "mv .git moved",
+        Anew::LinkedBack => "ln .git keep && mv .git moved",
+    };
+    let a = format!("{make} && {wait} && {away} && echo renamed");
+    // B makes it once A is over (`a-done`, made here when A's call has
     // returned): A's own sweep, of the `.git` it made, is done by then.
-    let b = "touch b-started; i=0; while [ ! -e a-done ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; mkdir -p .git/hooks && echo EVIL > .git/hooks/post-checkout && echo wrote; mkdir -p notgit/hooks && echo EVIL > notgit/hooks/post-checkout && echo twin";
+    let back = match anew {
+        Anew::Dir => {
+            "mkdir -p .git/hooks && echo EVIL > .git/hooks/post-checkout && echo wrote; mkdir -p notgit/hooks && echo EVIL > notgit/hooks/post-checkout && echo twin"
+        }
+        Anew::LinkedBack => {
+            "mv keep .git && echo wrote; printf 'gitdir: evil\\n' > notgit && echo twin"
+        }
+    };
+    let b = format!(
+        "touch b-started; i=0; while [ ! -e a-done ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; {back}"
+    );
     let git = ws.join(".git");
     let first = async {
-        let r = sb.run(RunRequest::new(["sh", "-c", a])).await;
+        let r = sb.run(RunRequest::new(["sh", "-c", &a])).await;
         std::fs::write(ws.join("a-done"), "").unwrap();
         r
     };
     let (ra, rb) = tokio::join!(first, async {
         // B starts once A's `.git` is there.
         for _ in 0..400 {
-            if git.is_dir() {
+            if git.exists() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        assert!(git.is_dir(), "call A made no .git");
-        sb.run(RunRequest::new(["sh", "-c", b])).await
+        assert!(git.exists(), "call A made no .git");
+        sb.run(RunRequest::new(["sh", "-c", &b])).await
     });
     // Control: A renamed the held `.git` away (and had nothing to sweep),
     // and B made it anew.
     assert_eq!(ra.stdout, "renamed\n", "{ra:?}");
     assert!(!ra.stderr.contains("protected_paths"), "{ra:?}");
     assert_eq!(rb.stdout, "wrote\ntwin\n", "{rb:?}");
-    assert!(ws.join("moved").is_dir(), "{ra:?}");
+    assert!(ws.join("moved").exists(), "{ra:?}");
     // Denied: no `.git` is left; B's is beside it, whole, and B was told.
     assert!(
         std::fs::symlink_metadata(&git).is_err(),
@@ -395,20 +426,34 @@ pub(crate) async fn a_protected_dir_renamed_away_and_made_anew(
         })
         .collect();
     assert_eq!(aside.len(), 1, "{aside:?} {rb:?}");
-    assert_eq!(
-        std::fs::read_to_string(aside[0].join("hooks/post-checkout")).unwrap(),
-        "EVIL\n"
-    );
     assert!(
         rb.stderr.contains("is a protected path (protected_paths)")
             && rb.stderr.contains("moved to"),
         "{rb:?}"
     );
-    // The held one got nothing from B.
-    assert!(!ws.join("moved/hooks").exists(), "{rb:?}");
-    // Allowed twin: the same hook outside `.git` stays where B made it.
-    assert_eq!(
-        std::fs::read_to_string(ws.join("notgit/hooks/post-checkout")).unwrap(),
-        "EVIL\n"
-    );
+    match anew {
+        Anew::Dir => {
+            assert_eq!(
+                std::fs::read_to_string(aside[0].join("hooks/post-checkout")).unwrap(),
+                "EVIL\n"
+            );
+            // The held one got nothing from B.
+            assert!(!ws.join("moved/hooks").exists(), "{rb:?}");
+            // Allowed twin: the same hook outside `.git` stays.
+            assert_eq!(
+                std::fs::read_to_string(ws.join("notgit/hooks/post-checkout")).unwrap(),
+                "EVIL\n"
+            );
+        }
+        Anew::LinkedBack => {
+            assert_eq!(
+                std::fs::read_to_string(&aside[0]).unwrap(),
+                "gitdir: evil\n"
+            );
+            assert_eq!(
+                std::fs::read_to_string(ws.join("notgit")).unwrap(),
+                "gitdir: evil\n"
+            );
+        }
+    }
 }

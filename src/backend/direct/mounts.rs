@@ -286,7 +286,11 @@ impl MountPlan {
                             link: h.link,
                             // What the look found (the sweep after the
                             // call walks from it): nothing else is held.
-                            expect: if i == 0 { h.id } else { None },
+                            expect: if i == 0 {
+                                h.id.map(|s| (s.dev, s.ino))
+                            } else {
+                                None
+                            },
                             required: i == 0,
                         },
                     );

@@ -689,18 +689,21 @@ async fn a_protected_path_seen_at_two_places_is_held_at_both(engine: Engine) {
 }
 
 /// A held `.git` renamed away by another call and made anew by the holding
-/// call is moved aside after it; under gVisor the second call waits at the
-/// gate, and its own look finds `.git` gone
-/// (`util::a_protected_dir_renamed_away_and_made_anew`).
-async fn a_protected_dir_renamed_away_and_made_anew_is_moved_aside(engine: Engine) {
+/// call is moved aside after it (a new dir, and the same file linked back);
+/// under gVisor the second call waits at the gate, and its own look finds
+/// `.git` gone (`util::a_protected_path_renamed_away_and_made_anew`).
+async fn a_protected_path_renamed_away_and_made_anew_is_moved_aside(engine: Engine) {
     let Some(image) = image_on(engine) else {
         return;
     };
-    let t = Tmp::new();
-    let mut cfg = docker_config_on(&image, engine);
-    cfg.timeout = Duration::from_secs(40);
-    let sb = t.sandbox(cfg);
-    a_protected_dir_renamed_away_and_made_anew(&sb, &t.ws(), engine == Engine::Runsc).await;
+    for anew in [Anew::Dir, Anew::LinkedBack] {
+        let t = Tmp::new();
+        let mut cfg = docker_config_on(&image, engine);
+        cfg.timeout = Duration::from_secs(40);
+        let sb = t.sandbox(cfg);
+        a_protected_path_renamed_away_and_made_anew(&sb, &t.ws(), engine == Engine::Runsc, anew)
+            .await;
+    }
 }
 
 async fn a_read_only_dir_is_read_only_where_a_writable_one_shows_it(engine: Engine) {
@@ -737,5 +740,5 @@ on_each_engine!(
     a_guest_path_is_where_the_container_sees_the_dir,
     a_protected_path_seen_at_two_places_is_held_at_both,
     a_read_only_dir_is_read_only_where_a_writable_one_shows_it,
-    a_protected_dir_renamed_away_and_made_anew_is_moved_aside,
+    a_protected_path_renamed_away_and_made_anew_is_moved_aside,
 );

@@ -276,10 +276,46 @@ struct Kept {
     raw: Vec<String>,
     /// What the look met on the way ([`Resolved::chain`]).
     chain: Vec<(PathBuf, Id)>,
+    /// Each of those files, held open (`O_PATH`, Linux) until the walk after
+    /// the call: while a descriptor holds an inode, its number cannot be
+    /// given to a new file, so a file with the same device and inode is the
+    /// same file even where the filesystem keeps no birth time.
+    #[allow(dead_code)]
+    pins: Vec<std::fs::File>,
     /// The writable allowed dirs, with their handles, and the plan's
     /// mounts (for the guest path a note shows).
     dirs: std::sync::Arc<[(PathBuf, std::sync::Arc<cap_std::fs::Dir>)]>,
     mounts: std::sync::Arc<[crate::plan::Mount]>,
+}
+
+/// Opens each file of `chain` (`O_PATH`, not following a last symlink) and
+/// keeps it open ([`Kept::pins`]); what is recorded is what the descriptor
+/// holds (a file swapped in since the walk replaces the walk's).
+#[cfg(target_os = "linux")]
+fn pin(chain: &mut [(PathBuf, Id)]) -> Vec<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    let mut pins = Vec::with_capacity(chain.len());
+    for (path, id) in chain.iter_mut() {
+        let Ok(fd) = rustix::fs::open(
+            path.as_path(),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let f = std::fs::File::from(fd);
+        if let Some(seen) = f.metadata().ok().and_then(|m| id_of(&m)) {
+            *id = Some(seen);
+            pins.push(f);
+        }
+    }
+    pins
+}
+
+/// Elsewhere no descriptor holds a file without opening it for reading.
+#[cfg(not(target_os = "linux"))]
+fn pin(_: &mut [(PathBuf, Id)]) -> Vec<std::fs::File> {
+    Vec::new()
 }
 
 /// Looks once at the protected paths of `plan`'s writable dirs; empty when
@@ -333,7 +369,8 @@ pub(crate) fn look(plan: &ExecPlan) -> Look {
     for m in plan.mounts.iter().filter(|m| !m.read_only) {
         for (_, raw) in plan.protected.entries_raw() {
             let lexical: PathBuf = raw.iter().fold(m.path.clone(), |p, n| p.join(n));
-            let r = resolve_entry(&m.path, raw);
+            let mut r = resolve_entry(&m.path, raw);
+            let pins = pin(&mut r.chain);
             for l in &r.links {
                 add(
                     out,
@@ -367,6 +404,7 @@ pub(crate) fn look(plan: &ExecPlan) -> Look {
                     from: m.path.clone(),
                     raw: raw.to_vec(),
                     chain: r.chain,
+                    pins,
                     dirs: std::sync::Arc::clone(&plan.mount_dirs),
                     mounts: std::sync::Arc::clone(&plan.mounts),
                 });

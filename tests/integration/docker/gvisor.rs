@@ -214,3 +214,59 @@ async fn under_gvisor_a_mount_swapped_by_another_writer_is_refused() {
     let r = dsh(&sb, "cat .git/config").await;
     assert_eq!(r.stdout, "INSIDE", "{r:?}");
 }
+
+/// A held dir taken away by a writer outside the gate does not come back
+/// changed. A `direct` call (no gate) makes `.git`; a gVisor call starts
+/// with it there and holds it; the direct call renames it to `moved`, puts
+/// a hook in it and ends. The gVisor call cannot rename `moved` back to
+/// `.git` (the mount followed the dir, and a mount point cannot be moved
+/// in the namespace that has it), so no `.git` with the hook appears, and
+/// the walk after the call has nothing to miss (it would see the same dir).
+/// Allowed twin, in the same call: renaming a dir of its own works.
+#[tokio::test]
+async fn under_gvisor_a_held_dir_moved_away_by_another_writer_cannot_come_back() {
+    let Some(image) = image_on(Engine::Runsc) else {
+        return;
+    };
+    let t = tmp();
+    let ws = t.ws();
+    let mut cfg = docker_config_on(&image, Engine::Runsc);
+    cfg.timeout = Duration::from_secs(30);
+    let gvisor = t.sandbox(cfg);
+    let direct = t.sandbox(SandboxConfig {
+        timeout: Duration::from_secs(30),
+        ..SandboxConfig::default()
+    });
+    let a = "mkdir .git && i=0; while [ ! -e b-started ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; mv .git moved && mkdir moved/hooks && echo EVIL > moved/hooks/post-checkout && echo renamed";
+    let b = "touch b-started; i=0; while [ ! -e a-done ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; mv moved .git; echo back=$?; mkdir mine && mv mine mine2; echo twin=$?";
+    let git = ws.join(".git");
+    let (ra, rb) = tokio::join!(
+        async {
+            let r = direct.run(RunRequest::new(["sh", "-c", a])).await;
+            std::fs::write(ws.join("a-done"), "").unwrap();
+            r
+        },
+        async {
+            for _ in 0..400 {
+                if git.exists() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            assert!(git.exists(), "the direct call made no .git");
+            gvisor.run(RunRequest::new(["sh", "-c", b])).await
+        }
+    );
+    // Control: the other writer moved the held dir and wrote into it.
+    assert_eq!(ra.stdout, "renamed\n", "{ra:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("moved/hooks/post-checkout")).unwrap(),
+        "EVIL\n"
+    );
+    // Denied: it did not come back as `.git`.
+    assert!(rb.stdout.starts_with("back=1\n"), "{rb:?}");
+    assert!(std::fs::symlink_metadata(&git).is_err(), "{rb:?}");
+    // Allowed twin.
+    assert!(rb.stdout.ends_with("twin=0\n"), "{rb:?}");
+    assert!(ws.join("mine2").is_dir());
+}

@@ -288,25 +288,57 @@ struct Kept {
     mounts: std::sync::Arc<[crate::plan::Mount]>,
 }
 
-/// Opens each file of `chain` (`O_PATH`, not following a last symlink) and
-/// keeps it open ([`Kept::pins`]); what is recorded is what the descriptor
-/// holds (a file swapped in since the walk replaces the walk's).
+/// At most this many files are held open per look ([`pin`]); a walk that
+/// meets more (a symlink whose target runs through thousands of names) has
+/// the rest compared by identity only.
+const MAX_PINS: usize = 64;
+
+/// Opens each file of `chain` that lies in a writable dir (`O_PATH`, not
+/// following a last symlink), once per path, and keeps it open
+/// ([`Kept::pins`]), within `budget`. Fails closed: where the file cannot
+/// be opened or read, or is not the one the walk met (swapped since), its
+/// identity is dropped, so that the walk after the call finds it differing.
 #[cfg(target_os = "linux")]
-fn pin(chain: &mut [(PathBuf, Id)]) -> Vec<std::fs::File> {
+fn pin(
+    chain: &mut [(PathBuf, Id)],
+    mounts: &[crate::plan::Mount],
+    budget: &mut usize,
+) -> Vec<std::fs::File> {
     use rustix::fs::{Mode, OFlags};
-    let mut pins = Vec::with_capacity(chain.len());
-    for (path, id) in chain.iter_mut() {
-        let Ok(fd) = rustix::fs::open(
+    let mut pins = Vec::new();
+    for i in 0..chain.len() {
+        let (head, rest) = chain.split_at_mut(i);
+        let Some((path, id)) = rest.first_mut() else {
+            break;
+        };
+        if outermost_writable(mounts, path).is_none() {
+            continue;
+        }
+        if let Some((_, first)) = head.iter().find(|(p, _)| p == path) {
+            *id = *first;
+            continue;
+        }
+        if *budget == 0 {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    "a protected path's walk met more than {MAX_PINS} files: the rest are compared by identity only"
+                );
+            });
+            continue;
+        }
+        *budget -= 1;
+        let held = rustix::fs::open(
             path.as_path(),
             OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
-        ) else {
-            continue;
-        };
-        let f = std::fs::File::from(fd);
-        if let Some(seen) = f.metadata().ok().and_then(|m| id_of(&m)) {
-            *id = Some(seen);
-            pins.push(f);
+        )
+        .ok()
+        .map(std::fs::File::from)
+        .and_then(|f| Some((f.metadata().ok().and_then(|m| id_of(&m))?, f)));
+        match held {
+            Some((seen, f)) if Some(seen) == *id => pins.push(f),
+            _ => *id = None,
         }
     }
     pins
@@ -314,7 +346,7 @@ fn pin(chain: &mut [(PathBuf, Id)]) -> Vec<std::fs::File> {
 
 /// Elsewhere no descriptor holds a file without opening it for reading.
 #[cfg(not(target_os = "linux"))]
-fn pin(_: &mut [(PathBuf, Id)]) -> Vec<std::fs::File> {
+fn pin(_: &mut [(PathBuf, Id)], _: &[crate::plan::Mount], _: &mut usize) -> Vec<std::fs::File> {
     Vec::new()
 }
 
@@ -366,11 +398,12 @@ pub(crate) fn look(plan: &ExecPlan) -> Look {
             .and_then(|(_, id)| *id)
     };
     let mut anchors: Vec<PathBuf> = Vec::new();
+    let mut budget = MAX_PINS;
     for m in plan.mounts.iter().filter(|m| !m.read_only) {
         for (_, raw) in plan.protected.entries_raw() {
             let lexical: PathBuf = raw.iter().fold(m.path.clone(), |p, n| p.join(n));
             let mut r = resolve_entry(&m.path, raw);
-            let pins = pin(&mut r.chain);
+            let pins = pin(&mut r.chain, &plan.mounts, &mut budget);
             for l in &r.links {
                 add(
                     out,

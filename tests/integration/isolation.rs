@@ -1351,7 +1351,7 @@ fn an_unprivileged_toolhost_gets_user_network_and_pid_namespaces() {
 /// linked back (`util::a_protected_path_renamed_away_and_made_anew`).
 #[tokio::test]
 async fn a_protected_path_renamed_away_by_another_call_and_made_anew_is_moved_aside() {
-    for anew in [Anew::Dir, Anew::LinkedBack] {
+    for anew in [Anew::Dir, Anew::LinkedBack, Anew::Removed] {
         let t = Tmp::new();
         let mut cfg = level(IsolationLevel::BestEffort);
         cfg.timeout = Duration::from_secs(30);

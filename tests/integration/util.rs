@@ -343,6 +343,8 @@ pub(crate) enum Anew {
     /// (`keep`) before renaming it away, and B moves `keep` to `.git`: the
     /// same file, with its device and inode, back under the name.
     LinkedBack,
+    /// `.git` is a dir; A removes it, and B makes a new one, with a hook.
+    Removed,
 }
 
 /// A protected `.git` renamed away while a call holds it, and made anew by
@@ -350,7 +352,7 @@ pub(crate) enum Anew {
 /// namespace or container of its own, where `.git` is no mount point; it
 /// started before `.git` existed) makes `.git`; call B starts with it there,
 /// so B's look holds it; A renames it to `moved` and ends, and B makes
-/// `.git` anew (`anew`). After B, what B made must be moved aside: by the
+/// `.git` anew (`anew`; [`Anew::Removed`]: A removes it instead). After B, what B made must be moved aside: by the
 /// walk after the call (direct, runc), or, where B waited at the gVisor gate
 /// until A was gone (`gated`: A then renames `.git` on a timer, not when B
 /// has started), by B's own look, which found `.git` missing. Allowed twin,
@@ -362,7 +364,7 @@ pub(crate) async fn a_protected_path_renamed_away_and_made_anew(
     anew: Anew,
 ) {
     let make = match anew {
-        Anew::Dir => "mkdir .git",
+        Anew::Dir | Anew::Removed => "mkdir .git",
         Anew::LinkedBack => "printf 'gitdir: evil\\n' > .git",
     };
     let wait = if gated {
@@ -373,12 +375,14 @@ pub(crate) async fn a_protected_path_renamed_away_and_made_anew(
     let away = match anew {
         Anew::Dir => "mv .git moved",
         Anew::LinkedBack => "ln .git keep && mv .git moved",
+        Anew::Removed => "rm -rf .git",
     };
     let a = format!("{make} && {wait} && {away} && echo renamed");
-    // B makes it once A is over (`a-done`, made here when A's call has
-    // returned): A's own sweep, of the `.git` it made, is done by then.
+    // B makes it once A is over (`a-running`, removed here when A's call
+    // has returned; a removal, so that no new file takes a number A freed):
+    // A's own sweep, of the `.git` it made, is done by then.
     let back = match anew {
-        Anew::Dir => {
+        Anew::Dir | Anew::Removed => {
             "mkdir -p .git/hooks && echo EVIL > .git/hooks/post-checkout && echo wrote; mkdir -p notgit/hooks && echo EVIL > notgit/hooks/post-checkout && echo twin"
         }
         Anew::LinkedBack => {
@@ -386,12 +390,13 @@ pub(crate) async fn a_protected_path_renamed_away_and_made_anew(
         }
     };
     let b = format!(
-        "touch b-started; i=0; while [ ! -e a-done ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; {back}"
+        "touch b-started; i=0; while [ -e a-running ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; {back}"
     );
     let git = ws.join(".git");
+    std::fs::write(ws.join("a-running"), "").unwrap();
     let first = async {
         let r = sb.run(RunRequest::new(["sh", "-c", &a])).await;
-        std::fs::write(ws.join("a-done"), "").unwrap();
+        std::fs::remove_file(ws.join("a-running")).unwrap();
         r
     };
     let (ra, rb) = tokio::join!(first, async {
@@ -410,7 +415,7 @@ pub(crate) async fn a_protected_path_renamed_away_and_made_anew(
     assert_eq!(ra.stdout, "renamed\n", "{ra:?}");
     assert!(!ra.stderr.contains("protected_paths"), "{ra:?}");
     assert_eq!(rb.stdout, "wrote\ntwin\n", "{rb:?}");
-    assert!(ws.join("moved").exists(), "{ra:?}");
+    assert_eq!(ws.join("moved").exists(), anew != Anew::Removed, "{ra:?}");
     // Denied: no `.git` is left; B's is beside it, whole, and B was told.
     assert!(
         std::fs::symlink_metadata(&git).is_err(),
@@ -432,7 +437,7 @@ pub(crate) async fn a_protected_path_renamed_away_and_made_anew(
         "{rb:?}"
     );
     match anew {
-        Anew::Dir => {
+        Anew::Dir | Anew::Removed => {
             assert_eq!(
                 std::fs::read_to_string(aside[0].join("hooks/post-checkout")).unwrap(),
                 "EVIL\n"

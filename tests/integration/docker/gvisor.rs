@@ -263,8 +263,14 @@ async fn under_gvisor_a_held_dir_moved_away_by_another_writer_cannot_come_back()
         std::fs::read_to_string(ws.join("moved/hooks/post-checkout")).unwrap(),
         "EVIL\n"
     );
-    // Denied: it did not come back as `.git`.
+    // Denied: it did not come back as `.git`: `moved` is busy (a mount
+    // point in the call's namespace).
     assert!(rb.stdout.starts_with("back=1\n"), "{rb:?}");
+    assert!(
+        rb.stderr
+            .contains("can't rename 'moved': Device or resource busy"),
+        "{rb:?}"
+    );
     assert!(std::fs::symlink_metadata(&git).is_err(), "{rb:?}");
     // Allowed twin.
     assert!(rb.stdout.ends_with("twin=0\n"), "{rb:?}");

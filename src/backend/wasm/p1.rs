@@ -498,9 +498,12 @@ pub(super) async fn p1_postcheck(caller: &mut Caller<'_, State>, opened: i32) ->
     let ctx = &mut state.wasi;
     let mut mem = wiggle::GuestMemory::Unshared(mem);
     let new = types::Fd::from(new);
-    match P1::fd_filestat_get(ctx, &mut mem, new).await {
-        Ok(st) if special::p1_allowed(st.filetype) => {
-            if st.filetype == types::Filetype::Directory {
+    // Its type only: `fd_fdstat_get` reads it with one `statx` (none for a
+    // directory) where `fd_filestat_get` makes two (the second for the
+    // inode's hash).
+    match P1::fd_fdstat_get(ctx, &mut mem, new).await {
+        Ok(st) if special::p1_allowed(st.fs_filetype) => {
+            if st.fs_filetype == types::Filetype::Directory {
                 // A new directory handle: read-only if inside a protected dir.
                 guard_p1::restrict_all(caller);
             }

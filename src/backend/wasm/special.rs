@@ -80,10 +80,11 @@ pub(crate) enum Found {
 
 /// What `path` names under `dir`, resolved as wasmtime-wasi's own stat
 /// resolves it (`openat2` beneath `dir`, no magic links, the last
-/// component followed when `follow`; one normal component not followed is
-/// a plain `fstatat`), in one lookup, where wasmtime-wasi's preview-1
+/// component followed when `follow`), in one lookup, where wasmtime-wasi's preview-1
 /// `path_filestat_get` makes two (a stat, then another for the inode's
-/// hash). Every outcome but a type or `ENOENT` is [`Found::Unknown`].
+/// hash). A path that is one name is a plain `fstatat` of it, unfollowed, and
+/// only a symlink there to follow is resolved through `openat2`. Every
+/// outcome but a type or `ENOENT` is [`Found::Unknown`].
 #[cfg(target_os = "linux")]
 pub(crate) fn found_at(dir: &cap_std::fs::Dir, path: &str, follow: bool) -> Found {
     use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
@@ -91,21 +92,32 @@ pub(crate) fn found_at(dir: &cap_std::fs::Dir, path: &str, follow: bool) -> Foun
     let single = {
         let mut c = std::path::Path::new(path).components();
         match (c.next(), c.next()) {
-            (Some(std::path::Component::Normal(one)), None) => Some(one),
+            // Exactly the name: not `name/` nor `name/.`, which a
+            // lookup of `name` alone would not answer as the open does.
+            (Some(std::path::Component::Normal(one)), None) if one == path => Some(one),
             _ => None,
         }
     };
-    let stat = match single {
-        Some(one) if !follow => rustix::fs::statat(dir, one, AtFlags::SYMLINK_NOFOLLOW),
-        _ => {
-            let mut flags = OFlags::PATH | OFlags::CLOEXEC;
-            if !follow {
-                flags |= OFlags::NOFOLLOW;
-            }
-            let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
-            rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve)
-                .and_then(|fd| rustix::fs::fstat(&fd))
+    let resolved = || {
+        let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+        if !follow {
+            flags |= OFlags::NOFOLLOW;
         }
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve)
+            .and_then(|fd| rustix::fs::fstat(&fd))
+    };
+    let stat = match single {
+        // One name, looked at where it is: what it is, unless it is a
+        // symlink to follow (then resolved beneath `dir`, as below). A
+        // name with nothing there is missing followed or not.
+        Some(one) => match rustix::fs::statat(dir, one, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if follow && FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+                resolved()
+            }
+            r => r,
+        },
+        None => resolved(),
     };
     match stat {
         Ok(st) => match FileType::from_raw_mode(st.st_mode) {
@@ -652,6 +664,10 @@ mod tests {
         std::os::unix::fs::symlink("fifo", root.join("to-fifo")).expect("link");
         std::os::unix::fs::symlink("../fifo", root.join("sub/up-fifo")).expect("link");
         std::os::unix::fs::symlink("/dev/null", root.join("abs")).expect("link");
+        std::os::unix::fs::symlink("none", root.join("dangling")).expect("link");
+        std::os::unix::fs::symlink("sub", root.join("to-sub")).expect("link");
+        std::os::unix::fs::symlink("sock", root.join("to-sock")).expect("link");
+        std::os::unix::fs::symlink("../outside", root.join("out")).expect("link");
         let _sock = std::os::unix::net::UnixListener::bind(root.join("sock")).expect("sock");
         let dir = cap_std::fs::Dir::open_ambient_dir(root, cap_std::ambient_authority())
             .expect("open dir");
@@ -677,6 +693,16 @@ mod tests {
             ("/dev/null", true, Found::Unknown),
             ("abs", true, Found::Unknown),
             ("abs", false, Found::Allowed),
+            // One name, followed: a symlink there is resolved beneath the
+            // dir, whatever it points to.
+            ("dangling", true, Found::Missing),
+            ("dangling", false, Found::Allowed),
+            ("to-sub", true, Found::Allowed),
+            ("to-sock", true, Found::Special),
+            ("out", true, Found::Unknown),
+            ("out", false, Found::Allowed),
+            ("plain/", true, Found::Unknown),
+            ("sub/.", true, Found::Allowed),
         ];
         for (path, follow, want) in cases {
             assert_eq!(

@@ -498,9 +498,10 @@ pub(super) async fn p1_postcheck(caller: &mut Caller<'_, State>, opened: i32) ->
     let ctx = &mut state.wasi;
     let mut mem = wiggle::GuestMemory::Unshared(mem);
     let new = types::Fd::from(new);
-    // Its type only: `fd_fdstat_get` reads it with one `statx` (none for a
-    // directory) where `fd_filestat_get` makes two (the second for the
-    // inode's hash).
+    // Its type only: `fd_fdstat_get` reads the flags (`fcntl`) and, for a
+    // file, the type (one `statx`), where `fd_filestat_get` makes two
+    // `statx` (the second for the inode's hash). An open fd's type never
+    // changes; what is not a file or a directory is closed.
     match P1::fd_fdstat_get(ctx, &mut mem, new).await {
         Ok(st) if special::p1_allowed(st.fs_filetype) => {
             if st.fs_filetype == types::Filetype::Directory {

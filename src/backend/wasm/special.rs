@@ -80,11 +80,11 @@ pub(crate) enum Found {
 
 /// What `path` names under `dir`, resolved as wasmtime-wasi's own stat
 /// resolves it (`openat2` beneath `dir`, no magic links, the last
-/// component followed when `follow`), in one lookup, where wasmtime-wasi's preview-1
-/// `path_filestat_get` makes two (a stat, then another for the inode's
-/// hash). A path that is one name is a plain `fstatat` of it, unfollowed, and
-/// only a symlink there to follow is resolved through `openat2`. Every
-/// outcome but a type or `ENOENT` is [`Found::Unknown`].
+/// component followed when `follow`), where wasmtime-wasi's preview-1
+/// `path_filestat_get` makes two lookups (a stat, then another for the
+/// inode's hash). A path that is one name is a plain `fstatat` of it,
+/// unfollowed; only a symlink there to follow is then resolved through
+/// `openat2`. Every outcome but a type or `ENOENT` is [`Found::Unknown`].
 #[cfg(target_os = "linux")]
 pub(crate) fn found_at(dir: &cap_std::fs::Dir, path: &str, follow: bool) -> Found {
     use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};

@@ -280,8 +280,7 @@ struct Kept {
     /// the call: while a descriptor holds an inode, its number cannot be
     /// given to a new file, so a file with the same device and inode is the
     /// same file even where the filesystem keeps no birth time.
-    #[allow(dead_code)]
-    pins: Vec<std::fs::File>,
+    _pins: Vec<std::fs::File>,
     /// The writable allowed dirs, with their handles, and the plan's
     /// mounts (for the guest path a note shows).
     dirs: std::sync::Arc<[(PathBuf, std::sync::Arc<cap_std::fs::Dir>)]>,
@@ -295,7 +294,7 @@ const MAX_PINS: usize = 64;
 
 /// Opens each file of `chain` that lies in a writable dir (`O_PATH`, not
 /// following a last symlink), once per path, and keeps it open
-/// ([`Kept::pins`]), within `budget`. Fails closed: where the file cannot
+/// ([`Kept::_pins`]), within `budget`. Fails closed: where the file cannot
 /// be opened or read, or is not the one the walk met (swapped since), its
 /// identity is dropped, so that the walk after the call finds it differing.
 #[cfg(target_os = "linux")]
@@ -437,7 +436,7 @@ pub(crate) fn look(plan: &ExecPlan) -> Look {
                     from: m.path.clone(),
                     raw: raw.to_vec(),
                     chain: r.chain,
-                    pins,
+                    _pins: pins,
                     dirs: std::sync::Arc::clone(&plan.mount_dirs),
                     mounts: std::sync::Arc::clone(&plan.mounts),
                 });

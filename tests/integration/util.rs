@@ -352,8 +352,9 @@ pub(crate) enum Anew {
 /// namespace or container of its own, where `.git` is no mount point; it
 /// started before `.git` existed) makes `.git`; call B starts with it there,
 /// so B's look holds it; A renames it to `moved` and ends, and B makes
-/// `.git` anew (`anew`; [`Anew::Removed`]: A removes it instead). After B, what B made must be moved aside: by the
-/// walk after the call (direct, runc), or, where B waited at the gVisor gate
+/// `.git` anew (`anew`; [`Anew::Removed`]: A removes it instead). After B,
+/// what B made must be moved aside: by the walk after the call (direct,
+/// runc), or, where B waited at the gVisor gate
 /// until A was gone (`gated`: A then renames `.git` on a timer, not when B
 /// has started), by B's own look, which found `.git` missing. Allowed twin,
 /// in the same call: the same thing made in `notgit` stays.

@@ -270,7 +270,8 @@ impl Sandbox {
         })
     }
 
-    /// Starts, on a thread of its own, the work the first `direct` call of
+    /// Starts, on a thread of its own (started on another CPU than the
+    /// caller's, where there is one), the work the first `direct` call of
     /// this process would otherwise do on its path (Linux; elsewhere, and
     /// when the configured backend is not `direct` or `auto`, nothing):
     /// the shared network or user namespace, the seccomp program, the
@@ -295,9 +296,11 @@ impl Sandbox {
         if matches!(config.backend, BackendChoice::Direct | BackendChoice::Auto) {
             let net_off = !config.allow_network;
             let level = config.isolation;
-            let started = std::thread::Builder::new()
-                .name("toolhost-warm-up".into())
-                .spawn(move || crate::backend::direct::warm_up(net_off, level));
+            // On another CPU than this thread's, which is busy with what
+            // the warm-up runs beside (`sys::beside`).
+            let started = crate::sys::beside::spawn_beside("toolhost-warm-up", move || {
+                crate::backend::direct::warm_up(net_off, level)
+            });
             if let Err(e) = started {
                 tracing::debug!("no warm-up thread: {e}");
             }

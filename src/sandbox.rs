@@ -270,9 +270,9 @@ impl Sandbox {
         })
     }
 
-    /// Starts, on a thread of its own (started on another CPU than the
-    /// caller's, where there is one), the work the first `direct` call of
-    /// this process would otherwise do on its path (Linux; elsewhere, and
+    /// Starts, on a thread of its own (let run at first only on the
+    /// caller's other CPUs, where it has any), the work the first `direct`
+    /// call of this process would otherwise do on its path (Linux; elsewhere, and
     /// when the configured backend is not `direct` or `auto`, nothing):
     /// the shared network or user namespace, the seccomp program, the
     /// Landlock probe. Not the handles of `isolation_read_paths`: what a
@@ -296,8 +296,8 @@ impl Sandbox {
         if matches!(config.backend, BackendChoice::Direct | BackendChoice::Auto) {
             let net_off = !config.allow_network;
             let level = config.isolation;
-            // On another CPU than this thread's, which is busy with what
-            // the warm-up runs beside (`sys::beside`).
+            // Beside this thread, on another CPU (`sys::beside`): this one
+            // is busy with what the warm-up runs beside.
             let started = crate::sys::beside::spawn_beside("toolhost-warm-up", move || {
                 crate::backend::direct::warm_up(net_off, level)
             });

@@ -13,7 +13,7 @@
 //! - `fifo_signal` (Linux): a no-op signal handler and a signal to one
 //!   thread, which interrupt a wasm call's blocked open of a FIFO.
 //! - [`private_dir`]: a state dir only this user can write.
-//! - `beside` (Linux): a thread started on another CPU than its starter's
+//! - `beside` (Linux): a thread started beside its starter, on another CPU
 //!   (the direct backend's warm-up).
 //! - `time_shared` (Linux): whether this thread's scheduling policy is a
 //!   time-sharing one (a wasm runner's, `backend/wasm/runner.rs`).

@@ -270,12 +270,15 @@ impl Sandbox {
         })
     }
 
-    /// Starts, on a thread of its own (let run at first only on the
-    /// caller's other CPUs, where it has any), the work the first `direct`
-    /// call of this process would otherwise do on its path (Linux; elsewhere, and
+    /// Starts, on a thread of its own, the work the first `direct` call of
+    /// this process would otherwise do on its path (Linux; elsewhere, and
     /// when the configured backend is not `direct` or `auto`, nothing):
     /// the shared network or user namespace, the seccomp program, the
-    /// Landlock probe. Not the handles of `isolation_read_paths`: what a
+    /// Landlock probe. That thread runs only on the caller's other CPUs,
+    /// where it has any and a time-sharing policy, and ends when its work
+    /// is done; the reapers of the calls' processes and private tmps, which
+    /// live as long as the process, are started from the caller's thread
+    /// (plainly). Not the handles of `isolation_read_paths`: what a
     /// path leads to is looked at by the call. Each is made once per
     /// process, and a call that starts meanwhile waits for what it needs,
     /// so calling this changes no call's result, only when the work is
@@ -303,6 +306,15 @@ impl Sandbox {
             });
             if let Err(e) = started {
                 tracing::debug!("no warm-up thread: {e}");
+            }
+            // The threads that live as long as the process, started from a
+            // plain thread, so that they run where this thread's threads
+            // run; not on this thread's path.
+            let reapers = std::thread::Builder::new()
+                .name("toolhost-start".into())
+                .spawn(move || crate::backend::direct::start_reapers(level));
+            if let Err(e) = reapers {
+                tracing::debug!("no thread to start the reapers: {e}");
             }
         }
     }

@@ -125,17 +125,31 @@ fn unavailable(layer: Layer, why: &str) -> Outcome {
     )
 }
 
+/// Starts now the threads the first call of this process at `level` would
+/// start on its own path, each once per process and each to live as long
+/// as the process: the supervisors' reaper
+/// (`platform::start_supervisor_reaper`) and, but at level `off`, the
+/// private tmps' reaper (with the sweep of abandoned tmps it starts). On the
+/// calling thread, so that they run where its threads run (not on the
+/// warm-up's CPUs, see [`warm_up`]).
+pub(crate) fn start_reapers(level: IsolationLevel) {
+    super::platform::start_supervisor_reaper();
+    if level != IsolationLevel::Off {
+        let _ = tmp::reaper();
+    }
+}
+
 /// Makes now what the first call of this process at `level` would make on
 /// its own path, each once per process: the Landlock probe, the seccomp
 /// program, the shared network namespace (root) or user namespace
-/// (otherwise), the private tmps' reaper thread, the supervisors' reaper
-/// thread (`platform::start_supervisor_reaper`). A call that starts
-/// meanwhile waits for what it needs. Nothing here depends on a call or on
-/// what the host's paths lead to: the read paths' handles, which do (a
-/// directory swapped for another between now and the call), are left to
-/// the call.
+/// (otherwise). A call that starts meanwhile waits for what it needs.
+/// Nothing here depends on a call or on what the host's paths lead to: the
+/// read paths' handles, which do (a directory swapped for another between
+/// now and the call), are left to the call. Nothing here starts a thread
+/// that outlives it ([`start_reapers`] does that): it runs on a thread
+/// bound to other CPUs than its starter's (`sys::beside`), and a thread
+/// inherits its starter's binding.
 pub(crate) fn warm_up(net_off: bool, level: IsolationLevel) {
-    super::platform::start_supervisor_reaper();
     let abi = landlock_abi();
     if level == IsolationLevel::Off {
         let _ = minimal_domain(abi);
@@ -149,7 +163,6 @@ pub(crate) fn warm_up(net_off: bool, level: IsolationLevel) {
     } else if net_off {
         let _ = shared_netns();
     }
-    let _ = tmp::reaper();
 }
 
 /// Prepares the isolation of one call, with the sandbox's spare tmp and

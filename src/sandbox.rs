@@ -274,12 +274,13 @@ impl Sandbox {
     /// this process would otherwise do on its path (Linux; elsewhere, and
     /// when the configured backend is not `direct` or `auto`, nothing):
     /// the shared network or user namespace, the seccomp program, the
-    /// Landlock probe. That thread runs only on the caller's other CPUs,
-    /// where it has any and a time-sharing policy, and ends when its work
-    /// is done; the reapers of the calls' processes and private tmps, which
-    /// live as long as the process, are started from the caller's thread
-    /// (plainly). Not the handles of `isolation_read_paths`: what a
-    /// path leads to is looked at by the call. Each is made once per
+    /// Landlock probe. The caller binds that thread to its other CPUs
+    /// (where it has any and a time-sharing policy, and unless the thread
+    /// has started first), and it ends when its work is done; the reapers
+    /// of the calls' processes and private tmps, which live as long as the
+    /// process, are started afterwards from a plain thread of their own.
+    /// Not the handles of `isolation_read_paths`: what a path leads to is
+    /// looked at by the call. Each is made once per
     /// process, and a call that starts meanwhile waits for what it needs,
     /// so calling this changes no call's result, only when the work is
     /// done.
@@ -301,18 +302,26 @@ impl Sandbox {
             let level = config.isolation;
             // Beside this thread, on another CPU (`sys::beside`): this one
             // is busy with what the warm-up runs beside.
+            let (done, warmed) = std::sync::mpsc::channel::<()>();
             let started = crate::sys::beside::spawn_beside("toolhost-warm-up", move || {
-                crate::backend::direct::warm_up(net_off, level)
+                crate::backend::direct::warm_up(net_off, level);
+                drop(done);
             });
             if let Err(e) = started {
                 tracing::debug!("no warm-up thread: {e}");
             }
             // The threads that live as long as the process, started from a
             // plain thread, so that they run where this thread's threads
-            // run; not on this thread's path.
+            // run; not on this thread's path, and once the warm-up is done
+            // (the sweep of abandoned tmps they start would compete with
+            // it). The channel closes when the warm-up ends, or was never
+            // started.
             let reapers = std::thread::Builder::new()
                 .name("toolhost-start".into())
-                .spawn(move || crate::backend::direct::start_reapers(level));
+                .spawn(move || {
+                    let _ = warmed.recv();
+                    crate::backend::direct::start_reapers(level);
+                });
             if let Err(e) = reapers {
                 tracing::debug!("no thread to start the reapers: {e}");
             }

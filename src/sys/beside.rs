@@ -30,7 +30,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use rustix::thread::{CpuSet, sched_getaffinity, sched_getcpu};
+use rustix::thread::{CpuSet, sched_getaffinity};
 
 /// Nothing decided yet.
 const FREE: u8 = 0;
@@ -44,7 +44,9 @@ const SKIPPED: u8 = 3;
 /// How [`spawn_beside`] started its thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Placement {
-    /// Plainly: no other CPU to use, or a starter with a real-time policy.
+    /// Plainly: no other CPU to use, a starter with a real-time policy, or
+    /// a kernel that would not say which CPUs the starter may use or runs
+    /// on.
     Plain,
     /// The thread started before the starter could bind it: not bound.
     Skipped,
@@ -76,18 +78,9 @@ pub(crate) fn spawn_beside<F>(name: &str, f: F) -> io::Result<Placement>
 where
     F: FnOnce() + Send + 'static,
 {
-    let elsewhere = sched_getaffinity(None)
+    let mine = sched_getaffinity(None)
         .ok()
-        .filter(|_| super::time_shared())
-        .and_then(|set| {
-            let cpu = sched_getcpu();
-            if cpu >= CpuSet::MAX_CPU || !set.is_set(cpu) {
-                return None;
-            }
-            let mut others = set;
-            others.unset(cpu);
-            (others.count() > 0).then_some(others)
-        });
+        .filter(|_| super::time_shared());
     let state = Arc::new(AtomicU8::new(FREE));
     let seen = Arc::clone(&state);
     let handle = std::thread::Builder::new()
@@ -104,9 +97,21 @@ where
             }
             f()
         })?;
+    // The CPU read after the spawn, which may have moved the starter.
+    let elsewhere = mine.and_then(|set| {
+        let cpu = super::current_cpu()?;
+        if cpu >= CpuSet::MAX_CPU || !set.is_set(cpu) {
+            return None;
+        }
+        let mut others = set;
+        others.unset(cpu);
+        (others.count() > 0).then_some(others)
+    });
     let Some(others) = elsewhere else {
         return Ok(Placement::Plain);
     };
+    #[cfg(test)]
+    tests::hold_starter();
     if state
         .compare_exchange(FREE, BINDING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
@@ -153,8 +158,26 @@ fn bind(handle: &std::thread::JoinHandle<()>, cpus: &CpuSet) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
     use std::sync::mpsc;
     use std::time::Duration;
+
+    thread_local! {
+        /// How long a starter on this thread waits before its
+        /// compare-and-swap (the thread then starts, and may end, first).
+        static HOLD: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+    }
+
+    pub(super) fn hold_starter() {
+        let hold = HOLD.with(Cell::get);
+        if !hold.is_zero() {
+            std::thread::sleep(hold);
+        }
+    }
+
+    fn cpu() -> usize {
+        crate::sys::current_cpu().expect("getcpu")
+    }
 
     fn others_than(set: CpuSet, cpu: usize) -> CpuSet {
         let mut others = set;
@@ -177,7 +200,7 @@ mod tests {
         for _ in 0..200 {
             let (tx, rx) = mpsc::channel();
             let placement = spawn_beside("beside-test", move || {
-                let _ = tx.send((sched_getcpu(), sched_getaffinity(None).ok()));
+                let _ = tx.send((cpu(), sched_getaffinity(None).ok()));
             })
             .expect("spawn");
             let (cpu, got) = rx
@@ -210,5 +233,32 @@ mod tests {
             assert_eq!(bound, 0);
         }
         assert_eq!(sched_getaffinity(None).ok(), Some(mine));
+    }
+
+    /// A thread that has started, and ended, before its starter got to
+    /// bind it is left alone: the starter binds neither it nor (through an
+    /// exited thread's id, 0) itself.
+    #[test]
+    fn a_thread_that_ends_before_its_binding_is_left_alone() {
+        let Ok(mine) = sched_getaffinity(None) else {
+            return;
+        };
+        HOLD.with(|h| h.set(Duration::from_millis(30)));
+        for _ in 0..5 {
+            let (tx, rx) = mpsc::channel();
+            let placement = spawn_beside("beside-test", move || {
+                let _ = tx.send(sched_getaffinity(None).ok());
+            })
+            .expect("spawn");
+            let got = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the thread ran");
+            assert_eq!(got, Some(mine));
+            if mine.count() >= 2 && crate::sys::time_shared() {
+                assert_eq!(placement, Placement::Skipped);
+            }
+            assert_eq!(sched_getaffinity(None).ok(), Some(mine));
+        }
+        HOLD.with(|h| h.set(Duration::ZERO));
     }
 }

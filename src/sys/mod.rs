@@ -43,6 +43,15 @@ pub(crate) fn time_shared() -> bool {
     )
 }
 
+/// The CPU the calling thread runs on, if the kernel says (`getcpu`
+/// through the vDSO; a seccomp profile may refuse it).
+#[cfg(target_os = "linux")]
+pub(crate) fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu takes nothing and touches no memory of ours.
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).ok()
+}
+
 /// Creates `dir` if needed and checks that only this user can write to it
 /// (Unix: owned by the effective user; group and other write bits are
 /// cleared, and a dir owned by another user is refused).

@@ -365,8 +365,8 @@ fn hand_to_reaper(pidfd: &AsyncFd<OwnedFd>, how: Reaped, kept: Kept) {
 /// A supervisor to wait for, how to know its call clean, and what it reads.
 type ReapJob = (OwnedFd, Reaped, Kept);
 
-/// Starts the thread of [`hand_to_reaper`] (`warm_up` does, so that a
-/// CLI's only call does not start it on its way out).
+/// Starts the thread of [`hand_to_reaper`] (`start_reapers` does, so that
+/// a CLI's only call does not start it on its way out).
 pub(super) fn start_supervisor_reaper() {
     let _ = supervisor_reaper();
 }

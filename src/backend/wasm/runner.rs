@@ -447,7 +447,7 @@ fn serve(id: u64, mail: &Arc<Mailbox>) {
 mod cpu {
     use std::cell::Cell;
 
-    use rustix::thread::{CpuSet, Pid, gettid, sched_getaffinity, sched_getcpu, sched_setaffinity};
+    use rustix::thread::{CpuSet, Pid, gettid, sched_getaffinity, sched_setaffinity};
 
     pub(super) type Set = CpuSet;
     pub(super) type Tid = Pid;
@@ -469,7 +469,7 @@ mod cpu {
 
     /// The CPU this thread runs on, if a set can name it.
     pub(super) fn current() -> Option<usize> {
-        let cpu = sched_getcpu();
+        let cpu = crate::sys::current_cpu()?;
         (cpu < CpuSet::MAX_CPU).then_some(cpu)
     }
 

@@ -538,7 +538,8 @@ pub(super) fn run_on_reaper(job: Box<dyn FnOnce() + Send>) -> bool {
     })
 }
 
-/// The reaper, if it was started (a private tmp dropped, or `warm_up`).
+/// The reaper, if it was started (a private tmp dropped, or
+/// `start_reapers`).
 fn started_reaper() -> Option<&'static Mutex<mpsc::Sender<ReaperMsg>>> {
     REAPER.get().and_then(Option::as_ref)
 }
@@ -548,12 +549,14 @@ fn started_reaper() -> Option<&'static Mutex<mpsc::Sender<ReaperMsg>>> {
 /// a thread: the reaper answers on a oneshot, the sweep on a `Notify`.
 /// [`crate::Sandbox::shutdown`] awaits it.
 pub async fn flush_private_tmps() {
-    let Some(r) = started_reaper() else { return };
+    // The sweep is waited for even with no reaper (yet): it is started
+    // before the reaper is made, and runs when that fails.
     let (ack, done) = tokio::sync::oneshot::channel();
-    let sent = r
-        .lock()
-        .map(|tx| tx.send(ReaperMsg::Flush(ack)).is_ok())
-        .unwrap_or(false);
+    let sent = started_reaper().is_some_and(|r| {
+        r.lock()
+            .map(|tx| tx.send(ReaperMsg::Flush(ack)).is_ok())
+            .unwrap_or(false)
+    });
     let both = async {
         if sent {
             let _ = done.await;

@@ -315,15 +315,18 @@ impl Sandbox {
             // run; not on this thread's path, and once the warm-up is done
             // (the sweep of abandoned tmps they start would compete with
             // it). The channel closes when the warm-up ends, or was never
-            // started.
-            let reapers = std::thread::Builder::new()
-                .name("toolhost-start".into())
-                .spawn(move || {
-                    let _ = warmed.recv();
-                    crate::backend::direct::start_reapers(level);
-                });
-            if let Err(e) = reapers {
-                tracing::debug!("no thread to start the reapers: {e}");
+            // started. `shutdown` waits for the start (`pending`).
+            if let Some(pending) = crate::backend::direct::reapers_to_start(level) {
+                let reapers = std::thread::Builder::new()
+                    .name("toolhost-start".into())
+                    .spawn(move || {
+                        let _ = warmed.recv();
+                        crate::backend::direct::start_reapers(level);
+                        drop(pending);
+                    });
+                if let Err(e) = reapers {
+                    tracing::debug!("no thread to start the reapers: {e}");
+                }
             }
         }
     }

@@ -111,7 +111,7 @@ where
         return Ok(Placement::Plain);
     };
     #[cfg(test)]
-    tests::hold_starter();
+    tests::hold_starter(&handle);
     if state
         .compare_exchange(FREE, BINDING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
@@ -163,16 +163,38 @@ mod tests {
     use std::time::Duration;
 
     thread_local! {
-        /// How long a starter on this thread waits before its
-        /// compare-and-swap (the thread then starts, and may end, first).
-        static HOLD: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+        /// Whether a starter on this thread waits, before its
+        /// compare-and-swap, until the thread has ended.
+        static HOLD: Cell<bool> = const { Cell::new(false) };
     }
 
-    pub(super) fn hold_starter() {
-        let hold = HOLD.with(Cell::get);
-        if !hold.is_zero() {
-            std::thread::sleep(hold);
+    /// Holds the starters of this thread while it lives.
+    struct Hold;
+
+    impl Hold {
+        fn new() -> Self {
+            HOLD.with(|h| h.set(true));
+            Hold
         }
+    }
+
+    impl Drop for Hold {
+        fn drop(&mut self) {
+            HOLD.with(|h| h.set(false));
+        }
+    }
+
+    pub(super) fn hold_starter(handle: &std::thread::JoinHandle<()>) {
+        if !HOLD.with(Cell::get) {
+            return;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !handle.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Its closure has returned; let the kernel thread end too (its id
+        // then reads 0: a starter that bound it would bind itself).
+        std::thread::sleep(Duration::from_millis(20));
     }
 
     fn cpu() -> usize {
@@ -243,7 +265,7 @@ mod tests {
         let Ok(mine) = sched_getaffinity(None) else {
             return;
         };
-        HOLD.with(|h| h.set(Duration::from_millis(30)));
+        let _hold = Hold::new();
         for _ in 0..5 {
             let (tx, rx) = mpsc::channel();
             let placement = spawn_beside("beside-test", move || {
@@ -259,6 +281,5 @@ mod tests {
             }
             assert_eq!(sched_getaffinity(None).ok(), Some(mine));
         }
-        HOLD.with(|h| h.set(Duration::ZERO));
     }
 }

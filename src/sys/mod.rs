@@ -15,6 +15,7 @@
 //! - [`private_dir`]: a state dir only this user can write.
 //! - `beside` (Linux): a thread started beside its starter, on another CPU
 //!   (the direct backend's warm-up).
+//! - `current_cpu` (Linux): the CPU the calling thread runs on.
 //! - `time_shared` (Linux): whether this thread's scheduling policy is a
 //!   time-sharing one (a wasm runner's, `backend/wasm/runner.rs`).
 
@@ -43,8 +44,10 @@ pub(crate) fn time_shared() -> bool {
     )
 }
 
-/// The CPU the calling thread runs on, if the kernel says (`getcpu`
-/// through the vDSO; a seccomp profile may refuse it).
+/// The CPU the calling thread runs on, if known: glibc reads it from the
+/// thread's rseq area or the vDSO, and falls back to the `getcpu` system
+/// call, which a seccomp profile may refuse (rustix's `sched_getcpu` makes
+/// that call and reads its result even when it failed).
 #[cfg(target_os = "linux")]
 pub(crate) fn current_cpu() -> Option<usize> {
     // SAFETY: sched_getcpu takes nothing and touches no memory of ours.

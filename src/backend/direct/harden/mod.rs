@@ -50,8 +50,8 @@ pub(crate) use ns::{shared_netns, shared_userns};
 use seccomp::seccomp_filter;
 pub(crate) use seccomp::{DENIED_SYSCALL_NAMES, container_filter, seccomp_available};
 pub(super) use spare::Spares;
-use tmp::PrivateTmp;
 pub use tmp::flush_private_tmps;
+use tmp::{PrivateTmp, ReapersPending};
 
 /// What the tool process needs, as plain values (no allocation after fork).
 #[derive(Debug, Clone, Copy)]
@@ -137,6 +137,26 @@ pub(crate) fn start_reapers(level: IsolationLevel) {
     if level != IsolationLevel::Off {
         let _ = tmp::reaper();
     }
+}
+
+/// Announces a start of the reapers at `level` that a thread of the
+/// caller's will make ([`start_reapers`]), unless one was announced before
+/// for them (a process that warms up many sandboxes starts them once):
+/// the announcement, which [`flush_private_tmps`] waits for until it is
+/// dropped, or `None` when there is nothing to start.
+pub(crate) fn reapers_to_start(level: IsolationLevel) -> Option<ReapersPending> {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    const SUPERVISORS: u8 = 1;
+    const TMPS: u8 = 2;
+    static ANNOUNCED: AtomicU8 = AtomicU8::new(0);
+    let wanted = SUPERVISORS
+        | if level == IsolationLevel::Off {
+            0
+        } else {
+            TMPS
+        };
+    let before = ANNOUNCED.fetch_or(wanted, Ordering::SeqCst);
+    (before & wanted != wanted).then(tmp::ReapersPending::new)
 }
 
 /// Makes now what the first call of this process at `level` would make on

@@ -471,6 +471,47 @@ fn start_sweep() {
     });
 }
 
+/// Starts of the reapers announced ([`ReapersPending`]) and not yet made;
+/// [`STARTS_DONE`] is notified when one ends.
+static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static STARTS_DONE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// A start of the reapers (and so of the sweep) that another thread will
+/// make: [`flush_private_tmps`] waits for it, within its bound, as for the
+/// reaper's queue and the sweep. Dropped once the start is made, or given
+/// up (its thread never ran).
+pub(crate) struct ReapersPending(());
+
+impl ReapersPending {
+    pub(crate) fn new() -> Self {
+        STARTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ReapersPending(())
+    }
+}
+
+impl Drop for ReapersPending {
+    fn drop(&mut self) {
+        STARTS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        STARTS_DONE.notify_waiters();
+    }
+}
+
+/// Waits until no start of the reapers is pending.
+async fn starts_done() {
+    use std::sync::atomic::Ordering::SeqCst;
+    loop {
+        let ended = STARTS_DONE.notified();
+        tokio::pin!(ended);
+        // Registered before the count is read: an end in between is not
+        // missed.
+        ended.as_mut().enable();
+        if STARTS.load(SeqCst) == 0 {
+            return;
+        }
+        ended.await;
+    }
+}
+
 /// Whether [`sweep_abandoned`] runs now; [`SWEPT`] is notified when it ends.
 static SWEEPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static SWEPT: tokio::sync::Notify = tokio::sync::Notify::const_new();
@@ -545,25 +586,34 @@ fn started_reaper() -> Option<&'static Mutex<mpsc::Sender<ReaperMsg>>> {
 }
 
 /// Waits until the private tmps of finished calls are removed, and the
-/// sweep of abandoned ones has ended (up to 10 s in all), without holding
-/// a thread: the reaper answers on a oneshot, the sweep on a `Notify`.
+/// sweep of abandoned ones has ended, after any start of them announced
+/// (up to 10 s in all), without holding a thread: the reaper answers on a
+/// oneshot, the sweep and the starts on a `Notify`.
 /// [`crate::Sandbox::shutdown`] awaits it.
 pub async fn flush_private_tmps() {
-    // The sweep is waited for even with no reaper (yet): it is started
-    // before the reaper is made, and runs when that fails.
-    let (ack, done) = tokio::sync::oneshot::channel();
-    let sent = started_reaper().is_some_and(|r| {
-        r.lock()
-            .map(|tx| tx.send(ReaperMsg::Flush(ack)).is_ok())
-            .unwrap_or(false)
-    });
-    let both = async {
+    use std::sync::atomic::Ordering::SeqCst;
+    // Nothing to wait for (and no timer needed): no reaper, none coming,
+    // no sweep.
+    if started_reaper().is_none() && STARTS.load(SeqCst) == 0 && !SWEEPING.load(SeqCst) {
+        return;
+    }
+    let all = async {
+        // A start announced: the reaper and the sweep exist once it is made.
+        starts_done().await;
+        // The sweep is waited for even with no reaper: it is started
+        // before the reaper is made, and runs when that fails.
+        let (ack, done) = tokio::sync::oneshot::channel();
+        let sent = started_reaper().is_some_and(|r| {
+            r.lock()
+                .map(|tx| tx.send(ReaperMsg::Flush(ack)).is_ok())
+                .unwrap_or(false)
+        });
         if sent {
             let _ = done.await;
         }
         sweep_ended().await;
     };
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), both).await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), all).await;
 }
 
 impl Drop for PrivateTmp {

@@ -315,14 +315,14 @@ impl Sandbox {
             // run; not on this thread's path, and once the warm-up is done
             // (the sweep of abandoned tmps they start would compete with
             // it). The channel closes when the warm-up ends, or was never
-            // started. `shutdown` waits for the start (`pending`).
-            if let Some(pending) = crate::backend::direct::reapers_to_start(level) {
+            // started. `shutdown` waits for the private tmps' reaper's
+            // start (and the sweep it starts).
+            if let Some(start) = crate::backend::direct::reapers_to_start(level) {
                 let reapers = std::thread::Builder::new()
                     .name("toolhost-start".into())
                     .spawn(move || {
                         let _ = warmed.recv();
-                        crate::backend::direct::start_reapers(level);
-                        drop(pending);
+                        start.make(level);
                     });
                 if let Err(e) = reapers {
                     tracing::debug!("no thread to start the reapers: {e}");
@@ -633,7 +633,11 @@ impl Sandbox {
     /// - the docker backend's warm container is removed;
     /// - the containers of cancelled or timed-out docker calls, removed in
     ///   the background, are waited for (of every sandbox in the process);
-    /// - the private tmps of finished `direct` calls are removed;
+    /// - the private tmps of finished `direct` calls are removed, and the
+    ///   sweep of abandoned ones has ended, after the start of their
+    ///   reaper that a warm-up (`warm_up_for`) asked for (up to 10 s in all
+    ///   for the tmps; with nothing of these to wait for, no timer is
+    ///   used);
     /// - what cancelled `direct` and `docker` calls made at protected paths
     ///   that did not exist is moved aside (after the containers are gone,
     ///   so none can still write there);

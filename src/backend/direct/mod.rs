@@ -41,7 +41,7 @@ pub use harden::flush_private_tmps;
 #[cfg(target_os = "linux")]
 pub(crate) use harden::{
     DENIED_SYSCALL_NAMES, landlock_abi, reapers_to_start, seccomp_available, shared_netns,
-    shared_userns, start_reapers, warm_up,
+    shared_userns, warm_up,
 };
 
 /// Waits until the private tmps of finished calls are removed (no private

@@ -27,6 +27,7 @@
 //! runs); this file joins them into the two halves.
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use libc::c_int;
 
@@ -132,31 +133,61 @@ fn unavailable(layer: Layer, why: &str) -> Outcome {
 /// private tmps' reaper (with the sweep of abandoned tmps it starts). On the
 /// calling thread, so that they run where its threads run (not on the
 /// warm-up's CPUs, see [`warm_up`]).
-pub(crate) fn start_reapers(level: IsolationLevel) {
+fn start_reapers(level: IsolationLevel) {
     super::platform::start_supervisor_reaper();
     if level != IsolationLevel::Off {
         let _ = tmp::reaper();
     }
 }
 
-/// Announces a start of the reapers at `level` that a thread of the
-/// caller's will make ([`start_reapers`]), unless one was announced before
-/// for them (a process that warms up many sandboxes starts them once):
-/// the announcement, which [`flush_private_tmps`] waits for until it is
-/// dropped, or `None` when there is nothing to start.
-pub(crate) fn reapers_to_start(level: IsolationLevel) -> Option<ReapersPending> {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    const SUPERVISORS: u8 = 1;
-    const TMPS: u8 = 2;
-    static ANNOUNCED: AtomicU8 = AtomicU8::new(0);
+/// A start of the reapers at `level` that a thread of the caller's will
+/// make ([`start_reapers`]), unless one was asked for before for the same
+/// reapers (a process that warms up many sandboxes starts them once).
+/// `None` when there is nothing to start.
+pub(crate) fn reapers_to_start(level: IsolationLevel) -> Option<ReapersStart> {
     let wanted = SUPERVISORS
         | if level == IsolationLevel::Off {
             0
         } else {
             TMPS
         };
-    let before = ANNOUNCED.fetch_or(wanted, Ordering::SeqCst);
-    (before & wanted != wanted).then(tmp::ReapersPending::new)
+    let new = wanted & !ASKED.fetch_or(wanted, Ordering::SeqCst);
+    (new != 0).then(|| ReapersStart {
+        new,
+        tmps: (new & TMPS != 0).then(ReapersPending::new),
+    })
+}
+
+const SUPERVISORS: u8 = 1;
+const TMPS: u8 = 2;
+/// The reapers whose start was asked for ([`reapers_to_start`]).
+static ASKED: AtomicU8 = AtomicU8::new(0);
+
+/// A start of reapers asked for ([`reapers_to_start`]). The private tmps'
+/// reaper's is announced to `flush_private_tmps`, which waits for it (and
+/// the sweep it starts) until this is dropped; the supervisors' reaper is
+/// not waited for by anything. Dropped unstarted (its thread could not be
+/// made), it is asked for no more, so a later warm-up asks again.
+pub(crate) struct ReapersStart {
+    new: u8,
+    tmps: Option<ReapersPending>,
+}
+
+impl ReapersStart {
+    /// Starts them ([`start_reapers`]), then ends the announcement.
+    pub(crate) fn make(mut self, level: IsolationLevel) {
+        start_reapers(level);
+        self.new = 0;
+        self.tmps = None;
+    }
+}
+
+impl Drop for ReapersStart {
+    fn drop(&mut self) {
+        if self.new != 0 {
+            ASKED.fetch_and(!self.new, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Makes now what the first call of this process at `level` would make on

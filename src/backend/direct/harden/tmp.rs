@@ -585,6 +585,23 @@ fn started_reaper() -> Option<&'static Mutex<mpsc::Sender<ReaperMsg>>> {
     REAPER.get().and_then(Option::as_ref)
 }
 
+/// Waits until the reaper, if there is one, has done what was queued before;
+/// whether there was one.
+async fn flush_reaper() -> bool {
+    let Some(r) = started_reaper() else {
+        return false;
+    };
+    let (ack, done) = tokio::sync::oneshot::channel();
+    let sent = r
+        .lock()
+        .map(|tx| tx.send(ReaperMsg::Flush(ack)).is_ok())
+        .unwrap_or(false);
+    if sent {
+        let _ = done.await;
+    }
+    true
+}
+
 /// Waits until the private tmps of finished calls are removed, and the
 /// sweep of abandoned ones has ended, after any start of them announced
 /// (up to 10 s in all), without holding a thread: the reaper answers on a
@@ -598,19 +615,16 @@ pub async fn flush_private_tmps() {
         return;
     }
     let all = async {
+        // The reaper's queue first: an announced start that is slow does
+        // not keep the removals already queued from being waited for.
+        let flushed = flush_reaper().await;
         // A start announced: the reaper and the sweep exist once it is made.
         starts_done().await;
+        if !flushed {
+            flush_reaper().await;
+        }
         // The sweep is waited for even with no reaper: it is started
         // before the reaper is made, and runs when that fails.
-        let (ack, done) = tokio::sync::oneshot::channel();
-        let sent = started_reaper().is_some_and(|r| {
-            r.lock()
-                .map(|tx| tx.send(ReaperMsg::Flush(ack)).is_ok())
-                .unwrap_or(false)
-        });
-        if sent {
-            let _ = done.await;
-        }
         sweep_ended().await;
     };
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), all).await;

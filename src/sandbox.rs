@@ -636,8 +636,8 @@ impl Sandbox {
     /// - the private tmps of finished `direct` calls are removed, and the
     ///   sweep of abandoned ones has ended, after the start of their
     ///   reaper that a warm-up (`warm_up_for`) asked for (up to 10 s in all
-    ///   for the tmps; with nothing of these to wait for, no timer is
-    ///   used);
+    ///   for the tmps, on a tokio timer; none is used when the process has
+    ///   no such reaper, start or sweep, whichever sandbox made them);
     /// - what cancelled `direct` and `docker` calls made at protected paths
     ///   that did not exist is moved aside (after the containers are gone,
     ///   so none can still write there);

@@ -467,19 +467,21 @@ fn start_sweep() {
             });
         if started.is_err() {
             SWEEPING.store(false, std::sync::atomic::Ordering::SeqCst);
+            SWEPT.notify_waiters();
         }
     });
 }
 
-/// Starts of the reapers announced ([`ReapersPending`]) and not yet made;
+/// Starts of the private tmps' reaper announced ([`ReapersPending`]) and
+/// not yet made;
 /// [`STARTS_DONE`] is notified when one ends.
 static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static STARTS_DONE: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
-/// A start of the reapers (and so of the sweep) that another thread will
-/// make: [`flush_private_tmps`] waits for it, within its bound, as for the
-/// reaper's queue and the sweep. Dropped once the start is made, or given
-/// up (its thread never ran).
+/// A start of the private tmps' reaper (and so of the sweep) that another
+/// thread will make: [`flush_private_tmps`] waits for it, within its bound,
+/// as for the reaper's queue and the sweep. Dropped once the start is
+/// made, or given up (its thread never ran).
 pub(crate) struct ReapersPending(());
 
 impl ReapersPending {

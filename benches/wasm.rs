@@ -357,10 +357,21 @@ fn main() {
             ),
         )
         .expect("cfg");
+        let entry = || {
+            std::fs::read_dir(cli_cache.path())
+                .expect("ls")
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+        };
+        // Until the optimized code is in the cache, from a call's start.
+        let ready = std::cell::RefCell::new(Vec::new());
         let cold = |clear: bool| {
             if clear {
                 for e in std::fs::read_dir(cli_cache.path()).expect("ls").flatten() {
-                    std::fs::remove_file(e.path()).expect("rm");
+                    match std::fs::remove_file(e.path()) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("rm: {e}"),
+                        _ => {}
+                    }
                 }
             }
             let t = Instant::now();
@@ -380,7 +391,17 @@ fn main() {
                 .output()
                 .expect("toolhost");
             assert!(out.status.success(), "{out:?}");
-            t.elapsed()
+            let took = t.elapsed();
+            // A call that ran baseline code left its optimized compile to a
+            // detached process: wait for its entry (untimed), so that it
+            // neither runs beside the next measure nor is missed by it.
+            while !entry() && t.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if clear {
+                ready.borrow_mut().push(t.elapsed());
+            }
+            took
         };
         let runs = 7;
         let mut empty: Vec<Duration> = (0..runs).map(|_| cold(true)).collect();
@@ -403,6 +424,12 @@ fn main() {
         println!(
             "  warm is {:.1}x faster (target >= 5x)",
             empty[runs / 2].as_secs_f64() / warm[runs / 2].as_secs_f64()
+        );
+        let mut ready = ready.borrow().clone();
+        ready.sort();
+        println!(
+            "  optimized code in the cache {:.1} ms after an empty-cache call's start (a detached compile after a baseline call)",
+            ready[ready.len() / 2].as_secs_f64() * 1e3
         );
         cold_against_wasmtime_cli(runs, ws.path(), &cold);
     }

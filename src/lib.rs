@@ -67,6 +67,7 @@ pub mod tools;
 
 pub use audit::{AuditError, verify as verify_audit_log};
 pub use backend::wasm::catalog::{CatalogEntry, WasmToolKind, catalog};
+pub use backend::wasm::{compile_into_cache, defer_tier_ups, hand_off_tier_ups};
 pub use check::{CheckReport, check};
 pub use config::{BackendChoice, ConfigError, MAX_TIMEOUT_SECS, SandboxConfig};
 pub use isolation::IsolationLevel;

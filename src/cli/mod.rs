@@ -7,6 +7,7 @@ mod call;
 mod check;
 mod mcp;
 mod run;
+mod tier_up;
 mod tools;
 
 /// Exit code when toolhost itself refuses or fails (bad flags, bad config, ...).
@@ -37,6 +38,8 @@ enum Command {
     Mcp(Box<mcp::McpArgs>),
     Audit(audit::AuditArgs),
     Check(Box<check::CheckArgs>),
+    #[command(hide = true)]
+    TierUp(tier_up::TierUpArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -109,6 +112,16 @@ pub fn main() -> i32 {
         }
     };
     init_logging(cli.verbose);
+    // A process that ends with its call leaves the optimized compile of a
+    // tool it ran on baseline code to a detached process of its own
+    // (`toolhost tier-up`), started once its result is out.
+    let one_call = matches!(
+        cli.command,
+        Command::Run(_) | Command::Call(_) | Command::Tools(_)
+    );
+    if one_call {
+        toolhost::defer_tier_ups();
+    }
     let result = match cli.command {
         Command::Run(args) => run::main(*args),
         Command::Call(args) => call::main(*args),
@@ -116,7 +129,11 @@ pub fn main() -> i32 {
         Command::Mcp(args) => mcp::main(*args),
         Command::Audit(args) => audit::main(args),
         Command::Check(args) => check::main(*args),
+        Command::TierUp(args) => tier_up::main(args),
     };
+    if one_call {
+        toolhost::hand_off_tier_ups();
+    }
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -64,6 +64,13 @@ pub struct WasmConfig {
     /// at once (further calls wait for a slot, within their timeout). 0 uses
     /// on-demand allocation instead. Default 64; at most 4096.
     pub pool_size: u32,
+    /// Whether a tool with no compiled code yet (in this process or in the
+    /// disk cache) is first compiled by Winch, wasmtime's baseline compiler:
+    /// its first call starts sooner and runs slower code, while Cranelift's
+    /// optimized code is compiled in the background for the calls after it
+    /// and for the disk cache. Only on Linux x86-64 (elsewhere it does
+    /// nothing). Default true.
+    pub baseline_compile: bool,
 }
 
 /// Largest `[wasm] pool_size`.
@@ -79,6 +86,7 @@ impl Default for WasmConfig {
             cache_dir: None,
             cache_max_mb: 512,
             pool_size: 64,
+            baseline_compile: true,
         }
     }
 }

@@ -116,6 +116,11 @@ impl DiskCache {
         }
     }
 
+    /// The cache's directory; `None`: caching is off.
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
     /// The entry's path and the key it must carry.
     fn entry(&self, wasm: &[u8]) -> Option<(PathBuf, [u8; 48])> {
         let dir = self.dir.as_ref()?;
@@ -127,6 +132,22 @@ impl DiskCache {
             dir.join(format!("{:x}-{}.cwasm", hash, self.engine_key)),
             key,
         ))
+    }
+
+    /// A claim on compiling `wasm` for this cache, held until dropped: an
+    /// exclusive lock on the entry's `.lock` file, beside it. `None` while
+    /// another process holds it (it compiles the same bytes), or when the
+    /// cache is off or the lock cannot be had.
+    pub(crate) fn claim(&self, wasm: &[u8]) -> Option<fs::File> {
+        let (path, _) = self.entry(wasm)?;
+        let lock = fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path.with_extension("lock"))
+            .ok()?;
+        lock.try_lock().ok()?;
+        Some(lock)
     }
 
     /// The compiled module (or component) for `wasm` if the disk cache holds
@@ -203,7 +224,8 @@ impl DiskCache {
     /// Removes the entries used least recently (by mtime) until the cache is
     /// within its cap; `keep` (the entry just written) stays. Entries of
     /// other engines count too: they share the directory. Temporary files
-    /// older than an hour (left by a process that died while writing) go.
+    /// older than an hour (left by a process that died while writing) go,
+    /// and so do claims ([`DiskCache::claim`]) as old.
     fn evict(&self, keep: &Path) {
         let (Some(dir), Some(max)) = (&self.dir, self.max_bytes) else {
             return;
@@ -221,7 +243,7 @@ impl DiskCache {
             let mtime = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
             let name = e.file_name();
             let name = name.to_string_lossy();
-            if name.contains(".tmp") {
+            if name.contains(".tmp") || name.ends_with(".lock") {
                 if now.duration_since(mtime).is_ok_and(|d| d.as_secs() > 3600) {
                     let _ = fs::remove_file(&path);
                 }

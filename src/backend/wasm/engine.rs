@@ -30,6 +30,31 @@ pub(super) enum Loaded {
     Typed(component::ToolPre<CState>, OnceLock<TypedToolInfo>),
 }
 
+impl Loaded {
+    /// The engine the tool was compiled for (a call's store is made on
+    /// it): the shared engine, or its baseline tier's (`tier`).
+    pub(super) fn engine(&self) -> &Engine {
+        match self {
+            Loaded::Module(pre) => pre.module().engine(),
+            Loaded::Command(pre) => pre.instance_pre().engine(),
+            Loaded::CommandP3(pre) => pre.instance_pre().engine(),
+            Loaded::Typed(pre, _) => pre.instance_pre().engine(),
+        }
+    }
+}
+
+/// Where [`WasmEngine::prepare`] takes a tool's code from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum How {
+    /// The disk cache only: a miss is `Ok(None)`.
+    CacheOnly,
+    /// Cranelift, through the disk cache.
+    Optimized,
+    /// Winch, the baseline tier (`tier`), not cached on disk: `Ok(None)`
+    /// when this engine has none.
+    Baseline,
+}
+
 /// A typed tool's description of itself (the `toolhost:tool` world's `describe`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TypedToolInfo {
@@ -76,6 +101,19 @@ pub(crate) struct WasmEngine {
     /// (`inline_io::claim`).
     pub(super) inline_calls: Arc<std::sync::atomic::AtomicUsize>,
     pub(super) max_inline_calls: usize,
+    /// `[wasm] baseline_compile`: a tool's first compile is Winch's
+    /// (`tier`).
+    pub(super) baseline_compile: bool,
+    /// `[wasm] pool_size` and `cache_max_mb`, for a tier-up's helper.
+    pub(super) pool_size: u32,
+    pub(super) cache_max_mb: u64,
+    /// The baseline tier, made on first use (`None`: not available).
+    pub(super) baseline: OnceLock<Option<super::tier::Baseline>>,
+    /// Optimized compiles under way after a baseline one.
+    pub(super) tier_ups: super::tier::TierUps,
+    /// The one slot tier-ups compile in, one at a time: apart from the
+    /// compile slots, so that a first call's compile never waits for one.
+    pub(super) tier_up_slot: Arc<tokio::sync::Semaphore>,
 }
 
 /// A compile on the blocking pool that any number of calls may wait for.
@@ -112,9 +150,26 @@ pub(super) enum Opened {
     Builtin(&'static [u8]),
 }
 
-/// Engines by (CPU meter, cache dir, cache cap, pool size).
-pub(super) type EngineMap = HashMap<(CpuMeter, Option<PathBuf>, u64, u32), Arc<WasmEngine>>;
+/// Engines by (CPU meter, cache dir, cache cap, pool size, baseline
+/// compiles).
+pub(super) type EngineMap = HashMap<(CpuMeter, Option<PathBuf>, u64, u32, bool), Arc<WasmEngine>>;
 pub(super) static ENGINES: OnceLock<Mutex<EngineMap>> = OnceLock::new();
+
+/// Starts the thread that ticks `engine`'s epoch every [`EPOCH_TICK`] while
+/// the engine lives.
+pub(super) fn start_epoch_ticker(engine: &Engine) -> std::io::Result<()> {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("toolhost-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })?;
+    Ok(())
+}
 
 pub(super) fn engine_config(meter: CpuMeter, pool_size: u32) -> Config {
     let mut c = Config::new();
@@ -175,6 +230,7 @@ impl WasmEngine {
             cache_dir.clone(),
             config.cache_max_mb,
             config.pool_size,
+            config.baseline_compile,
         );
         let map = ENGINES.get_or_init(|| Mutex::new(HashMap::new()));
         let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
@@ -182,16 +238,7 @@ impl WasmEngine {
             return Ok(e.clone());
         }
         let engine = Engine::new(&engine_config(config.cpu_meter, config.pool_size))?;
-        let weak = engine.weak();
-        std::thread::Builder::new()
-            .name("toolhost-epoch".into())
-            .spawn(move || {
-                while let Some(engine) = weak.upgrade() {
-                    engine.increment_epoch();
-                    drop(engine);
-                    std::thread::sleep(EPOCH_TICK);
-                }
-            })?;
+        start_epoch_ticker(&engine)?;
         let linker = build_linker(&engine)?;
         let component_linker = component::build_linker(&engine)?;
         let e = Arc::new(WasmEngine {
@@ -215,6 +262,12 @@ impl WasmEngine {
                 0 => 16,
                 n => n as usize / 4,
             },
+            baseline_compile: config.baseline_compile,
+            pool_size: config.pool_size,
+            cache_max_mb: config.cache_max_mb,
+            baseline: OnceLock::new(),
+            tier_ups: Default::default(),
+            tier_up_slot: Arc::new(tokio::sync::Semaphore::new(1)),
         });
         map.insert(key, e.clone());
         Ok(e)
@@ -408,7 +461,7 @@ impl WasmEngine {
                 Opened::File(file, meta) => read_tool(&tool, file, &meta)?,
                 Opened::Builtin(bytes) => bytes.to_vec(),
             };
-            let hit = e.prepare(&tool, &bytes, &key, true)?;
+            let hit = e.prepare(&tool, &bytes, &key, How::CacheOnly)?;
             Ok::<_, Outcome>((tool, key, bytes, hit))
         })
         .await
@@ -433,13 +486,28 @@ impl WasmEngine {
             }
         }
         let e = self.clone();
-        tokio::task::spawn_blocking(move || {
+        let (prepared, tier_up) = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            e.prepare(&tool, &bytes, &key, false)
+            // Baseline code first, when this engine has a baseline tier;
+            // anything Winch refuses is Cranelift's at once (and an error
+            // is then reported as Cranelift finds it).
+            match e.prepare(&tool, &bytes, &key, How::Baseline) {
+                Ok(Some(l)) => return (Ok(Some(l)), Some((tool, bytes, key))),
+                Ok(None) => {}
+                Err(o) => tracing::debug!("{}: no baseline code: {}", tool.name, o.message),
+            }
+            (e.prepare(&tool, &bytes, &key, How::Optimized), None)
         })
         .await
-        .map_err(failed)?
-        .and_then(|l| {
+        .map_err(failed)?;
+        if let Some((tool, bytes, key)) = tier_up {
+            tracing::debug!(
+                "wasm code compiled by the baseline compiler (Winch): {}; its optimized compile follows",
+                tool.name
+            );
+            self.start_tier_up(tool, bytes, key);
+        }
+        prepared.and_then(|l| {
             l.ok_or_else(|| {
                 Outcome::new(
                     OutcomeKind::LaunchFailed,
@@ -449,17 +517,23 @@ impl WasmEngine {
         })
     }
 
-    /// Makes `bytes` ready to run and keeps the result under `key`: from
-    /// the disk cache only (`Ok(None)` on a miss) when `cache_only`, else
-    /// compiled (and cached) on a miss. Blocking.
+    /// Makes `bytes` ready to run and keeps the result under `key` (in the
+    /// place of what was there), its code taken as `how` says. Blocking.
     pub(super) fn prepare(
         &self,
         tool: &ToolFile,
         bytes: &[u8],
         key: &FileKey,
-        cache_only: bool,
+        how: How,
     ) -> Result<Option<Arc<Loaded>>, Outcome> {
         let fail = |kind, msg: String| Outcome::new(kind, msg);
+        let baseline = match how {
+            How::Baseline => match self.baseline() {
+                Some(b) => Some(b),
+                None => return Ok(None),
+            },
+            How::CacheOnly | How::Optimized => None,
+        };
         let link_failed = |e: wasmtime::Error| {
             fail(
                 OutcomeKind::LaunchFailed,
@@ -467,27 +541,28 @@ impl WasmEngine {
             )
         };
         let loaded = if wasmparser::Parser::is_component(bytes) {
-            let component = if cache_only {
-                match self.cache.lookup(&self.engine, bytes) {
+            let invalid = |e: wasmtime::Error| {
+                fail(
+                    OutcomeKind::LaunchFailed,
+                    format!(
+                        "{}: invalid WebAssembly component: {}",
+                        tool.name,
+                        first_line(&e)
+                    ),
+                )
+            };
+            let component = match (how, baseline) {
+                (_, Some(b)) => {
+                    wasmtime::component::Component::new(&b.engine, bytes).map_err(invalid)?
+                }
+                (How::CacheOnly, _) => match self.cache.lookup(&self.engine, bytes) {
                     Some(c) => c,
                     None => return Ok(None),
-                }
-            } else {
-                self.compile_component(bytes).map_err(|e| {
-                    fail(
-                        OutcomeKind::LaunchFailed,
-                        format!(
-                            "{}: invalid WebAssembly component: {}",
-                            tool.name,
-                            first_line(&e)
-                        ),
-                    )
-                })?
+                },
+                _ => self.compile_component(bytes).map_err(invalid)?,
             };
-            let pre = self
-                .component_linker
-                .instantiate_pre(&component)
-                .map_err(link_failed)?;
+            let linker = baseline.map_or(&self.component_linker, |b| &b.component_linker);
+            let pre = linker.instantiate_pre(&component).map_err(link_failed)?;
             if let Ok(cmd) = wasmtime_wasi::p3::bindings::CommandPre::new(pre.clone()) {
                 Loaded::CommandP3(cmd)
             } else if let Ok(cmd) = wasmtime_wasi::p2::bindings::CommandPre::new(pre.clone()) {
@@ -504,22 +579,22 @@ impl WasmEngine {
                 ));
             }
         } else if wasmparser::Parser::is_core_wasm(bytes) {
-            let module = if cache_only {
-                match self.cache.lookup(&self.engine, bytes) {
+            let invalid = |e: wasmtime::Error| {
+                fail(
+                    OutcomeKind::LaunchFailed,
+                    format!("{}: invalid WebAssembly: {}", tool.name, first_line(&e)),
+                )
+            };
+            let module = match (how, baseline) {
+                (_, Some(b)) => Module::new(&b.engine, bytes).map_err(invalid)?,
+                (How::CacheOnly, _) => match self.cache.lookup(&self.engine, bytes) {
                     Some(m) => m,
                     None => return Ok(None),
-                }
-            } else {
-                self.compile(bytes)
-                    .map_err(|e| {
-                        fail(
-                            OutcomeKind::LaunchFailed,
-                            format!("{}: invalid WebAssembly: {}", tool.name, first_line(&e)),
-                        )
-                    })?
-                    .0
+                },
+                _ => self.compile(bytes).map_err(invalid)?.0,
             };
-            Loaded::Module(self.linker.instantiate_pre(&module).map_err(link_failed)?)
+            let linker = baseline.map_or(&self.linker, |b| &b.linker);
+            Loaded::Module(linker.instantiate_pre(&module).map_err(link_failed)?)
         } else {
             return Err(fail(
                 OutcomeKind::PermissionDenied,

@@ -49,6 +49,7 @@ mod runner;
 mod sleep_p1;
 mod special;
 mod streams;
+mod tier;
 
 use component::CState;
 
@@ -60,6 +61,7 @@ use limits::{Common, FileBudget, HasCommon, Limiter};
 use p1::State;
 pub use probe::probe_without_engine;
 use streams::CappedPipe;
+pub use tier::{compile_into_cache, defer_tier_ups, hand_off_tier_ups};
 
 /// Epoch tick: the granularity of CPU accounting (epoch meter) and of yields
 /// to the async executor, which is what lets the timeout fire on a spinning guest.
@@ -291,16 +293,23 @@ impl WasmBackend {
                     dirs,
                 };
                 let pre = pre.clone();
-                self.execute(limits, deadline, state, inline, move |store| {
-                    Box::pin(async move {
-                        let instance = pre
-                            .instantiate_async(&mut *store)
-                            .await
-                            .map_err(instantiation)?;
-                        let main = instance.get_typed_func::<(), ()>(&mut *store, "_start")?;
-                        main.call_async(&mut *store, ()).await
-                    })
-                })
+                self.execute(
+                    loaded.engine(),
+                    limits,
+                    deadline,
+                    state,
+                    inline,
+                    move |store| {
+                        Box::pin(async move {
+                            let instance = pre
+                                .instantiate_async(&mut *store)
+                                .await
+                                .map_err(instantiation)?;
+                            let main = instance.get_typed_func::<(), ()>(&mut *store, "_start")?;
+                            main.call_async(&mut *store, ()).await
+                        })
+                    },
+                )
                 .await
             }
             Loaded::Command(pre) => {
@@ -308,18 +317,25 @@ impl WasmBackend {
                 ctx::install(&mut state.ctx, fs);
                 state.common.guard = guard;
                 let pre = pre.clone();
-                self.execute(limits, deadline, state, None, move |store| {
-                    Box::pin(async move {
-                        let cmd = pre
-                            .instantiate_async(&mut *store)
-                            .await
-                            .map_err(instantiation)?;
-                        match cmd.wasi_cli_run().call_run(&mut *store).await? {
-                            Ok(()) => Ok(()),
-                            Err(()) => Err(I32Exit(1).into()),
-                        }
-                    })
-                })
+                self.execute(
+                    loaded.engine(),
+                    limits,
+                    deadline,
+                    state,
+                    None,
+                    move |store| {
+                        Box::pin(async move {
+                            let cmd = pre
+                                .instantiate_async(&mut *store)
+                                .await
+                                .map_err(instantiation)?;
+                            match cmd.wasi_cli_run().call_run(&mut *store).await? {
+                                Ok(()) => Ok(()),
+                                Err(()) => Err(I32Exit(1).into()),
+                            }
+                        })
+                    },
+                )
                 .await
             }
             Loaded::CommandP3(pre) => {
@@ -327,21 +343,30 @@ impl WasmBackend {
                 ctx::install(&mut state.ctx, fs);
                 state.common.guard = guard;
                 let pre = pre.clone();
-                self.execute(limits, deadline, state, None, move |store| {
-                    Box::pin(async move {
-                        let cmd = pre
-                            .instantiate_async(&mut *store)
-                            .await
-                            .map_err(instantiation)?;
-                        let ran = store
-                            .run_concurrent(async move |acc| cmd.wasi_cli_run().call_run(acc).await)
-                            .await??;
-                        match ran {
-                            Ok(()) => Ok(()),
-                            Err(()) => Err(I32Exit(1).into()),
-                        }
-                    })
-                })
+                self.execute(
+                    loaded.engine(),
+                    limits,
+                    deadline,
+                    state,
+                    None,
+                    move |store| {
+                        Box::pin(async move {
+                            let cmd = pre
+                                .instantiate_async(&mut *store)
+                                .await
+                                .map_err(instantiation)?;
+                            let ran = store
+                                .run_concurrent(async move |acc| {
+                                    cmd.wasi_cli_run().call_run(acc).await
+                                })
+                                .await??;
+                            match ran {
+                                Ok(()) => Ok(()),
+                                Err(()) => Err(I32Exit(1).into()),
+                            }
+                        })
+                    },
+                )
                 .await
             }
             Loaded::Typed(..) => {
@@ -387,17 +412,24 @@ impl WasmBackend {
         let state = self.component_state(b, limits);
         let pre = pre.clone();
         let ended = self
-            .execute(limits, deadline, state, None, move |store| {
-                Box::pin(async move {
-                    let t = pre
-                        .instantiate_async(&mut *store)
-                        .await
-                        .map_err(instantiation)?;
-                    t.toolhost_tool_typed_tool()
-                        .call_describe(&mut *store)
-                        .await
-                })
-            })
+            .execute(
+                loaded.engine(),
+                limits,
+                deadline,
+                state,
+                None,
+                move |store| {
+                    Box::pin(async move {
+                        let t = pre
+                            .instantiate_async(&mut *store)
+                            .await
+                            .map_err(instantiation)?;
+                        t.toolhost_tool_typed_tool()
+                            .call_describe(&mut *store)
+                            .await
+                    })
+                },
+            )
             .await;
         let (run, got) = self.finish(limits, start, ended, &stdout, &stderr);
         let Some(got) = got else {
@@ -477,17 +509,24 @@ impl WasmBackend {
         let pre = pre.clone();
         let input = input.to_string();
         let ended = self
-            .execute(&plan.limits, deadline, state, None, move |store| {
-                Box::pin(async move {
-                    let t = pre
-                        .instantiate_async(&mut *store)
-                        .await
-                        .map_err(instantiation)?;
-                    t.toolhost_tool_typed_tool()
-                        .call_call(&mut *store, &input)
-                        .await
-                })
-            })
+            .execute(
+                loaded.engine(),
+                &plan.limits,
+                deadline,
+                state,
+                None,
+                move |store| {
+                    Box::pin(async move {
+                        let t = pre
+                            .instantiate_async(&mut *store)
+                            .await
+                            .map_err(instantiation)?;
+                        t.toolhost_tool_typed_tool()
+                            .call_call(&mut *store, &input)
+                            .await
+                    })
+                },
+            )
             .await;
         let (run, result) = self.finish(&plan.limits, start, ended, &stdout, &stderr);
         TypedCall { result, run }
@@ -576,13 +615,16 @@ impl WasmBackend {
         }
     }
 
-    /// Runs `body` on a fresh store holding `state`, within the limits: the
-    /// store's limiter, epoch or fuel, a pool slot, and the wall-clock timeout.
+    /// Runs `body` on a fresh store of `engine` (the tool's: the shared
+    /// engine, or its baseline tier's) holding `state`, within the limits:
+    /// the store's limiter, epoch or fuel, a pool slot, and the wall-clock
+    /// timeout.
     /// An `inline` call (file operations on the thread that polls it) moves
     /// to a runner at its first file operation, and the timeout stays with
     /// the caller (`inline_io`, `runner`).
     async fn execute<T, R>(
         &self,
+        engine: &Engine,
         limits: &Limits,
         deadline: tokio::time::Instant,
         state: T,
@@ -599,7 +641,7 @@ impl WasmBackend {
         R: Send + 'static,
     {
         LAST_MOVED_WAIT.with(|l| l.set(None));
-        let mut store = Store::new(&self.engine.engine, state);
+        let mut store = Store::new(engine, state);
         let moved = inline.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
         let ended = inline.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
         store.data_mut().common().move_to_task = moved.clone();
@@ -822,5 +864,6 @@ impl crate::backend::Backend for WasmBackend {
     /// Waits for the FIFO watchdog's self-test if one has started.
     async fn shutdown(&self) {
         settle_background_checks_async().await;
+        self.engine.tier_ups_done().await;
     }
 }

@@ -370,6 +370,192 @@ async fn attack_18_cpu_spin_epoch_and_fuel() {
     assert!(r.duration < Duration::from_secs(3));
 }
 
+/// A copy of the probe made unique by a custom section, under `name.wasm`
+/// in the workspace: no engine and no disk cache has its code yet.
+fn unique_probe(t: &Tmp, name: &str) -> String {
+    let mut m = std::fs::read(probe_path()).unwrap();
+    let salt = format!(
+        "{name}-{:?}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+    );
+    m.push(0);
+    m.push((salt.len() + 1) as u8);
+    m.push(salt.len() as u8);
+    m.extend(salt.as_bytes());
+    std::fs::write(t.ws().join(format!("{name}.wasm")), m).unwrap();
+    format!("./{name}.wasm")
+}
+
+/// With `[wasm] baseline_compile`, a tool's first call runs Winch's code
+/// (Linux x86-64; elsewhere Cranelift's). That code is held to the same
+/// limits: CPU under either meter, the wall-clock timeout, memory. Each
+/// check is the first call of a module no engine has seen (and its cache
+/// dir is new); the allowed twins are first calls too.
+#[tokio::test]
+async fn a_first_call_on_baseline_code_is_held_to_every_limit() {
+    let cache = tempfile::tempdir().unwrap();
+    let baseline = |cfg: SandboxConfig, dir: &str| {
+        let mut cfg = cfg;
+        cfg.wasm.cache_dir = Some(cache.path().join(dir));
+        cfg.wasm.baseline_compile = true;
+        cfg
+    };
+    for meter in [CpuMeter::Epoch, CpuMeter::Fuel] {
+        let mut cfg = baseline(wasm_config(), &format!("{meter:?}"));
+        cfg.wasm.cpu_meter = meter;
+        cfg.max_cpu_seconds = 1;
+        let (t, sb) = setup(cfg);
+        let spin = unique_probe(&t, "spin");
+        let r = sb.run(RunRequest::new([spin.as_str(), "spin"])).await;
+        assert_eq!(r.outcome.kind, OutcomeKind::CpuLimit, "{meter:?}: {r:?}");
+        assert!(r.duration < Duration::from_secs(10), "{:?}", r.duration);
+        // Allowed twin: bounded work finishes.
+        let count = unique_probe(&t, "count");
+        let r = sb
+            .run(RunRequest::new([count.as_str(), "count", "1000"]))
+            .await;
+        assert!(r.success(), "{meter:?}: {r:?}");
+        sb.shutdown().await;
+    }
+    let (t, sb) = setup(baseline(
+        SandboxConfig {
+            max_cpu_seconds: 0,
+            timeout: Duration::from_secs(1),
+            ..wasm_config()
+        },
+        "timeout",
+    ));
+    let spin = unique_probe(&t, "spin");
+    let r = sb.run(RunRequest::new([spin.as_str(), "spin"])).await;
+    assert!(r.timed_out, "{r:?}");
+    assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
+    sb.shutdown().await;
+    let (t, sb) = setup(baseline(
+        SandboxConfig {
+            max_memory_mb: 64,
+            ..wasm_config()
+        },
+        "memory",
+    ));
+    let alloc = unique_probe(&t, "alloc");
+    let r = sb
+        .run(RunRequest::new([alloc.as_str(), "alloc", "100000"]))
+        .await;
+    assert_eq!(r.outcome.kind, OutcomeKind::MemoryLimit, "{r:?}");
+    assert!(r.outcome.message.contains("64 MiB"), "{r:?}");
+    // Allowed twin: under the limit.
+    let small = unique_probe(&t, "small");
+    let r = sb
+        .run(RunRequest::new([small.as_str(), "alloc", "16"]))
+        .await;
+    assert_eq!(r.stdout, "allocated 16 MiB\n", "{r:?}");
+    sb.shutdown().await;
+}
+
+/// A sandbox's shutdown waits for the optimized compile that follows a
+/// baseline one: the disk cache then holds the tool's code, and a new
+/// process would find it.
+#[tokio::test]
+async fn shutdown_leaves_the_optimized_code_in_the_disk_cache() {
+    let cache = tempfile::tempdir().unwrap();
+    let mut cfg = wasm_config();
+    cfg.wasm.cache_dir = Some(cache.path().to_path_buf());
+    cfg.wasm.baseline_compile = true;
+    let (t, sb) = setup(cfg);
+    let tool = unique_probe(&t, "fresh");
+    let r = sb.run(RunRequest::new([tool.as_str(), "args", "x"])).await;
+    assert_eq!(r.stdout, "fresh\nargs\nx\n", "{r:?}");
+    sb.shutdown().await;
+    let entries: Vec<_> = std::fs::read_dir(cache.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    // The same bytes compiled by the shared engine are a cache hit.
+    let backend = toolhost::backend::wasm::WasmBackend::new(&sb.config().wasm).unwrap();
+    let bytes = std::fs::read(t.ws().join("fresh.wasm")).unwrap();
+    assert!(backend.compile_cached(&bytes).unwrap());
+}
+
+/// The `.cwasm` entries of a compile cache dir.
+fn cache_entries(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A CLI call of a tool no cache holds runs it and exits; with baseline
+/// compiles (Linux x86-64) the optimized code is compiled afterwards by a
+/// detached `toolhost tier-up`, whose entry then appears in the cache and
+/// is the one a cache lookup of the same bytes finds. The twin, with
+/// `baseline_compile = false`, has the entry in place when the call exits.
+#[test]
+fn a_cold_cli_call_leaves_optimized_code_in_the_cache() {
+    builtin_tools_built();
+    for baseline in [true, false] {
+        let t = Tmp::new();
+        let tool = unique_probe(&t, "cold");
+        let cache = t.root.join("cache");
+        let cfg = t.root.join("cfg.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[wasm]\ncache_dir = {:?}\nbaseline_compile = {baseline}\n",
+                cache.to_string_lossy()
+            ),
+        )
+        .unwrap();
+        let out = toolhost(
+            &t.ws(),
+            &[
+                "run",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--backend",
+                "wasm",
+                "--",
+                &tool,
+                "args",
+                "x",
+            ],
+            &[],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "cold\nargs\nx\n",
+            "{out:?}"
+        );
+        if !baseline || !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+            assert_eq!(cache_entries(&cache).len(), 1, "baseline {baseline}");
+            continue;
+        }
+        let waited = std::time::Instant::now();
+        while cache_entries(&cache).is_empty() && waited.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let entries = cache_entries(&cache);
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        let mut wasm = WasmConfig::default();
+        wasm.cache_dir = Some(cache.clone());
+        wasm.baseline_compile = false;
+        let backend = toolhost::backend::wasm::WasmBackend::new(&wasm).unwrap();
+        let bytes = std::fs::read(t.ws().join("cold.wasm")).unwrap();
+        assert!(
+            backend.compile_cached(&bytes).unwrap(),
+            "the helper's entry is not the engine's"
+        );
+        assert_eq!(cache_entries(&cache), entries);
+    }
+}
+
 #[tokio::test]
 async fn attack_20_file_writes_are_held_to_the_budget() {
     let (t, sb) = setup(SandboxConfig {

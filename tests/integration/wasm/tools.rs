@@ -236,6 +236,9 @@ async fn guest_tools_match_coreutils_on_fixtures() {
     }
 }
 
+/// The disk cache's checks, through the CLI with the optimized compile in
+/// the call (`baseline_compile = false`; the hand-off of a baseline call's
+/// compile is `a_cold_cli_call_leaves_optimized_code_in_the_cache`).
 #[test]
 fn compile_cache_is_reused_and_corruption_is_recompiled() {
     builtin_tools_built();
@@ -244,7 +247,10 @@ fn compile_cache_is_reused_and_corruption_is_recompiled() {
     let cache = t.root.join("cache");
     std::fs::write(
         t.root.join("cfg.toml"),
-        format!("[wasm]\ncache_dir = {:?}\n", cache.to_str().unwrap()),
+        format!(
+            "[wasm]\ncache_dir = {:?}\nbaseline_compile = false\n",
+            cache.to_str().unwrap()
+        ),
     )
     .unwrap();
     let cfg = t.root.join("cfg.toml");
@@ -331,7 +337,10 @@ fn compile_cache_is_reused_and_corruption_is_recompiled() {
     let cfg2 = t.root.join("cfg2.toml");
     std::fs::write(
         &cfg2,
-        format!("[wasm]\ncache_dir = {:?}\n", cache2.to_str().unwrap()),
+        format!(
+            "[wasm]\ncache_dir = {:?}\nbaseline_compile = false\n",
+            cache2.to_str().unwrap()
+        ),
     )
     .unwrap();
     let call = || {

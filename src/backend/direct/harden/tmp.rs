@@ -473,8 +473,7 @@ fn start_sweep() {
 }
 
 /// Starts of the private tmps' reaper announced ([`ReapersPending`]) and
-/// not yet made;
-/// [`STARTS_DONE`] is notified when one ends.
+/// not yet made; [`STARTS_DONE`] is notified when one ends.
 static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static STARTS_DONE: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
@@ -498,7 +497,7 @@ impl Drop for ReapersPending {
     }
 }
 
-/// Waits until no start of the reapers is pending.
+/// Waits until no announced start of the private tmps' reaper is pending.
 async fn starts_done() {
     use std::sync::atomic::Ordering::SeqCst;
     loop {

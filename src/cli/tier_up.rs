@@ -47,6 +47,15 @@ pub fn main(args: TierUpArgs) -> anyhow::Result<i32> {
                 maximum: cap,
             },
         );
+        // Given up so, it leaves no core dump behind.
+        let none = Some(0);
+        let _ = setrlimit(
+            Resource::Core,
+            Rlimit {
+                current: none,
+                maximum: none,
+            },
+        );
     }
     let mut config = SandboxConfig::default().wasm;
     config.cpu_meter = args.cpu_meter.parse()?;

@@ -59,6 +59,49 @@ fn touch(path: &Path) {
     }
 }
 
+/// Opens (or creates) `path` and takes its exclusive lock, if free.
+fn lock_file(path: &Path) -> Option<fs::File> {
+    let file = fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ok()?;
+    file.try_lock().ok()?;
+    Some(file)
+}
+
+/// A claim on compiling one entry ([`DiskCache::claim`]). Its file is left
+/// holding a mark while the attempt runs ([`Claim::mark_attempt`]) and is
+/// removed once the entry is written ([`Claim::done`]): a marked file
+/// found by the next claim is an attempt that ended without an entry
+/// (killed or failed), not tried again until the eviction removes the
+/// file, an hour after the attempt.
+pub(crate) struct Claim {
+    file: fs::File,
+    path: PathBuf,
+    tried: bool,
+}
+
+impl Claim {
+    /// Whether an earlier attempt at this entry ended without it.
+    pub(crate) fn tried(&self) -> bool {
+        self.tried
+    }
+
+    /// Marks the attempt under way (which also dates it).
+    pub(crate) fn mark_attempt(&mut self) {
+        let _ = self.file.write_all(b"attempt\n");
+    }
+
+    /// The entry is written: the claim's file goes, while still locked
+    /// (a process that opened it meanwhile finds it locked; one that opens
+    /// the name afterwards finds the entry).
+    pub(crate) fn done(self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
 /// What the cache stores: a compiled module or component.
 pub(crate) trait Artifact: Sized {
     fn compile(engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Self>;
@@ -134,20 +177,44 @@ impl DiskCache {
         ))
     }
 
-    /// A claim on compiling `wasm` for this cache, held until dropped: an
-    /// exclusive lock on the entry's `.lock` file, beside it. `None` while
-    /// another process holds it (it compiles the same bytes), or when the
-    /// cache is off or the lock cannot be had.
-    pub(crate) fn claim(&self, wasm: &[u8]) -> Option<fs::File> {
+    /// A claim on compiling `wasm` for this cache (a tier-up's), held until
+    /// dropped: an exclusive lock on the entry's `.lock` file, beside it.
+    /// `None` while another process holds it (it compiles the same bytes),
+    /// or when the cache is off or the lock cannot be had.
+    pub(crate) fn claim(&self, wasm: &[u8]) -> Option<Claim> {
         let (path, _) = self.entry(wasm)?;
-        let lock = fs::File::options()
+        let path = path.with_extension("lock");
+        let file = lock_file(&path)?;
+        let tried = file.metadata().map(|m| m.len() > 0).unwrap_or(true);
+        Some(Claim { file, path, tried })
+    }
+
+    /// A place in the queue of the processes that compile for this cache
+    /// in the background (`tier-up-N.lock`, N below `places`), held until
+    /// dropped; `None` when every place is taken.
+    pub(crate) fn claim_place(&self, places: usize) -> Option<fs::File> {
+        let dir = self.dir.as_ref()?;
+        (0..places).find_map(|n| {
+            let mut file = lock_file(&dir.join(format!("tier-up-{n}.lock")))?;
+            // Its mtime is now: the eviction leaves a lock in use alone.
+            let _ = file.write_all(b"queued\n");
+            Some(file)
+        })
+    }
+
+    /// The turn of one process at a time among those (`tier-up.lock`),
+    /// waited for; held until dropped.
+    pub(crate) fn wait_turn(&self) -> Option<fs::File> {
+        let path = self.dir.as_ref()?.join("tier-up.lock");
+        let mut file = fs::File::options()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(path.with_extension("lock"))
+            .open(path)
             .ok()?;
-        lock.try_lock().ok()?;
-        Some(lock)
+        file.lock().ok()?;
+        let _ = file.write_all(b"busy\n");
+        Some(file)
     }
 
     /// The compiled module (or component) for `wasm` if the disk cache holds
@@ -225,9 +292,9 @@ impl DiskCache {
     /// within its cap; `keep` (the entry just written) stays. Entries of
     /// other engines count too: they share the directory. Temporary files
     /// older than an hour (left by a process that died while writing) go,
-    /// and so do claims ([`DiskCache::claim`]) as old.
+    /// and so do claims ([`DiskCache::claim`]) as old, cap or no cap.
     fn evict(&self, keep: &Path) {
-        let (Some(dir), Some(max)) = (&self.dir, self.max_bytes) else {
+        let Some(dir) = &self.dir else {
             return;
         };
         let Ok(rd) = fs::read_dir(dir) else { return };
@@ -249,7 +316,7 @@ impl DiskCache {
                 }
                 continue;
             }
-            if !name.ends_with(".cwasm") {
+            if !name.ends_with(".cwasm") || self.max_bytes.is_none() {
                 continue;
             }
             total = total.saturating_add(meta.len());
@@ -257,6 +324,7 @@ impl DiskCache {
                 entries.push((mtime, meta.len(), path));
             }
         }
+        let Some(max) = self.max_bytes else { return };
         entries.sort();
         for (_, len, path) in entries {
             if total <= max {

@@ -18,6 +18,9 @@
 //! - `current_cpu` (Linux): the CPU the calling thread runs on.
 //! - `time_shared` (Linux): whether this thread's scheduling policy is a
 //!   time-sharing one (a wasm runner's, `backend/wasm/runner.rs`).
+//! - `close_on_exec_from_3` (Linux): marks every descriptor past stdio
+//!   close-on-exec, before a detached process is started
+//!   (`backend/wasm/tier.rs`).
 
 use std::path::Path;
 
@@ -53,6 +56,28 @@ pub(crate) fn current_cpu() -> Option<usize> {
     // SAFETY: sched_getcpu takes nothing and touches no memory of ours.
     let cpu = unsafe { libc::sched_getcpu() };
     usize::try_from(cpu).ok()
+}
+
+/// Marks every open descriptor numbered 3 or more close-on-exec
+/// (`close_range` with `CLOSE_RANGE_CLOEXEC`, Linux 5.11+), so that a
+/// process started after it inherits only its standard streams: those
+/// this process got from its own parent (a shell's `3>&1`, a harness's
+/// pipes, a jobserver) included. Whether it could.
+#[cfg(target_os = "linux")]
+pub(crate) fn close_on_exec_from_3() -> bool {
+    // SAFETY: with CLOSE_RANGE_CLOEXEC the call closes nothing: it only
+    // sets the close-on-exec flag of descriptors in the range, so no
+    // descriptor any Rust object owns is invalidated, and it touches no
+    // memory of ours.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+        )
+    };
+    r == 0
 }
 
 /// Creates `dir` if needed and checks that only this user can write to it

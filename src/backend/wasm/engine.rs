@@ -193,8 +193,9 @@ pub(super) fn engine_config(meter: CpuMeter, pool_size: u32) -> Config {
             .total_tables(pool_size.saturating_mul(4))
             .total_stacks(pool_size)
             .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
-            .max_memories_per_component(2)
-            .max_tables_per_component(4);
+            .max_memories_per_component(super::limits::MAX_MEMORIES as u32)
+            .max_tables_per_component(super::limits::MAX_TABLES as u32)
+            .table_elements(super::MAX_TABLE_ELEMENTS);
         // Reset a reused memory by rewriting only its dirty pages (PAGEMAP_SCAN,
         // Linux 6.7+) and keep its first MiB resident: the guest's stack and
         // data then need no page faults on the next call. Measured 25-35 us per
@@ -295,11 +296,14 @@ impl WasmEngine {
     /// size and mtime) was loaded before, else read and compiled (through the
     /// disk cache) on the blocking pool, never on the calling executor
     /// thread. Past the deadline the call gets `timed_out`; the compile goes
-    /// on in the background and its result is kept for the next call.
+    /// on in the background and its result is kept for the next call. A
+    /// tier-up a baseline compile started is counted in `owner` (the
+    /// calling backend's, `tier`).
     pub(super) async fn load_by(
         self: &Arc<Self>,
         tool: &ToolFile,
         deadline: tokio::time::Instant,
+        owner: &Arc<super::tier::TierUps>,
     ) -> Result<Arc<Loaded>, Outcome> {
         use futures_util::FutureExt as _;
         let (opened, key) = match self.lookup(tool)? {
@@ -318,10 +322,11 @@ impl WasmEngine {
                     let engine = self.clone();
                     let tool = tool.clone();
                     let k = key.clone();
+                    let owner = owner.clone();
                     // A task of its own: it runs to the end (and takes itself
                     // out of `compiling`) even if every waiting call is gone.
                     let task = tokio::spawn(async move {
-                        let r = engine.read_and_compile(tool, opened, k, id).await;
+                        let r = engine.read_and_compile(tool, opened, k, id, owner).await;
                         // This compile's entry only (a skipped one is gone
                         // already, and a later compile of the file may have
                         // its own).
@@ -451,6 +456,7 @@ impl WasmEngine {
         opened: Opened,
         key: FileKey,
         id: u64,
+        owner: Arc<super::tier::TierUps>,
     ) -> Result<Arc<Loaded>, Outcome> {
         let failed = |e: tokio::task::JoinError| {
             Outcome::new(OutcomeKind::LaunchFailed, format!("compiling failed: {e}"))
@@ -488,24 +494,27 @@ impl WasmEngine {
         let e = self.clone();
         let (prepared, tier_up) = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            // Baseline code first, when this engine has a baseline tier;
-            // anything Winch refuses is Cranelift's at once (and an error
-            // is then reported as Cranelift finds it).
-            match e.prepare(&tool, &bytes, &key, How::Baseline) {
-                Ok(Some(l)) => return (Ok(Some(l)), Some((tool, bytes, key))),
-                Ok(None) => {}
-                Err(o) => tracing::debug!("{}: no baseline code: {}", tool.name, o.message),
+            // Baseline code first, when this engine has a baseline tier
+            // and a place for the tier-up after it; anything Winch refuses
+            // is Cranelift's at once (and an error is then reported as
+            // Cranelift finds it).
+            if let Some(place) = e.reserve_tier_up(bytes.len() as u64, &owner) {
+                match e.prepare(&tool, &bytes, &key, How::Baseline) {
+                    Ok(Some(l)) => return (Ok(Some(l)), Some((place, tool, bytes, key))),
+                    Ok(None) => {}
+                    Err(o) => tracing::debug!("{}: no baseline code: {}", tool.name, o.message),
+                }
             }
             (e.prepare(&tool, &bytes, &key, How::Optimized), None)
         })
         .await
         .map_err(failed)?;
-        if let Some((tool, bytes, key)) = tier_up {
+        if let Some((place, tool, bytes, key)) = tier_up {
             tracing::debug!(
                 "wasm code compiled by the baseline compiler (Winch): {}; its optimized compile follows",
                 tool.name
             );
-            self.start_tier_up(tool, bytes, key);
+            self.start_tier_up(place, tool, bytes, key);
         }
         prepared.and_then(|l| {
             l.ok_or_else(|| {

@@ -34,27 +34,56 @@ pub(crate) trait HasCommon: Send + 'static {
     fn common(&mut self) -> &mut Common;
 }
 
+/// A store's memories, tables and instances, held to the call's limits
+/// whichever allocator made them: `max_memory` is for all of its linear
+/// memories together, and the counts and sizes are the pooling
+/// allocator's (`engine::engine_config`), so that a store of an engine
+/// without the pool (`pool_size = 0`, or the baseline tier's) gets no more.
 pub(super) struct Limiter {
     pub(super) max_memory: Option<usize>,
     pub(super) hit: bool,
+    /// Bytes of linear memory granted so far (memories never shrink).
+    pub(super) memory_bytes: usize,
+}
+
+impl Limiter {
+    pub(super) fn new(max_memory: Option<usize>) -> Self {
+        Limiter {
+            max_memory,
+            hit: false,
+            memory_bytes: 0,
+        }
+    }
 }
 
 impl ResourceLimiter for Limiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        let total = self
+            .memory_bytes
+            .saturating_add(desired.saturating_sub(current));
         match self.max_memory {
-            Some(max) if desired > max => {
+            Some(max) if total > max => {
                 self.hit = true;
                 Err(wasmtime::format_err!(
-                    "memory limit: growing linear memory to {desired} bytes exceeds {max}"
+                    "memory limit: growing linear memory to {desired} bytes ({total} in all) exceeds {max}"
                 ))
             }
-            _ => Ok(true),
+            _ => {
+                self.memory_bytes = total;
+                Ok(true)
+            }
         }
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        // Not grown after all; what was counted stays counted (the next
+        // growth is judged a little early, never late).
+        Ok(())
     }
 
     fn table_growing(
@@ -65,7 +94,24 @@ impl ResourceLimiter for Limiter {
     ) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
+
+    fn instances(&self) -> usize {
+        super::MAX_CORE_INSTANCES_PER_COMPONENT as usize
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
 }
+
+/// Linear memories a store may hold (a component's, as the pool allows).
+pub(super) const MAX_MEMORIES: usize = 2;
+/// Tables a store may hold (a component's, as the pool allows).
+pub(super) const MAX_TABLES: usize = 4;
 
 /// Bytes a call may still write to files (`max_file_size_mb`). Shared with the
 /// budgeted file streams of preview-2 guests.

@@ -182,8 +182,9 @@ const MAX_TOOL_BYTES: u64 = 256 << 20;
 const MAX_DESCRIPTION_BYTES: usize = 4096;
 const MAX_SCHEMA_BYTES: usize = 64 << 10;
 
-/// Largest table a guest may grow to (elements).
-const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+/// Largest table a guest may grow to (elements): the pooling allocator's
+/// default, for a store of any engine (`limits::Limiter`).
+const MAX_TABLE_ELEMENTS: usize = 20_000;
 /// Handles (open files, dirs, streams...) one guest may hold at once. Each
 /// open file is a host fd of toolhost's: without a cap, a guest opening files
 /// in a loop took every fd of the process (4075 of 4096, measured) and every
@@ -213,6 +214,9 @@ pub struct WasmBackend {
     preopens: ctx::Preopens,
     /// The compile cache's dir as configured (`None`: the cache is off).
     cache_dir: Option<std::path::PathBuf>,
+    /// The tier-ups this backend's calls started (`tier`): what its
+    /// shutdown waits for.
+    tier_ups: Arc<tier::TierUps>,
 }
 
 impl WasmBackend {
@@ -222,6 +226,7 @@ impl WasmBackend {
             engine: WasmEngine::shared(config)?,
             preopens: ctx::Preopens::default(),
             cache_dir: engine::configured_cache_dir(config),
+            tier_ups: Arc::default(),
         })
     }
 
@@ -247,7 +252,7 @@ impl WasmBackend {
             ));
         };
         let deadline = tokio::time::Instant::from_std(start) + plan.limits.timeout;
-        let loaded = match self.engine.load_by(target, deadline).await {
+        let loaded = match self.engine.load_by(target, deadline, &self.tier_ups).await {
             Ok(l) => l,
             Err(o) => return refuse(o).timed_out_if_so(),
         };
@@ -391,7 +396,7 @@ impl WasmBackend {
     ) -> Result<Option<TypedToolInfo>, Outcome> {
         let start = Instant::now();
         let deadline = tokio::time::Instant::from_std(start) + limits.timeout;
-        let loaded = self.engine.load_by(tool, deadline).await?;
+        let loaded = self.engine.load_by(tool, deadline, &self.tier_ups).await?;
         let Loaded::Typed(pre, info) = &*loaded else {
             return Ok(None);
         };
@@ -479,7 +484,7 @@ impl WasmBackend {
             ));
         };
         let deadline = tokio::time::Instant::from_std(start) + plan.limits.timeout;
-        let loaded = match self.engine.load_by(target, deadline).await {
+        let loaded = match self.engine.load_by(target, deadline, &self.tier_ups).await {
             Ok(l) => l,
             Err(o) => {
                 let mut r = refuse(o);
@@ -590,12 +595,11 @@ impl WasmBackend {
             CpuMeter::Fuel => None,
         };
         Common {
-            limiter: Limiter {
-                max_memory: limits
+            limiter: Limiter::new(
+                limits
                     .memory_bytes
                     .map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
-                hit: false,
-            },
+            ),
             files: Arc::new(FileBudget::new(limits.file_size_bytes)),
             cpu_ticks_left: cpu_ticks,
             cpu_hit: false,
@@ -864,6 +868,6 @@ impl crate::backend::Backend for WasmBackend {
     /// Waits for the FIFO watchdog's self-test if one has started.
     async fn shutdown(&self) {
         settle_background_checks_async().await;
-        self.engine.tier_ups_done().await;
+        self.tier_ups.done().await;
     }
 }

@@ -11,28 +11,34 @@
 //!
 //! Parts:
 //! - [`Baseline`]: the second engine (Winch, with the same CPU meter and
-//!   epoch checks, instances allocated on demand), its linkers and its
-//!   epoch ticker; made on a [`WasmEngine`]'s first baseline compile.
-//! - [`WasmEngine::baseline`]: that engine, if this one compiles so.
+//!   epoch checks, instances allocated on demand: the store's limiter holds
+//!   them to the pool's counts and sizes, `limits::Limiter`), its linkers
+//!   and its epoch ticker; made on a [`WasmEngine`]'s first baseline
+//!   compile.
+//! - [`WasmEngine::reserve_tier_up`]: a tier-up's place, taken before the
+//!   baseline compile. At most [`MAX_TIER_UPS`] tier-ups, holding at most
+//!   [`MAX_TIER_UP_BYTES`] of tools in all (the first always fits), wait or
+//!   run per engine, or are kept per process; without a place, the call
+//!   compiles Cranelift's code itself, so no tool stays on baseline code
+//!   for want of one.
 //! - [`WasmEngine::start_tier_up`]: the optimized compile, on the blocking
-//!   pool, in the engine's one tier-up slot (apart from its compile slots:
-//!   a first call's compile never waits for a tier-up), counted while it
-//!   waits or runs.
-//! - [`WasmEngine::tier_ups_done`]: waits (bounded) until none runs;
-//!   `WasmBackend::shutdown` awaits it, so a process that shuts its
-//!   sandboxes down leaves its tools' optimized code in the disk cache.
+//!   pool, one at a time per engine (a slot apart from the compile slots),
+//!   inside a rayon pool of one thread of its own, so that its functions
+//!   never queue before a first call's compile on rayon's global pool.
+//! - [`TierUps::done`]: what `WasmBackend::shutdown` waits for (10 s at
+//!   most): the tier-ups its own calls started, so that a process that
+//!   shuts its sandboxes down leaves their optimized code in the disk
+//!   cache, and no sandbox waits for another's.
 //! - The hand-off, for a process whose end is its call's (the CLI's `run`,
 //!   `call` and `tools`): [`defer_tier_ups`] keeps each tier-up's bytes
 //!   instead of compiling them, and [`hand_off_tier_ups`] gives them to
-//!   detached processes of this binary (`toolhost tier-up`, on a memfd),
-//!   which compile them into the disk cache after this process has exited
-//!   ([`compile_into_cache`]). A cold call then ends as soon as its
-//!   baseline code has run, and the next process finds optimized code.
-//! - At most [`MAX_TIER_UPS`] tier-ups, holding at most
-//!   [`MAX_TIER_UP_BYTES`] of tools in all (the first always fits), wait or
-//!   run at once per engine, or are kept per process; past that, a tool
-//!   stays on baseline code in this process and its next process compiles
-//!   it again.
+//!   detached processes of this binary (`toolhost tier-up`, the bytes on a
+//!   sealed memfd, no other descriptor and no environment), which compile
+//!   them into the disk cache after this process has exited
+//!   ([`compile_into_cache`]): one at a time per cache dir and at most
+//!   [`HELPER_PLACES`] waiting, on one thread, each bytes once an hour at
+//!   most (a claim that outlives a failed or killed attempt), within the
+//!   CPU the CLI gives it.
 //!
 //! What a tool runs on is the same in either tier: the same linkers (the
 //! file budget, the guards of paths, the sleeps), limits (memory, the
@@ -47,14 +53,14 @@ use std::time::Duration;
 use wasmtime::{Engine, Linker};
 
 use super::CState;
-use super::engine::{FileKey, WasmEngine};
+use super::engine::{FileKey, How, WasmEngine};
 use super::p1::State;
 use crate::plan::ToolFile;
 
 /// Whether this build has a baseline compiler.
 pub(super) const BUILT_IN: bool = cfg!(all(target_os = "linux", target_arch = "x86_64"));
 
-/// How long `WasmBackend::shutdown` waits for tier-ups under way.
+/// How long `WasmBackend::shutdown` waits for its tier-ups under way.
 const TIER_UP_WAIT: Duration = Duration::from_secs(10);
 
 /// Tier-ups that may wait or run at once, per engine (and deferred ones
@@ -69,6 +75,10 @@ pub(super) const MAX_TIER_UP_BYTES: u64 = 256 << 20;
 fn fits(count: usize, bytes: u64, len: u64) -> bool {
     count == 0 || (count < MAX_TIER_UPS && bytes.saturating_add(len) <= MAX_TIER_UP_BYTES)
 }
+
+/// Detached tier-ups that may wait or run at once per cache dir, one
+/// compiling at a time; past that, one gives up at once.
+const HELPER_PLACES: usize = 32;
 
 /// Whether tier-ups are kept for [`hand_off_tier_ups`] instead of run.
 static DEFER: AtomicBool = AtomicBool::new(false);
@@ -92,10 +102,11 @@ pub(super) struct Baseline {
     pub(super) component_linker: wasmtime::component::Linker<CState>,
 }
 
-/// The tier-ups of one engine under way (how many, and the bytes they
-/// hold), and a wake-up when one ends.
-#[derive(Default)]
-pub(super) struct TierUps {
+/// Tier-ups counted (how many, and the bytes they hold), and a wake-up
+/// when one ends: an engine's (what bounds them) and a backend's (what its
+/// shutdown waits for).
+#[derive(Debug, Default)]
+pub(crate) struct TierUps {
     running: Mutex<(usize, u64)>,
     ended: tokio::sync::Notify,
 }
@@ -105,23 +116,77 @@ impl TierUps {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// How many run.
+    /// How many wait or run.
     pub(super) fn count(&self) -> usize {
         self.lock().0
     }
+
+    /// Counts one more of `len` bytes, if it fits ([`fits`]) or if
+    /// `bounded` is false.
+    fn add(&self, len: u64, bounded: bool) -> bool {
+        let mut r = self.lock();
+        if bounded && !fits(r.0, r.1, len) {
+            return false;
+        }
+        r.0 += 1;
+        r.1 = r.1.saturating_add(len);
+        true
+    }
+
+    fn remove(&self, len: u64) {
+        {
+            let mut r = self.lock();
+            r.0 = r.0.saturating_sub(1);
+            r.1 = r.1.saturating_sub(len);
+        }
+        self.ended.notify_waiters();
+    }
+
+    /// Waits until none waits or runs, at most [`TIER_UP_WAIT`]; returns
+    /// at once, with no timer, when none does.
+    pub(super) async fn done(&self) {
+        if self.count() == 0 {
+            return;
+        }
+        let all_ended = async {
+            loop {
+                let ended = self.ended.notified();
+                tokio::pin!(ended);
+                // Registered before the count is read: an end in between
+                // is not missed.
+                ended.as_mut().enable();
+                if self.count() == 0 {
+                    return;
+                }
+                ended.await;
+            }
+        };
+        if tokio::time::timeout(TIER_UP_WAIT, all_ended).await.is_err() {
+            tracing::debug!("tier-ups still under way after {TIER_UP_WAIT:?}");
+        }
+    }
 }
 
-/// One tier-up of `.1` bytes counted in [`TierUps`] until dropped.
-struct Running(Arc<WasmEngine>, u64);
+/// A tier-up's place ([`WasmEngine::reserve_tier_up`]).
+pub(super) enum TierUpPlace {
+    /// In this process: counted in its engine's and its owner's
+    /// [`TierUps`] until dropped.
+    Here(Reserved),
+    /// Kept for [`hand_off_tier_ups`].
+    Deferred,
+}
 
-impl Drop for Running {
+/// A place counted in an engine's and a backend's [`TierUps`].
+pub(super) struct Reserved {
+    engine: Arc<WasmEngine>,
+    owner: Arc<TierUps>,
+    len: u64,
+}
+
+impl Drop for Reserved {
     fn drop(&mut self) {
-        {
-            let mut r = self.0.tier_ups.lock();
-            r.0 = r.0.saturating_sub(1);
-            r.1 = r.1.saturating_sub(self.1);
-        }
-        self.0.tier_ups.ended.notify_waiters();
+        self.engine.tier_ups.remove(self.len);
+        self.owner.remove(self.len);
     }
 }
 
@@ -132,6 +197,8 @@ impl Baseline {
         use super::{component, engine::engine_config, p1::build_linker};
         // On demand, not pooled: baseline code runs for a tool's first calls
         // only, and a second pool would reserve its address space for good.
+        // The store's limiter holds instances to the pool's counts and
+        // sizes all the same (`limits::Limiter`).
         let mut c = engine_config(meter, 0);
         c.strategy(wasmtime::Strategy::Winch);
         let engine = Engine::new(&c)?;
@@ -146,6 +213,25 @@ impl Baseline {
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     fn new(_meter: crate::config::CpuMeter) -> wasmtime::Result<Baseline> {
         wasmtime::bail!("no baseline compiler in this build")
+    }
+}
+
+/// Runs `f` in the tier-ups' rayon pool of one thread (made on first use;
+/// on the caller's thread if it cannot be): wasmtime's parallel compile
+/// then runs its functions there, one at a time, never on the global pool
+/// that first calls' compiles use.
+fn in_tier_up_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .thread_name(|_| "toolhost-tier-up".into())
+            .build()
+            .ok()
+    });
+    match pool {
+        Some(p) => p.install(f),
+        None => f(),
     }
 }
 
@@ -171,38 +257,64 @@ impl WasmEngine {
             .as_ref()
     }
 
+    /// A place for the tier-up of a tool of `len` bytes whose call `owner`
+    /// (a backend's tier-ups) makes, if this engine compiles baseline code
+    /// first and one is free; `None`: the call compiles optimized code.
+    pub(super) fn reserve_tier_up(
+        self: &Arc<Self>,
+        len: u64,
+        owner: &Arc<TierUps>,
+    ) -> Option<TierUpPlace> {
+        if !self.baseline_compile || !BUILT_IN {
+            return None;
+        }
+        if DEFER.load(SeqCst) {
+            let kept = DEFERRED.lock().unwrap_or_else(|e| e.into_inner());
+            let held = kept.iter().map(|d| d.bytes.len() as u64).sum();
+            return fits(kept.len(), held, len).then_some(TierUpPlace::Deferred);
+        }
+        if !self.tier_ups.add(len, true) {
+            tracing::debug!("{MAX_TIER_UPS} tier-ups under way: an optimized compile in the call");
+            return None;
+        }
+        owner.add(len, false);
+        Some(TierUpPlace::Here(Reserved {
+            engine: self.clone(),
+            owner: owner.clone(),
+            len,
+        }))
+    }
+
     /// Compiles `bytes` (whose baseline code now runs under `key`) with
     /// Cranelift in the background, through the disk cache; its result
     /// replaces the baseline code under `key`. In the engine's tier-up
-    /// slot, on the blocking pool.
-    pub(super) fn start_tier_up(self: &Arc<Self>, tool: ToolFile, bytes: Vec<u8>, key: FileKey) {
-        if DEFER.load(SeqCst) {
-            return self.defer(tool.name, bytes);
-        }
-        let len = bytes.len() as u64;
-        {
-            let mut r = self.tier_ups.lock();
-            if !fits(r.0, r.1, len) {
-                tracing::debug!("{}: too many tier-ups under way; none for it", tool.name);
-                return;
-            }
-            r.0 += 1;
-            r.1 = r.1.saturating_add(len);
-        }
-        let running = Running(self.clone(), len);
-        let slots = self.tier_up_slot.clone();
+    /// slot, on the blocking pool, in the tier-ups' rayon pool. A deferred
+    /// place keeps the bytes for [`hand_off_tier_ups`] instead.
+    pub(super) fn start_tier_up(
+        self: &Arc<Self>,
+        place: TierUpPlace,
+        tool: ToolFile,
+        bytes: Vec<u8>,
+        key: FileKey,
+    ) {
+        let reserved = match place {
+            TierUpPlace::Deferred => return self.defer(tool.name, bytes),
+            TierUpPlace::Here(r) => r,
+        };
+        let slot = self.tier_up_slot.clone();
         tokio::spawn(async move {
-            let Ok(permit) = slots.acquire_owned().await else {
+            let Ok(permit) = slot.acquire_owned().await else {
                 return;
             };
             let _ = tokio::task::spawn_blocking(move || {
                 let _permit = permit;
-                let engine = running.0.clone();
-                match engine.prepare(&tool, &bytes, &key, super::engine::How::Optimized) {
+                let engine = reserved.engine.clone();
+                let done = in_tier_up_pool(|| engine.prepare(&tool, &bytes, &key, How::Optimized));
+                match done {
                     Ok(_) => tracing::debug!("{}: optimized code in place", tool.name),
                     Err(o) => tracing::debug!("{}: no optimized code: {}", tool.name, o.message),
                 }
-                drop(running);
+                drop(reserved);
             })
             .await;
         });
@@ -237,45 +349,27 @@ impl WasmEngine {
             args: args.into(),
         });
     }
-
-    /// Waits until no tier-up of this engine runs, at most
-    /// [`TIER_UP_WAIT`]; returns at once, with no timer, when none does.
-    pub(super) async fn tier_ups_done(&self) {
-        let all_ended = async {
-            loop {
-                let ended = self.tier_ups.ended.notified();
-                tokio::pin!(ended);
-                // Registered before the count is read: an end in between
-                // is not missed.
-                ended.as_mut().enable();
-                if self.tier_ups.count() == 0 {
-                    return;
-                }
-                ended.await;
-            }
-        };
-        if self.tier_ups.count() == 0 {
-            return;
-        }
-        if tokio::time::timeout(TIER_UP_WAIT, all_ended).await.is_err() {
-            tracing::debug!("tier-ups still under way after {TIER_UP_WAIT:?}");
-        }
-    }
 }
 
-/// From now on, this process keeps its tier-ups for [`hand_off_tier_ups`]
-/// instead of compiling them: for a process that ends with its call.
+/// For the toolhost binary only: from now on, this process keeps its
+/// tier-ups for [`hand_off_tier_ups`] instead of compiling them, as a
+/// process that ends with its call.
+#[doc(hidden)]
 pub fn defer_tier_ups() {
     DEFER.store(true, SeqCst);
 }
 
-/// Starts a detached process of this binary (`toolhost tier-up`) for each
-/// tier-up kept since [`defer_tier_ups`]; it compiles the tool's optimized
-/// code into the disk cache, at a lower priority, and outlives this
-/// process. Its stdin is a memfd holding the bytes this process compiled
-/// (not the tool's file, which may have changed since); its output goes
-/// nowhere. A failure to start one is logged and costs only speed: the
-/// next process compiles the tool again.
+/// For the toolhost binary only (it runs this process's own executable
+/// with the hidden `tier-up` subcommand): starts a detached process for
+/// each tier-up kept since [`defer_tier_ups`]; it compiles the tool's
+/// optimized code into the disk cache ([`compile_into_cache`]) and
+/// outlives this process. Its stdin is a sealed memfd holding the bytes
+/// this process compiled (not the tool's file, which may have changed
+/// since); every other descriptor of this process is marked close-on-exec
+/// first; it gets no environment and its output goes nowhere. A failure
+/// to start one is logged and costs only speed: the next process compiles
+/// the tool again.
+#[doc(hidden)]
 pub fn hand_off_tier_ups() {
     let kept = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(|e| e.into_inner()));
     for d in kept {
@@ -288,16 +382,33 @@ pub fn hand_off_tier_ups() {
 
 #[cfg(target_os = "linux")]
 fn spawn_helper(d: &Deferred) -> std::io::Result<()> {
+    use rustix::fs::{MemfdFlags, SealFlags};
     use std::io::{Seek, Write};
     use std::os::unix::process::CommandExt;
-    let fd = rustix::fs::memfd_create("toolhost-tier-up", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let fd = rustix::fs::memfd_create(
+        "toolhost-tier-up",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?;
     let mut bytes = std::fs::File::from(fd);
     bytes.write_all(&d.bytes)?;
+    rustix::fs::fcntl_add_seals(
+        &bytes,
+        SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
+    )?;
     bytes.rewind()?;
+    // What this process got from its parent beyond stdio (a shell's
+    // `3>&1`, a harness's pipes) must not stay open in a process that
+    // outlives it.
+    if !crate::sys::close_on_exec_from_3() {
+        return Err(std::io::Error::other(
+            "cannot mark descriptors close-on-exec",
+        ));
+    }
     // This very binary, even if its file was replaced since it started.
     let _detached = std::process::Command::new("/proc/self/exe")
         .arg("tier-up")
         .args(&d.args)
+        .env_clear()
         .stdin(bytes)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -314,12 +425,16 @@ fn spawn_helper(_d: &Deferred) -> std::io::Result<()> {
     Err(std::io::Error::other("no tier-up helper on this platform"))
 }
 
-/// `toolhost tier-up`: reads a module or component (at most the size of a
-/// tool) from `input` and compiles it with the optimizing compiler of the
-/// engine `config` describes into that engine's disk cache, unless another
-/// process is compiling the same bytes for it (it holds the lock of their
-/// entry's `.lock` file), or the cache holds them already. What
-/// [`hand_off_tier_ups`] starts.
+/// For the toolhost binary only (`toolhost tier-up`, what
+/// [`hand_off_tier_ups`] starts): reads a module or component (at most
+/// the size of a tool) from `input` and compiles it with the optimizing
+/// compiler of the engine `config` describes into that engine's disk
+/// cache, on one thread, once no other process compiles for that dir.
+/// Nothing is done when the cache dir is gone (its owner removed it), when
+/// [`HELPER_PLACES`] such processes wait or run already, when one compiles
+/// the same bytes or an attempt at them ended without an entry in the last
+/// hour (killed, or failed), or when the cache holds them already.
+#[doc(hidden)]
 pub fn compile_into_cache(
     config: &crate::config::WasmConfig,
     input: &mut dyn std::io::Read,
@@ -336,21 +451,34 @@ pub fn compile_into_cache(
     let mut config = config.clone();
     config.baseline_compile = false;
     config.validate().map_err(|e| e.to_string())?;
-    let engine = WasmEngine::shared(&config).map_err(|e| format!("{e:#}"))?;
-    if engine.cache.dir().is_none() {
-        return Err("no disk cache to compile into".into());
+    // Not made again: a dir its owner removed stays removed.
+    if !config.cache_dir.as_ref().is_some_and(|d| d.is_dir()) {
+        return Ok(());
     }
-    // One process compiles given bytes at a time; the others have
-    // nothing to add.
-    let Some(_claim) = engine.cache.claim(&bytes) else {
+    let engine = WasmEngine::shared(&config).map_err(|e| format!("{e:#}"))?;
+    let Some(_place) = engine.cache.claim_place(HELPER_PLACES) else {
         return Ok(());
     };
-    let compiled = if wasmparser::Parser::is_component(&bytes) {
-        engine.compile_component(&bytes).map(drop)
-    } else {
-        engine.compile(&bytes).map(drop)
+    let Some(_turn) = engine.cache.wait_turn() else {
+        return Ok(());
     };
-    compiled.map_err(|e| format!("{e:#}"))
+    let Some(mut claim) = engine.cache.claim(&bytes) else {
+        return Ok(());
+    };
+    if claim.tried() {
+        return Ok(());
+    }
+    claim.mark_attempt();
+    let compiled = in_tier_up_pool(|| {
+        if wasmparser::Parser::is_component(&bytes) {
+            engine.compile_component(&bytes).map(drop)
+        } else {
+            engine.compile(&bytes).map(drop)
+        }
+    });
+    compiled.map_err(|e| format!("{e:#}"))?;
+    claim.done();
+    Ok(())
 }
 
 #[cfg(test)]
@@ -401,7 +529,11 @@ mod tests {
         let engine = WasmEngine::shared(&config(cache.path(), true)).expect("engine");
         let bytes = salted("tiered");
         let wc = tool("tiered", bytes);
-        let first = engine.load_by(&wc, deadline()).await.expect("loaded");
+        let owner = Arc::<TierUps>::default();
+        let first = engine
+            .load_by(&wc, deadline(), &owner)
+            .await
+            .expect("loaded");
         if !BUILT_IN {
             // No Winch in this build: the setting does nothing.
             assert!(engine.baseline().is_none());
@@ -411,7 +543,8 @@ mod tests {
         let baseline = engine.baseline().expect("a baseline tier");
         assert!(Engine::same(first.engine(), &baseline.engine));
         assert!(!Engine::same(first.engine(), &engine.engine));
-        engine.tier_ups_done().await;
+        owner.done().await;
+        assert_eq!(owner.count(), 0);
         assert_eq!(engine.tier_ups.count(), 0);
         let Ok(Lookup::Loaded(now)) = engine.lookup(&wc) else {
             panic!("the tool is no longer loaded");
@@ -428,7 +561,10 @@ mod tests {
             "the optimized code is not in the disk cache"
         );
         // A later load finds the optimized code; no second tier-up.
-        let again = engine.load_by(&wc, deadline()).await.expect("loaded");
+        let again = engine
+            .load_by(&wc, deadline(), &owner)
+            .await
+            .expect("loaded");
         assert!(Engine::same(again.engine(), &engine.engine));
         assert_eq!(engine.tier_ups.count(), 0);
     }
@@ -439,7 +575,7 @@ mod tests {
         let engine = WasmEngine::shared(&config(cache.path(), false)).expect("engine");
         let bytes = salted("plain");
         let loaded = engine
-            .load_by(&tool("plain", bytes), deadline())
+            .load_by(&tool("plain", bytes), deadline(), &Arc::default())
             .await
             .expect("loaded");
         assert!(Engine::same(loaded.engine(), &engine.engine));
@@ -468,7 +604,7 @@ mod tests {
         let cache = tempfile::tempdir().expect("cache dir");
         let engine = WasmEngine::shared(&config(cache.path(), true)).expect("engine");
         let loaded = engine
-            .load_by(&tool("tail", TAIL_CALL), deadline())
+            .load_by(&tool("tail", TAIL_CALL), deadline(), &Arc::default())
             .await
             .expect("a tail-calling module loads");
         assert!(Engine::same(loaded.engine(), &engine.engine));

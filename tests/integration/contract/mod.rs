@@ -29,6 +29,7 @@ use toolhost::{BackendChoice, OutcomeKind, RunOutput, RunRequest, Sandbox, Sandb
 use crate::util::*;
 
 mod engine;
+pub(crate) use engine::slow_to_compile_module;
 mod network;
 mod paths;
 mod privileges;

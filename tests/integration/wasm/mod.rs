@@ -3,6 +3,7 @@
 //! The guests are built by build.rs (`TOOLHOST_BUILD_GUEST_TESTS`).
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -452,6 +453,149 @@ async fn a_first_call_on_baseline_code_is_held_to_every_limit() {
         .await;
     assert_eq!(r.stdout, "allocated 16 MiB\n", "{r:?}");
     sb.shutdown().await;
+}
+
+/// The detached `toolhost tier-up` a CLI call leaves holds nothing of the
+/// call's caller: a descriptor the caller gave beyond stdio (here the
+/// output pipe, also as fd 3) closes when the call exits, while the helper
+/// still compiles (a module slow for Cranelift, quick for Winch); the
+/// helper has no environment. Allowed twin: the call's own output arrives.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[test]
+fn the_detached_compile_holds_no_descriptor_of_the_caller() {
+    builtin_tools_built();
+    let t = Tmp::new();
+    let salt = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    std::fs::write(
+        t.ws().join("slow.wasm"),
+        crate::contract::slow_to_compile_module(10_000, salt),
+    )
+    .unwrap();
+    let cache = t.root.join("cache");
+    let cfg = t.root.join("cfg.toml");
+    std::fs::write(
+        &cfg,
+        format!("[wasm]\ncache_dir = {:?}\n", cache.to_string_lossy()),
+    )
+    .unwrap();
+    let script = format!(
+        "exec 3>&1; {} run --config {} --backend wasm --timeout 60 -- ./slow.wasm; echo exit $?",
+        toolhost_bin().display(),
+        cfg.display()
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(t.ws())
+        .env("SECRET_TOKEN", "canary-7f3a")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("exit 0"),
+        "{out:?}"
+    );
+    // The pipe closed at the call's exit: the helper must still be there.
+    let marker = cache.to_string_lossy().to_string();
+    let helper = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| {
+                    let c = String::from_utf8_lossy(&c);
+                    c.contains("tier-up") && c.contains(&marker)
+                })
+                .unwrap_or(false)
+        });
+    let Some(pid) = helper else {
+        panic!("no helper compiling after the call: did the pipe wait for it?");
+    };
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    assert!(environ.is_empty(), "{}", String::from_utf8_lossy(&environ));
+    let fds: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(fds.len() <= 3 + 2, "the helper holds {fds:?}");
+    // Done with it: no compile left behind by this test.
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+}
+
+/// A module with `memories` linear memories of `pages` 64 KiB pages each
+/// and, if given, a funcref table of `table` elements; its `_start` returns.
+fn module_with(memories: usize, pages: u64, table: Option<u64>) -> Vec<u8> {
+    fn section(id: u8, body: &[u8], out: &mut Vec<u8>) {
+        out.push(id);
+        uleb(body.len() as u64, out);
+        out.extend_from_slice(body);
+    }
+    let mut m = b"\0asm\x01\0\0\0".to_vec();
+    section(1, &[1, 0x60, 0, 0], &mut m);
+    section(3, &[1, 0], &mut m);
+    if let Some(n) = table {
+        let mut t = vec![1, 0x70, 0];
+        uleb(n, &mut t);
+        section(4, &t, &mut m);
+    }
+    let mut mem = Vec::new();
+    uleb(memories as u64, &mut mem);
+    for _ in 0..memories {
+        mem.push(0);
+        uleb(pages, &mut mem);
+    }
+    section(5, &mem, &mut m);
+    section(7, b"\x01\x06_start\x00\x00", &mut m);
+    section(10, &[1, 2, 0, 0x0b], &mut m);
+    m
+}
+
+/// Attack 17 on every engine: a store's memories count together against
+/// `max_memory_mb`, and their number and a table's size are the pool's,
+/// whether the tool runs on baseline code (an engine without the pool) or
+/// on Cranelift's (with it), or on an engine without the pool
+/// (`pool_size = 0`). Allowed twins: one memory, a small table.
+#[tokio::test]
+async fn memories_and_tables_are_held_to_the_limits_on_every_engine() {
+    let cache = tempfile::tempdir().unwrap();
+    for (name, baseline, pool) in [
+        ("baseline", true, 64),
+        ("optimized", false, 64),
+        ("unpooled", false, 0),
+    ] {
+        let mut cfg = SandboxConfig {
+            max_memory_mb: 24,
+            ..wasm_config()
+        };
+        cfg.wasm.cache_dir = Some(cache.path().join(name));
+        cfg.wasm.baseline_compile = baseline;
+        cfg.wasm.pool_size = pool;
+        let (t, sb) = setup(cfg);
+        let run = |file: &str, bytes: Vec<u8>| {
+            std::fs::write(t.ws().join(file), bytes).unwrap();
+            sb.run(RunRequest::new([format!("./{file}")]))
+        };
+        // Two memories of 16 MiB: 32 MiB in all, over 24.
+        let r = run("two.wasm", module_with(2, 256, None)).await;
+        assert!(!r.success(), "{name}: two memories: {r:?}");
+        if pool == 0 || baseline {
+            assert_eq!(r.outcome.kind, OutcomeKind::MemoryLimit, "{name}: {r:?}");
+        }
+        // A hundred small ones: more memories than a store may hold.
+        let r = run("many.wasm", module_with(100, 1, None)).await;
+        assert!(!r.success(), "{name}: a hundred memories: {r:?}");
+        // A table past the pool's 20,000 elements.
+        let r = run("table.wasm", module_with(1, 1, Some(30_000))).await;
+        assert!(!r.success(), "{name}: a large table: {r:?}");
+        // Allowed twins.
+        let r = run("one.wasm", module_with(1, 256, None)).await;
+        assert!(r.success(), "{name}: one memory of 16 MiB: {r:?}");
+        let r = run("small.wasm", module_with(1, 1, Some(10_000))).await;
+        assert!(r.success(), "{name}: a table of 10,000: {r:?}");
+        sb.shutdown().await;
+    }
 }
 
 /// A sandbox's shutdown waits for the optimized compile that follows a

@@ -47,7 +47,11 @@ pub fn main(args: TierUpArgs) -> anyhow::Result<i32> {
                 maximum: cap,
             },
         );
-        // Given up so, it leaves no core dump behind.
+        // Given up so, it leaves no core dump behind, nor a record by a
+        // piped core handler (which ignores RLIMIT_CORE).
+        #[cfg(target_os = "linux")]
+        let _ =
+            rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
         let none = Some(0);
         let _ = setrlimit(
             Resource::Core,

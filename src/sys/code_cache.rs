@@ -59,16 +59,54 @@ fn touch(path: &Path) {
     }
 }
 
-/// Opens (or creates) `path` and takes its exclusive lock, if free.
+/// How long a claim marked by an attempt that ended without its entry
+/// keeps those bytes from being tried again.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Whether a claim's file holds the mark of an attempt made in the last
+/// [`RETRY_AFTER`] (an unreadable one counts as recent).
+fn attempted_lately(file: &fs::File) -> bool {
+    file.metadata().is_ok_and(|m| {
+        m.len() > 0
+            && m.modified()
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_none_or(|age| age < RETRY_AFTER)
+    })
+}
+
+/// Opens (or creates) `path` and takes its exclusive lock, if free, on
+/// the file that `path` still names once locked (one removed meanwhile,
+/// `Claim::done`, is tried again).
 fn lock_file(path: &Path) -> Option<fs::File> {
-    let file = fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .ok()?;
-    file.try_lock().ok()?;
-    Some(file)
+    for _ in 0..3 {
+        let file = fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .ok()?;
+        file.try_lock().ok()?;
+        if same_file(&file, path) {
+            return Some(file);
+        }
+    }
+    None
+}
+
+/// Whether `path` names the open `file`.
+#[cfg(unix)]
+fn same_file(file: &fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_file: &fs::File, path: &Path) -> bool {
+    path.exists()
 }
 
 /// A claim on compiling one entry ([`DiskCache::claim`]). Its file is left
@@ -185,8 +223,31 @@ impl DiskCache {
         let (path, _) = self.entry(wasm)?;
         let path = path.with_extension("lock");
         let file = lock_file(&path)?;
-        let tried = file.metadata().map(|m| m.len() > 0).unwrap_or(true);
-        Some(Claim { file, path, tried })
+        Some(Claim {
+            tried: attempted_lately(&file),
+            file,
+            path,
+        })
+    }
+
+    /// Whether a background compile of `wasm` could run now: a place in
+    /// the queue is free ([`DiskCache::claim_place`], looked at, not
+    /// taken), and no attempt at these bytes ended without an entry in the
+    /// last hour. Where not, a call compiles optimized code itself.
+    pub(crate) fn background_compile_possible(&self, wasm: &[u8], places: usize) -> bool {
+        let (Some(dir), Some((entry, _))) = (self.dir.as_ref(), self.entry(wasm)) else {
+            return false;
+        };
+        let free = (0..places).any(|n| {
+            let path = dir.join(format!("tier-up-{n}.lock"));
+            match fs::File::open(&path) {
+                Ok(f) => f.try_lock().is_ok(),
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            }
+        });
+        let marked =
+            fs::File::open(entry.with_extension("lock")).is_ok_and(|f| attempted_lately(&f));
+        free && !marked
     }
 
     /// A place in the queue of the processes that compile for this cache
@@ -194,26 +255,20 @@ impl DiskCache {
     /// dropped; `None` when every place is taken.
     pub(crate) fn claim_place(&self, places: usize) -> Option<fs::File> {
         let dir = self.dir.as_ref()?;
-        (0..places).find_map(|n| {
-            let mut file = lock_file(&dir.join(format!("tier-up-{n}.lock")))?;
-            // Its mtime is now: the eviction leaves a lock in use alone.
-            let _ = file.write_all(b"queued\n");
-            Some(file)
-        })
+        (0..places).find_map(|n| lock_file(&dir.join(format!("tier-up-{n}.lock"))))
     }
 
     /// The turn of one process at a time among those (`tier-up.lock`),
     /// waited for; held until dropped.
     pub(crate) fn wait_turn(&self) -> Option<fs::File> {
         let path = self.dir.as_ref()?.join("tier-up.lock");
-        let mut file = fs::File::options()
+        let file = fs::File::options()
             .create(true)
             .truncate(false)
             .write(true)
             .open(path)
             .ok()?;
         file.lock().ok()?;
-        let _ = file.write_all(b"busy\n");
         Some(file)
     }
 
@@ -310,8 +365,19 @@ impl DiskCache {
             let mtime = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
             let name = e.file_name();
             let name = name.to_string_lossy();
-            if name.contains(".tmp") || name.ends_with(".lock") {
+            if name.contains(".tmp") {
                 if now.duration_since(mtime).is_ok_and(|d| d.as_secs() > 3600) {
+                    let _ = fs::remove_file(&path);
+                }
+                continue;
+            }
+            if name.ends_with(".lock") {
+                // An entry's claim, old and not held (the queue's and the
+                // turn's own, a fixed few, stay).
+                if !name.starts_with("tier-up")
+                    && now.duration_since(mtime).is_ok_and(|d| d.as_secs() > 3600)
+                    && fs::File::open(&path).is_ok_and(|f| f.try_lock().is_ok())
+                {
                     let _ = fs::remove_file(&path);
                 }
                 continue;
@@ -358,5 +424,56 @@ impl DiskCache {
         f.write_all(compiled)?;
         drop(f);
         fs::rename(&tmp, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(dir: &Path) -> DiskCache {
+        let engine = Engine::default();
+        DiskCache::new(&engine, Some(dir.to_path_buf()), None)
+    }
+
+    /// One claim at a time per entry; an attempt that ended without its
+    /// entry keeps the bytes from a new attempt, and from a background
+    /// compile, for an hour, not longer; a finished claim leaves no file.
+    #[test]
+    fn a_claim_is_exclusive_and_a_failed_attempt_waits_an_hour() {
+        let dir = tempfile::tempdir().expect("dir");
+        let c = cache(dir.path());
+        let wasm = b"\0asm\x01\0\0\0 bytes".as_slice();
+        let mut first = c.claim(wasm).expect("a claim");
+        assert!(!first.tried());
+        assert!(c.claim(wasm).is_none(), "a second claim while held");
+        assert!(c.background_compile_possible(wasm, 2));
+        first.mark_attempt();
+        let path = first.path.clone();
+        drop(first);
+        // Ended without an entry: not tried again now.
+        let again = c.claim(wasm).expect("a claim");
+        assert!(again.tried());
+        drop(again);
+        assert!(!c.background_compile_possible(wasm, 2));
+        // An hour later it is.
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(old))
+            .expect("age the claim");
+        assert!(c.background_compile_possible(wasm, 2));
+        let later = c.claim(wasm).expect("a claim");
+        assert!(!later.tried());
+        later.done();
+        assert!(!path.exists(), "a finished claim's file stays");
+        // Every place in the queue taken: no background compile.
+        let places: Vec<_> = (0..2).filter_map(|_| c.claim_place(2)).collect();
+        assert_eq!(places.len(), 2);
+        assert!(c.claim_place(2).is_none());
+        assert!(!c.background_compile_possible(wasm, 2));
+        drop(places);
+        assert!(c.background_compile_possible(wasm, 2));
     }
 }

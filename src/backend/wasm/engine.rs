@@ -195,6 +195,10 @@ pub(super) fn engine_config(meter: CpuMeter, pool_size: u32) -> Config {
             .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
             .max_memories_per_component(super::limits::MAX_MEMORIES as u32)
             .max_tables_per_component(super::limits::MAX_TABLES as u32)
+            // A module may use what the store's limiter allows a store
+            // (so baseline code runs nothing that Cranelift's would not).
+            .max_memories_per_module(super::limits::MAX_MEMORIES as u32)
+            .max_tables_per_module(super::limits::MAX_TABLES as u32)
             .table_elements(super::MAX_TABLE_ELEMENTS);
         // Reset a reused memory by rewriting only its dirty pages (PAGEMAP_SCAN,
         // Linux 6.7+) and keep its first MiB resident: the guest's stack and
@@ -498,7 +502,7 @@ impl WasmEngine {
             // and a place for the tier-up after it; anything Winch refuses
             // is Cranelift's at once (and an error is then reported as
             // Cranelift finds it).
-            if let Some(place) = e.reserve_tier_up(bytes.len() as u64, &owner) {
+            if let Some(place) = e.reserve_tier_up(&bytes, &owner) {
                 match e.prepare(&tool, &bytes, &key, How::Baseline) {
                     Ok(Some(l)) => return (Ok(Some(l)), Some((place, tool, bytes, key))),
                     Ok(None) => {}

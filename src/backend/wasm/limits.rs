@@ -61,8 +61,13 @@ impl ResourceLimiter for Limiter {
         &mut self,
         current: usize,
         desired: usize,
-        _maximum: Option<usize>,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        // Past the memory's own maximum the growth fails anyway (wasmtime
+        // asks the limiter first): refused here, it is not counted.
+        if maximum.is_some_and(|m| desired > m) {
+            return Ok(false);
+        }
         let total = self
             .memory_bytes
             .saturating_add(desired.saturating_sub(current));
@@ -81,8 +86,9 @@ impl ResourceLimiter for Limiter {
     }
 
     fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
-        // Not grown after all; what was counted stays counted (the next
-        // growth is judged a little early, never late).
+        // Not grown after all (the host could not map it). What was counted
+        // stays counted: wasmtime also calls this without asking first, so
+        // it cannot say what to take back. Judged early, never late.
         Ok(())
     }
 

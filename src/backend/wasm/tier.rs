@@ -77,7 +77,8 @@ fn fits(count: usize, bytes: u64, len: u64) -> bool {
 }
 
 /// Detached tier-ups that may wait or run at once per cache dir, one
-/// compiling at a time; past that, one gives up at once.
+/// compiling at a time; past that, one gives up at once (and a CLI call
+/// that finds none free compiles optimized code itself).
 const HELPER_PLACES: usize = 32;
 
 /// Whether tier-ups are kept for [`hand_off_tier_ups`] instead of run.
@@ -262,13 +263,21 @@ impl WasmEngine {
     /// first and one is free; `None`: the call compiles optimized code.
     pub(super) fn reserve_tier_up(
         self: &Arc<Self>,
-        len: u64,
+        bytes: &[u8],
         owner: &Arc<TierUps>,
     ) -> Option<TierUpPlace> {
-        if !self.baseline_compile || !BUILT_IN {
+        let len = bytes.len() as u64;
+        if !self.baseline_compile || !BUILT_IN || NO_BASELINE.load(SeqCst) {
             return None;
         }
         if DEFER.load(SeqCst) {
+            // Only where a helper can take it now: a free place in its
+            // queue, and no recent attempt at these bytes that failed.
+            // Elsewhere (or with no disk cache) the call compiles optimized
+            // code, so that no tool stays on baseline code in the CLI.
+            if !self.cache.background_compile_possible(bytes, HELPER_PLACES) {
+                return None;
+            }
             let kept = DEFERRED.lock().unwrap_or_else(|e| e.into_inner());
             let held = kept.iter().map(|d| d.bytes.len() as u64).sum();
             return fits(kept.len(), held, len).then_some(TierUpPlace::Deferred);
@@ -353,11 +362,26 @@ impl WasmEngine {
 
 /// For the toolhost binary only: from now on, this process keeps its
 /// tier-ups for [`hand_off_tier_ups`] instead of compiling them, as a
-/// process that ends with its call.
+/// process that ends with its call. Every descriptor it holds past stdio
+/// is marked close-on-exec first, so that no process it starts inherits
+/// one (what its own parent gave it included); where that cannot be done
+/// (`close_range` with `CLOSE_RANGE_CLOEXEC` needs Linux 5.11), nothing
+/// is deferred and a first call compiles optimized code, as with
+/// `baseline_compile = false`.
 #[doc(hidden)]
 pub fn defer_tier_ups() {
-    DEFER.store(true, SeqCst);
+    #[cfg(target_os = "linux")]
+    if crate::sys::close_on_exec_from_3() {
+        DEFER.store(true, SeqCst);
+        return;
+    }
+    // No safe hand-off here: no baseline compile in this process either.
+    NO_BASELINE.store(true, SeqCst);
 }
+
+/// Set when this process can neither hand tier-ups off nor should run
+/// them itself ([`defer_tier_ups`] failed).
+static NO_BASELINE: AtomicBool = AtomicBool::new(false);
 
 /// For the toolhost binary only (it runs this process's own executable
 /// with the hidden `tier-up` subcommand): starts a detached process for
@@ -398,7 +422,8 @@ fn spawn_helper(d: &Deferred) -> std::io::Result<()> {
     bytes.rewind()?;
     // What this process got from its parent beyond stdio (a shell's
     // `3>&1`, a harness's pipes) must not stay open in a process that
-    // outlives it.
+    // outlives it: marked at `defer_tier_ups`, and again for what was
+    // opened since.
     if !crate::sys::close_on_exec_from_3() {
         return Err(std::io::Error::other(
             "cannot mark descriptors close-on-exec",
@@ -439,6 +464,22 @@ pub fn compile_into_cache(
     config: &crate::config::WasmConfig,
     input: &mut dyn std::io::Read,
 ) -> Result<(), String> {
+    let mut config = config.clone();
+    config.baseline_compile = false;
+    config.validate().map_err(|e| e.to_string())?;
+    // Not made again: a dir its owner removed stays removed.
+    if !config.cache_dir.as_ref().is_some_and(|d| d.is_dir()) {
+        return Ok(());
+    }
+    let engine = WasmEngine::shared(&config).map_err(|e| format!("{e:#}"))?;
+    // A place, then the turn, before the bytes are read: a helper that
+    // waits holds only its stdin.
+    let Some(_place) = engine.cache.claim_place(HELPER_PLACES) else {
+        return Ok(());
+    };
+    let Some(_turn) = engine.cache.wait_turn() else {
+        return Ok(());
+    };
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(
         &mut std::io::Read::take(input, super::MAX_TOOL_BYTES + 1),
@@ -448,20 +489,6 @@ pub fn compile_into_cache(
     if bytes.len() as u64 > super::MAX_TOOL_BYTES {
         return Err("the module is larger than a tool may be".into());
     }
-    let mut config = config.clone();
-    config.baseline_compile = false;
-    config.validate().map_err(|e| e.to_string())?;
-    // Not made again: a dir its owner removed stays removed.
-    if !config.cache_dir.as_ref().is_some_and(|d| d.is_dir()) {
-        return Ok(());
-    }
-    let engine = WasmEngine::shared(&config).map_err(|e| format!("{e:#}"))?;
-    let Some(_place) = engine.cache.claim_place(HELPER_PLACES) else {
-        return Ok(());
-    };
-    let Some(_turn) = engine.cache.wait_turn() else {
-        return Ok(());
-    };
     let Some(mut claim) = engine.cache.claim(&bytes) else {
         return Ok(());
     };

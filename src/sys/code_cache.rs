@@ -233,7 +233,8 @@ impl DiskCache {
     /// Whether a background compile of `wasm` could run now: a place in
     /// the queue is free ([`DiskCache::claim_place`], looked at, not
     /// taken), and no attempt at these bytes ended without an entry in the
-    /// last hour. Where not, a call compiles optimized code itself.
+    /// last hour (one under way is no obstacle). Where not, a call
+    /// compiles optimized code itself.
     pub(crate) fn background_compile_possible(&self, wasm: &[u8], places: usize) -> bool {
         let (Some(dir), Some((entry, _))) = (self.dir.as_ref(), self.entry(wasm)) else {
             return false;
@@ -245,9 +246,12 @@ impl DiskCache {
                 Err(e) => e.kind() == std::io::ErrorKind::NotFound,
             }
         });
-        let marked =
-            fs::File::open(entry.with_extension("lock")).is_ok_and(|f| attempted_lately(&f));
-        free && !marked
+        // Marked and not held: an attempt that ended without the entry.
+        // Marked and held: one under way, which this call's helper leaves
+        // to it.
+        let failed = fs::File::open(entry.with_extension("lock"))
+            .is_ok_and(|f| attempted_lately(&f) && f.try_lock().is_ok());
+        free && !failed
     }
 
     /// A place in the queue of the processes that compile for this cache
@@ -449,6 +453,8 @@ mod tests {
         assert!(c.claim(wasm).is_none(), "a second claim while held");
         assert!(c.background_compile_possible(wasm, 2));
         first.mark_attempt();
+        // An attempt under way leaves the tier-up to it.
+        assert!(c.background_compile_possible(wasm, 2));
         let path = first.path.clone();
         drop(first);
         // Ended without an entry: not tried again now.

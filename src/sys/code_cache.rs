@@ -80,18 +80,24 @@ fn attempted_lately(file: &fs::File) -> bool {
 /// `Claim::done`, is tried again).
 fn lock_file(path: &Path) -> Option<fs::File> {
     for _ in 0..3 {
-        let file = fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .ok()?;
+        let file = open_lock_file(path)?;
         file.try_lock().ok()?;
         if same_file(&file, path) {
             return Some(file);
         }
     }
     None
+}
+
+/// Opens `path` for its lock, creating it empty if missing and keeping
+/// what it holds (a claim's mark) if not.
+fn open_lock_file(path: &Path) -> Option<fs::File> {
+    fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ok()
 }
 
 /// Whether `path` names the open `file`.
@@ -265,13 +271,7 @@ impl DiskCache {
     /// The turn of one process at a time among those (`tier-up.lock`),
     /// waited for; held until dropped.
     pub(crate) fn wait_turn(&self) -> Option<fs::File> {
-        let path = self.dir.as_ref()?.join("tier-up.lock");
-        let file = fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .ok()?;
+        let file = open_lock_file(&self.dir.as_ref()?.join("tier-up.lock"))?;
         file.lock().ok()?;
         Some(file)
     }

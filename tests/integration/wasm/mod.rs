@@ -524,14 +524,16 @@ fn the_detached_compile_holds_no_descriptor_of_the_caller() {
     let _ = Command::new("kill").arg(pid.to_string()).status();
 }
 
+/// Appends a module section: its id, its size and `body`.
+fn section(id: u8, body: &[u8], out: &mut Vec<u8>) {
+    out.push(id);
+    uleb(body.len() as u64, out);
+    out.extend_from_slice(body);
+}
+
 /// A module with `memories` linear memories of `pages` 64 KiB pages each
 /// and, if given, a funcref table of `table` elements; its `_start` returns.
 fn module_with(memories: usize, pages: u64, table: Option<u64>) -> Vec<u8> {
-    fn section(id: u8, body: &[u8], out: &mut Vec<u8>) {
-        out.push(id);
-        uleb(body.len() as u64, out);
-        out.extend_from_slice(body);
-    }
     let mut m = b"\0asm\x01\0\0\0".to_vec();
     section(1, &[1, 0x60, 0, 0], &mut m);
     section(3, &[1, 0], &mut m);
@@ -555,11 +557,6 @@ fn module_with(memories: usize, pages: u64, table: Option<u64>) -> Vec<u8> {
 /// A module whose one memory may not grow past its first page, and whose
 /// `_start` tries `memory.grow 1` `times` times (each fails, as it must).
 fn module_growing_past_its_maximum(times: usize) -> Vec<u8> {
-    fn section(id: u8, body: &[u8], out: &mut Vec<u8>) {
-        out.push(id);
-        uleb(body.len() as u64, out);
-        out.extend_from_slice(body);
-    }
     let mut m = b"\0asm\x01\0\0\0".to_vec();
     section(1, &[1, 0x60, 0, 0], &mut m);
     section(3, &[1, 0], &mut m);

@@ -12,7 +12,7 @@ use wasmtime::{Config, Engine, InstancePre, Linker, Module};
 
 use super::classify::{first_line, os_reason};
 use super::p1::{State, build_linker};
-use super::{CState, EPOCH_TICK, MAX_CORE_INSTANCES_PER_COMPONENT, MAX_TOOL_BYTES, component};
+use super::{CState, MAX_CORE_INSTANCES_PER_COMPONENT, MAX_TOOL_BYTES, component};
 use crate::config::{CpuMeter, WasmConfig};
 use crate::outcome::{Outcome, OutcomeKind};
 use crate::paths::FileStamp;
@@ -155,22 +155,6 @@ pub(super) enum Opened {
 pub(super) type EngineMap = HashMap<(CpuMeter, Option<PathBuf>, u64, u32, bool), Arc<WasmEngine>>;
 pub(super) static ENGINES: OnceLock<Mutex<EngineMap>> = OnceLock::new();
 
-/// Starts the thread that ticks `engine`'s epoch every [`EPOCH_TICK`] while
-/// the engine lives.
-pub(super) fn start_epoch_ticker(engine: &Engine) -> std::io::Result<()> {
-    let weak = engine.weak();
-    std::thread::Builder::new()
-        .name("toolhost-epoch".into())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        })?;
-    Ok(())
-}
-
 pub(super) fn engine_config(meter: CpuMeter, pool_size: u32) -> Config {
     let mut c = Config::new();
     c.epoch_interruption(true);
@@ -243,7 +227,7 @@ impl WasmEngine {
             return Ok(e.clone());
         }
         let engine = Engine::new(&engine_config(config.cpu_meter, config.pool_size))?;
-        start_epoch_ticker(&engine)?;
+        super::epoch::register(&engine)?;
         let linker = build_linker(&engine)?;
         let component_linker = component::build_linker(&engine)?;
         let e = Arc::new(WasmEngine {

@@ -35,6 +35,7 @@ mod classify;
 mod component;
 mod ctx;
 mod engine;
+mod epoch;
 mod guard_p1;
 mod guard_p2;
 mod guard_path;
@@ -695,6 +696,7 @@ impl WasmBackend {
             };
             let mut held = PooledStore {
                 store,
+                _ticking: epoch::hold(),
                 _permit: permit,
                 _inline: inline,
             };
@@ -827,6 +829,8 @@ impl Drop for CancelOnDrop {
 /// released after the store's instances are deallocated.
 struct PooledStore<T: 'static> {
     store: Store<T>,
+    /// The epoch ticker kept going while the store lives (`epoch`).
+    _ticking: epoch::Running,
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
     /// An inline call's slot, held to its end (`inline_io`).
     _inline: Option<inline_io::InlineSlot>,

@@ -192,7 +192,7 @@ impl Drop for Reserved {
 }
 
 impl Baseline {
-    /// The Winch engine of `meter`, its epoch ticker and linkers.
+    /// The Winch engine of `meter` (its epoch ticked by `epoch`) and linkers.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     fn new(meter: crate::config::CpuMeter) -> wasmtime::Result<Baseline> {
         use super::{component, engine::engine_config, p1::build_linker};
@@ -203,7 +203,7 @@ impl Baseline {
         let mut c = engine_config(meter, 0);
         c.strategy(wasmtime::Strategy::Winch);
         let engine = Engine::new(&c)?;
-        super::engine::start_epoch_ticker(&engine)?;
+        super::epoch::register(&engine)?;
         Ok(Baseline {
             linker: build_linker(&engine)?,
             component_linker: component::build_linker(&engine)?,

@@ -681,3 +681,55 @@ fn a_tmp_made_ahead_is_taken_only_while_it_is_as_made() {
     let left: Vec<PathBuf> = entries().into_iter().filter(|p| ours(p)).collect();
     assert_eq!(left, vec![s2.clone()], "tmps left after exit");
 }
+
+/// The voluntary context switches of the server's epoch ticker thread
+/// (`toolhost-epoch`), if it has one.
+#[cfg(target_os = "linux")]
+fn ticker_switches(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "toolhost-epoch" {
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok());
+        }
+    }
+    None
+}
+
+/// A server that holds a wasm engine but runs no guest is not woken by its
+/// epoch ticker (it woke every 10 ms for good after its first wasm call),
+/// and the ticker wakes for the next guest.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_idle_server_with_a_wasm_engine_is_not_woken_by_its_ticker() {
+    let (t, cfg) = setup("");
+    let mut s = Raw::spawn(&t, &cfg);
+    s.init();
+    let pid = s.child.id();
+    let wc = |s: &mut Raw| {
+        let r = s.call("wc", json!({"args": ["-l"], "stdin": "a\nb\nc\n"}));
+        assert_eq!(text_of(&r).split_whitespace().next(), Some("3"), "{r}");
+        assert_eq!(call_meta(&r)["backend"], "wasm", "{r}");
+    };
+    wc(&mut s);
+    // Done with the call (and the round it may have left under way).
+    std::thread::sleep(Duration::from_millis(100));
+    let idle_from = ticker_switches(pid).expect("the server has an epoch ticker");
+    std::thread::sleep(Duration::from_millis(600));
+    let idle_to = ticker_switches(pid).expect("ticker");
+    // Denied: waking while nothing runs (60 times in 600 ms before).
+    assert_eq!(idle_to, idle_from, "the ticker woke while no guest ran");
+    // Allowed: a guest runs, the ticker wakes for it.
+    wc(&mut s);
+    std::thread::sleep(Duration::from_millis(100));
+    let after_call = ticker_switches(pid).expect("ticker");
+    assert!(
+        after_call > idle_to,
+        "the ticker did not wake for a guest: {after_call} after {idle_to}"
+    );
+    assert!(s.close().success());
+}

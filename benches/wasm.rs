@@ -72,8 +72,9 @@ fn sandbox(ws: &Path, meter: CpuMeter, cache: &Path) -> Sandbox {
 
 /// Bare wasmtime: a preview-1 module on toolhost's own engine, with the
 /// preopens a sandbox of one dir gives (the dir at its path, and as `.`),
-/// the same epoch yield, and nothing else: no policy, no checks, no capped
-/// pipes. What a call cannot cost less than.
+/// the same epoch deadline and yield, and nothing else: no policy, no
+/// checks, no capped pipes, no hold of the epoch ticker (its calls are
+/// too short to meet a tick). What a call cannot cost less than.
 #[derive(Clone)]
 struct Bare {
     engine: Engine,

@@ -463,3 +463,21 @@ pub(crate) async fn a_protected_path_renamed_away_and_made_anew(
         }
     }
 }
+
+/// Aborts the test process, naming `what`, unless dropped within `limit`:
+/// for a check whose failure is a hang (a guest never interrupted spins for
+/// good, and cargo has no per-test timeout), so that it fails at once.
+pub struct HangGuard(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
+
+impl HangGuard {
+    pub fn new(what: &'static str, limit: std::time::Duration) -> HangGuard {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+                eprintln!("{what}: still running after {limit:?}; aborting the test process");
+                std::process::abort();
+            }
+        });
+        HangGuard(tx)
+    }
+}

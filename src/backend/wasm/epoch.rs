@@ -1,5 +1,5 @@
 //! The epoch ticker: one thread per process advances the epoch of every
-//! wasm engine every [`EPOCH_TICK`], while at least one store runs.
+//! wasm engine every [`EPOCH_TICK`], while a call's store exists.
 //!
 //! A guest is interrupted at each tick (its store's deadline is one tick
 //! ahead, see `execute`): that is how its CPU limit is counted under the
@@ -7,14 +7,18 @@
 //! that its call's timeout can end it. Between calls nothing needs the
 //! epoch, so the ticker sleeps, and a process that holds an engine but runs
 //! no wasm (an idle MCP server, a server making `direct` calls) is not
-//! woken 100 times a second per engine. The first store to run wakes it;
-//! its first tick comes one [`EPOCH_TICK`] after that, as a steady ticker's
-//! would at the latest.
+//! woken 100 times a second per engine. The first store to be made wakes
+//! it; its first tick comes one [`EPOCH_TICK`] after that (with the ticker
+//! awake, within one). It goes back to sleep only after a whole round in
+//! which no store was made or alive, so calls a few ms apart keep it
+//! ticking rather than wake it each time.
 //!
-//! Invariant: every store that runs guest code does so under a [`Running`]
-//! hold (`execute` keeps it beside the store until the store is dropped).
-//! A store run without one would never be interrupted: no CPU limit under
-//! `epoch`, and no timeout under either meter.
+//! Invariant: every store holds a [`Running`] for as long as it lives: the
+//! hold is a field of its data (`limits::Common`), taken when the data is
+//! made. A store without one would never be interrupted: no CPU limit
+//! under `epoch`, and no timeout under either meter. For the same reason a
+//! panic on the ticker's thread aborts the process rather than leave every
+//! later guest unlimited.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -53,6 +57,11 @@ struct State {
     running: usize,
     /// Whether the thread is started.
     started: bool,
+    /// Whether the thread waits for a hold (so the first one wakes it; a
+    /// call in a burst finds it ticking and makes no system call).
+    asleep: bool,
+    /// Whether a hold was taken since the last round.
+    held_lately: bool,
 }
 
 impl Ticker {
@@ -62,6 +71,8 @@ impl Ticker {
                 engines: Vec::new(),
                 running: 0,
                 started: false,
+                asleep: false,
+                held_lately: false,
             }),
             wake: Condvar::new(),
             ticks: AtomicU64::new(0),
@@ -80,39 +91,84 @@ impl Ticker {
                 .spawn(move || self.run())?;
             state.started = true;
         }
+        // Gone engines' handles go here too, not only at a tick (a last
+        // reference taken meanwhile is dropped after the lock).
+        let mut live = Vec::new();
+        state.engines.retain(|weak| match weak.upgrade() {
+            Some(engine) => {
+                live.push(engine);
+                true
+            }
+            None => false,
+        });
         state.engines.push(engine.weak());
+        drop(state);
+        drop(live);
         Ok(())
     }
 
     fn hold(&'static self) -> Running {
         let mut state = self.lock();
         state.running += 1;
-        if state.running == 1 {
+        state.held_lately = true;
+        if state.asleep {
+            state.asleep = false;
             self.wake.notify_one();
         }
         Running(self)
     }
 
     /// The thread: asleep while nothing runs; else a tick of every engine
-    /// each [`EPOCH_TICK`].
+    /// each [`EPOCH_TICK`]. A panic here would leave every later guest
+    /// without a CPU limit or a timeout: it aborts the process instead.
     fn run(&self) {
-        loop {
-            let mut state = self.lock();
-            while state.running == 0 {
-                state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+        let ticking = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            loop {
+                self.wait_for_holds();
+                std::thread::sleep(EPOCH_TICK);
+                self.tick();
             }
-            drop(state);
-            std::thread::sleep(EPOCH_TICK);
+        }));
+        if ticking.is_err() {
+            eprintln!(
+                "toolhost: the wasm epoch ticker failed; aborting (guests would run unlimited)"
+            );
+            std::process::abort();
+        }
+    }
+
+    /// Returns once a store lives or one was made during the last round.
+    fn wait_for_holds(&self) {
+        let mut state = self.lock();
+        while state.running == 0 && !state.held_lately {
+            state.asleep = true;
+            state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.asleep = false;
+        state.held_lately = false;
+    }
+
+    /// One round: every live engine's epoch advanced. The engines are
+    /// ticked, and the last reference to one that went meanwhile dropped,
+    /// outside the lock, which calls take.
+    fn tick(&self) {
+        let engines: Vec<Engine> = {
             let mut state = self.lock();
+            let mut live = Vec::with_capacity(state.engines.len());
             state.engines.retain(|weak| match weak.upgrade() {
                 Some(engine) => {
-                    engine.increment_epoch();
+                    live.push(engine);
                     true
                 }
                 None => false,
             });
-            self.ticks.fetch_add(1, Ordering::Relaxed);
+            live
+        };
+        for engine in &engines {
+            engine.increment_epoch();
         }
+        drop(engines);
+        self.ticks.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -132,21 +188,61 @@ mod tests {
 
     use super::*;
 
-    /// Rounds ticked once `ticker` has ticked at least `n` more than
-    /// `from` (or 2 s have passed).
-    fn ticks_reach(ticker: &Ticker, from: u64, n: u64) -> u64 {
+    /// Waits (2 s at most) until `cond` holds of the ticker.
+    fn until(ticker: &Ticker, cond: impl Fn(&Ticker) -> bool) -> bool {
         let start = Instant::now();
-        loop {
-            let now = ticker.ticks.load(Ordering::Relaxed);
-            if now >= from + n || start.elapsed() > Duration::from_secs(2) {
-                return now;
+        while !cond(ticker) {
+            if start.elapsed() > Duration::from_secs(2) {
+                return false;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(2));
         }
+        true
+    }
+
+    fn asleep(t: &Ticker) -> bool {
+        t.lock().asleep
+    }
+
+    fn ticks(t: &Ticker) -> u64 {
+        t.ticks.load(Ordering::Relaxed)
+    }
+
+    /// `(module (func (export "spin") (loop (br 0))))`
+    const SPIN: &[u8] = &[
+        0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version
+        0x01, 0x04, 0x01, 0x60, 0x00, 0x00, // type: () -> ()
+        0x03, 0x02, 0x01, 0x00, // func 0 of type 0
+        0x07, 0x08, 0x01, 0x04, b's', b'p', b'i', b'n', 0x00, 0x00, // export
+        0x0a, 0x09, 0x01, 0x07, 0x00, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b, // code
+    ];
+
+    /// Runs `spin` on `engine` with its deadline one tick ahead; true if
+    /// the deadline ended it within 5 s (it spins on otherwise, on a
+    /// thread of its own, and the test fails).
+    fn interrupted(engine: &Engine) -> bool {
+        let engine = engine.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let module = wasmtime::Module::new(&engine, SPIN).expect("module");
+            let mut store = wasmtime::Store::new(&engine, ());
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_trap();
+            let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instance");
+            let spin = instance
+                .get_typed_func::<(), ()>(&mut store, "spin")
+                .expect("spin");
+            let trap = spin
+                .call(&mut store, ())
+                .err()
+                .and_then(|e| e.downcast_ref::<wasmtime::Trap>().copied());
+            let _ = tx.send(trap == Some(wasmtime::Trap::Interrupt));
+        });
+        rx.recv_timeout(Duration::from_secs(5)).unwrap_or(false)
     }
 
     #[test]
-    fn the_ticker_ticks_while_a_store_runs_and_sleeps_between() {
+    fn the_ticker_ticks_engines_while_a_store_lives_and_sleeps_between() {
         // A ticker of this test's own: the process's is shared with
         // every other test that runs wasm.
         let ticker: &'static Ticker = Box::leak(Box::new(Ticker::new()));
@@ -155,32 +251,34 @@ mod tests {
         let engine = Engine::new(&config).expect("engine");
         ticker.register(&engine).expect("ticker thread");
 
-        // Nothing runs: no tick in 10 periods.
+        // Nothing held: asleep, and no tick in 10 periods.
+        assert!(until(ticker, asleep), "the ticker never slept");
         std::thread::sleep(EPOCH_TICK * 10);
-        assert_eq!(ticker.ticks.load(Ordering::Relaxed), 0);
+        assert_eq!(ticks(ticker), 0);
 
-        // A store runs: ticks come.
+        // Held: the engine's epoch advances, and a spinning guest is
+        // interrupted at its deadline.
         let held = ticker.hold();
-        let ticked = ticks_reach(ticker, 0, 3);
-        assert!(ticked >= 3, "{ticked} ticks while held");
+        assert!(interrupted(&engine), "no tick reached the engine");
+        assert!(ticks(ticker) >= 1);
 
         // Two holds, one let go: still ticking.
         let second = ticker.hold();
         drop(held);
-        let more = ticks_reach(ticker, ticked, 2);
-        assert!(more >= ticked + 2, "{more} after {ticked}, one hold left");
+        let from = ticks(ticker);
+        assert!(until(ticker, |t| ticks(t) >= from + 2), "one hold left");
 
-        // None left: at most the round under way ends, then none.
+        // None left: asleep after its grace round, and no tick since.
         drop(second);
-        std::thread::sleep(EPOCH_TICK * 2);
-        let settled = ticker.ticks.load(Ordering::Relaxed);
+        assert!(until(ticker, asleep), "the ticker did not go back to sleep");
+        let settled = ticks(ticker);
         std::thread::sleep(EPOCH_TICK * 10);
-        assert_eq!(ticker.ticks.load(Ordering::Relaxed), settled);
+        assert_eq!(ticks(ticker), settled);
+        assert!(asleep(ticker));
 
-        // And it wakes again for the next store.
+        // It wakes again for the next store.
         let again = ticker.hold();
-        let woke = ticks_reach(ticker, settled, 2);
-        assert!(woke >= settled + 2, "{woke} after {settled}, held again");
+        assert!(interrupted(&engine), "no tick after waking again");
         drop(again);
         drop(engine);
     }

@@ -27,6 +27,10 @@ pub(crate) struct Common {
     /// (`inline_io::still_wanted`) rather than run until the task's next
     /// yield.
     pub(super) ended: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Keeps the epoch ticker going while the store that holds this lives:
+    /// its guest is interrupted at each tick, for its CPU limit and its
+    /// timeout (`epoch`). Taken with the state, so no store runs without.
+    pub(super) _ticking: super::epoch::Running,
 }
 
 /// Store data that carries the [`Common`] state.

@@ -607,6 +607,7 @@ impl WasmBackend {
             guard: protect::Guard::default(),
             move_to_task: None,
             ended: None,
+            _ticking: epoch::hold(),
         }
     }
 
@@ -696,7 +697,6 @@ impl WasmBackend {
             };
             let mut held = PooledStore {
                 store,
-                _ticking: epoch::hold(),
                 _permit: permit,
                 _inline: inline,
             };
@@ -829,8 +829,6 @@ impl Drop for CancelOnDrop {
 /// released after the store's instances are deallocated.
 struct PooledStore<T: 'static> {
     store: Store<T>,
-    /// The epoch ticker kept going while the store lives (`epoch`).
-    _ticking: epoch::Running,
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
     /// An inline call's slot, held to its end (`inline_io`).
     _inline: Option<inline_io::InlineSlot>,

@@ -12,8 +12,8 @@
 //! Parts:
 //! - [`Baseline`]: the second engine (Winch, with the same CPU meter and
 //!   epoch checks, instances allocated on demand: the store's limiter holds
-//!   them to the pool's counts and sizes, `limits::Limiter`), its linkers
-//!   and its epoch ticker; made on a [`WasmEngine`]'s first baseline
+//!   them to the pool's counts and sizes, `limits::Limiter`, and its epoch
+//!   ticked by `epoch`) and its linkers; made on a [`WasmEngine`]'s first baseline
 //!   compile.
 //! - [`WasmEngine::reserve_tier_up`]: a tier-up's place, taken before the
 //!   baseline compile. At most [`MAX_TIER_UPS`] tier-ups, holding at most

@@ -348,6 +348,8 @@ async fn attack_17_memory_bomb_is_a_memory_limit() {
 
 #[tokio::test]
 async fn attack_18_cpu_spin_epoch_and_fuel() {
+    // A guest never interrupted (no epoch tick) would spin for good.
+    let _hang = HangGuard::new("attack 18", Duration::from_secs(120));
     for meter in [CpuMeter::Epoch, CpuMeter::Fuel] {
         let mut cfg = wasm_config();
         cfg.wasm.cpu_meter = meter;
@@ -396,6 +398,7 @@ fn unique_probe(t: &Tmp, name: &str) -> String {
 /// dir is new); the allowed twins are first calls too.
 #[tokio::test]
 async fn a_first_call_on_baseline_code_is_held_to_every_limit() {
+    let _hang = HangGuard::new("baseline limits", Duration::from_secs(180));
     let cache = tempfile::tempdir().unwrap();
     let baseline = |cfg: SandboxConfig, dir: &str| {
         let mut cfg = cfg;

@@ -9,9 +9,9 @@
 //! no wasm (an idle MCP server, a server making `direct` calls) is not
 //! woken 100 times a second per engine. The first store to be made wakes
 //! it; its first tick comes one [`EPOCH_TICK`] after that (with the ticker
-//! awake, within one). It goes back to sleep only after a whole round in
-//! which no store was made or alive, so calls a few ms apart keep it
-//! ticking rather than wake it each time.
+//! awake, within one). It goes back to sleep after [`GRACE_ROUNDS`] rounds
+//! in a row in which no store was made or alive (100 ms), so calls a few
+//! tens of ms apart keep it ticking rather than wake it each time.
 //!
 //! Invariant: every store holds a [`Running`] for as long as it lives: the
 //! hold is a field of its data (`limits::Common`), taken when the data is
@@ -29,6 +29,9 @@ use super::EPOCH_TICK;
 
 /// The process's ticker (see the module).
 static TICKER: Ticker = Ticker::new();
+
+/// Rounds without a store that the ticker goes on ticking before it sleeps.
+const GRACE_ROUNDS: u32 = 10;
 
 /// Ticks `engine`'s epoch from now on, while stores run (its weak handle
 /// is dropped once the engine is gone). Starts the ticker's thread on first
@@ -62,6 +65,8 @@ struct State {
     asleep: bool,
     /// Whether a hold was taken since the last round.
     held_lately: bool,
+    /// Rounds in a row without a store.
+    idle_rounds: u32,
 }
 
 impl Ticker {
@@ -73,6 +78,8 @@ impl Ticker {
                 started: false,
                 asleep: false,
                 held_lately: false,
+                // Asleep from the start, until the first store.
+                idle_rounds: GRACE_ROUNDS,
             }),
             wake: Condvar::new(),
             ticks: AtomicU64::new(0),
@@ -111,8 +118,9 @@ impl Ticker {
         let mut state = self.lock();
         state.running += 1;
         state.held_lately = true;
-        if state.asleep {
-            state.asleep = false;
+        let asleep = std::mem::replace(&mut state.asleep, false);
+        drop(state);
+        if asleep {
             self.wake.notify_one();
         }
         Running(self)
@@ -122,30 +130,47 @@ impl Ticker {
     /// each [`EPOCH_TICK`]. A panic here would leave every later guest
     /// without a CPU limit or a timeout: it aborts the process instead.
     fn run(&self) {
-        let ticking = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            loop {
-                self.wait_for_holds();
-                std::thread::sleep(EPOCH_TICK);
-                self.tick();
+        // The loop never returns: this thread ends only by a panic, and
+        // then the guard's drop aborts (a message that fails to write,
+        // stderr closed, cannot keep it from that).
+        struct AbortOnExit;
+        impl Drop for AbortOnExit {
+            fn drop(&mut self) {
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "toolhost: the wasm epoch ticker failed; aborting (guests would run unlimited)"
+                );
+                std::process::abort();
             }
-        }));
-        if ticking.is_err() {
-            eprintln!(
-                "toolhost: the wasm epoch ticker failed; aborting (guests would run unlimited)"
-            );
-            std::process::abort();
+        }
+        let _abort = AbortOnExit;
+        loop {
+            self.wait_for_holds();
+            std::thread::sleep(EPOCH_TICK);
+            self.tick();
         }
     }
 
-    /// Returns once a store lives or one was made during the last round.
+    /// Returns when the next round is to be ticked: a store lives or was
+    /// made since the last round, or fewer than [`GRACE_ROUNDS`] rounds in
+    /// a row had none. Else waits for the next hold.
     fn wait_for_holds(&self) {
         let mut state = self.lock();
-        while state.running == 0 && !state.held_lately {
+        loop {
+            if state.running > 0 || state.held_lately {
+                state.held_lately = false;
+                state.idle_rounds = 0;
+                break;
+            }
+            if state.idle_rounds < GRACE_ROUNDS {
+                state.idle_rounds += 1;
+                break;
+            }
             state.asleep = true;
             state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
         }
         state.asleep = false;
-        state.held_lately = false;
     }
 
     /// One round: every live engine's epoch advanced. The engines are
@@ -164,11 +189,12 @@ impl Ticker {
             });
             live
         };
+        // Counted first: a test that sees a guest interrupted sees the round.
+        self.ticks.fetch_add(1, Ordering::Relaxed);
         for engine in &engines {
             engine.increment_epoch();
         }
         drop(engines);
-        self.ticks.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -268,7 +294,7 @@ mod tests {
         let from = ticks(ticker);
         assert!(until(ticker, |t| ticks(t) >= from + 2), "one hold left");
 
-        // None left: asleep after its grace round, and no tick since.
+        // None left: asleep after its grace rounds, and no tick since.
         drop(second);
         assert!(until(ticker, asleep), "the ticker did not go back to sleep");
         let settled = ticks(ticker);

@@ -701,8 +701,8 @@ fn ticker_switches(pid: u32) -> Option<u64> {
 }
 
 /// A server that holds a wasm engine but runs no guest is not woken by its
-/// epoch ticker (it woke every 10 ms for good after its first wasm call),
-/// and the ticker wakes for the next guest.
+/// epoch ticker once its grace rounds are over (it woke every 10 ms for
+/// good after its first wasm call), and the ticker wakes for the next guest.
 #[cfg(target_os = "linux")]
 #[test]
 fn an_idle_server_with_a_wasm_engine_is_not_woken_by_its_ticker() {
@@ -716,9 +716,18 @@ fn an_idle_server_with_a_wasm_engine_is_not_woken_by_its_ticker() {
         assert_eq!(call_meta(&r)["backend"], "wasm", "{r}");
     };
     wc(&mut s);
-    // Done with the call (and the round it may have left under way).
-    std::thread::sleep(Duration::from_millis(100));
-    let idle_from = ticker_switches(pid).expect("the server has an epoch ticker");
+    // Done with the call, and with the ticker's grace rounds after it
+    // (100 ms): two readings 200 ms apart agree (within 5 s).
+    let start = std::time::Instant::now();
+    let mut idle_from = ticker_switches(pid).expect("the server has an epoch ticker");
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = ticker_switches(pid).expect("ticker");
+        if now == idle_from || start.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        idle_from = now;
+    }
     std::thread::sleep(Duration::from_millis(600));
     let idle_to = ticker_switches(pid).expect("ticker");
     // Denied: waking while nothing runs (60 times in 600 ms before).

@@ -69,6 +69,23 @@ struct State {
     idle_rounds: u32,
 }
 
+impl State {
+    /// The engines still alive, whose handles stay; the gone ones' handles
+    /// are dropped. The caller drops the references after the lock, since
+    /// the last one of an engine may be among them.
+    fn live_engines(&mut self) -> Vec<Engine> {
+        let mut live = Vec::with_capacity(self.engines.len());
+        self.engines.retain(|weak| match weak.upgrade() {
+            Some(engine) => {
+                live.push(engine);
+                true
+            }
+            None => false,
+        });
+        live
+    }
+}
+
 impl Ticker {
     const fn new() -> Ticker {
         Ticker {
@@ -100,14 +117,7 @@ impl Ticker {
         }
         // Gone engines' handles go here too, not only at a tick (a last
         // reference taken meanwhile is dropped after the lock).
-        let mut live = Vec::new();
-        state.engines.retain(|weak| match weak.upgrade() {
-            Some(engine) => {
-                live.push(engine);
-                true
-            }
-            None => false,
-        });
+        let live = state.live_engines();
         state.engines.push(engine.weak());
         drop(state);
         drop(live);
@@ -177,18 +187,7 @@ impl Ticker {
     /// ticked, and the last reference to one that went meanwhile dropped,
     /// outside the lock, which calls take.
     fn tick(&self) {
-        let engines: Vec<Engine> = {
-            let mut state = self.lock();
-            let mut live = Vec::with_capacity(state.engines.len());
-            state.engines.retain(|weak| match weak.upgrade() {
-                Some(engine) => {
-                    live.push(engine);
-                    true
-                }
-                None => false,
-            });
-            live
-        };
+        let engines = self.lock().live_engines();
         // Counted first: a test that sees a guest interrupted sees the round.
         self.ticks.fetch_add(1, Ordering::Relaxed);
         for engine in &engines {

@@ -188,7 +188,8 @@ impl Ticker {
     /// outside the lock, which calls take.
     fn tick(&self) {
         let engines = self.lock().live_engines();
-        // Counted first: a test that sees a guest interrupted sees the round.
+        // Counted first (a test waits for the count once a guest was
+        // interrupted).
         self.ticks.fetch_add(1, Ordering::Relaxed);
         for engine in &engines {
             engine.increment_epoch();
@@ -285,7 +286,9 @@ mod tests {
         // interrupted at its deadline.
         let held = ticker.hold();
         assert!(interrupted(&engine), "no tick reached the engine");
-        assert!(ticks(ticker) >= 1);
+        // Waited for, not read once: the guest saw the engine's epoch, a
+        // relaxed atomic that orders nothing else of the ticker's.
+        assert!(until(ticker, |t| ticks(t) >= 1), "no round counted");
 
         // Two holds, one let go: still ticking.
         let second = ticker.hold();

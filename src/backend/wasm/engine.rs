@@ -1,5 +1,6 @@
-//! The engine map and tool loading: one wasmtime `Engine` per process and
-//! CPU meter (`WasmEngine::shared`), tools read from their dir with a size
+//! The engine map and tool loading: one wasmtime `Engine` per
+//! configuration while something holds it (`WasmEngine::shared`,
+//! [`Engines`]), tools read from their dir with a size
 //! cap, compiled once (the disk cache in `crate::sys::code_cache`, at most
 //! `COMPILE_SLOTS` at a time) and kept as `InstancePre`s while the file is
 //! unchanged (`FileKey`: device, inode, size, mtime and ctime).
@@ -150,10 +151,44 @@ pub(super) enum Opened {
     Builtin(&'static [u8]),
 }
 
-/// Engines by (CPU meter, cache dir, cache cap, pool size, baseline
-/// compiles).
-pub(super) type EngineMap = HashMap<(CpuMeter, Option<PathBuf>, u64, u32, bool), Arc<WasmEngine>>;
-pub(super) static ENGINES: OnceLock<Mutex<EngineMap>> = OnceLock::new();
+/// What an engine is shared by: (CPU meter, cache dir, cache cap, pool
+/// size, baseline compiles).
+type EngineKey = (CpuMeter, Option<PathBuf>, u64, u32, bool);
+
+/// Engines that nothing else holds, kept for the next sandbox of their
+/// configuration: the most recently asked for.
+pub(super) const KEPT_ENGINES: usize = 4;
+
+/// The process's engines ([`WasmEngine::shared`]): each found by its
+/// configuration while anything holds it (a sandbox's backend, a compile
+/// or tier-up under way), and the last [`KEPT_ENGINES`] asked for kept
+/// even when nothing does, so that a sandbox made per request finds its
+/// engine warm, with the tools it loaded. Any other engine goes with its
+/// last holder: a pooled engine reserves about 540 GB of address space
+/// (a pool of 64) and keeps its tools' code, and a process that made
+/// sandboxes of ever new configurations (a cache dir per tenant) ran out
+/// of address space after some 240 of them when every engine was kept.
+#[derive(Default)]
+pub(super) struct Engines {
+    by_key: HashMap<EngineKey, std::sync::Weak<WasmEngine>>,
+    /// Oldest first.
+    recent: std::collections::VecDeque<Arc<WasmEngine>>,
+}
+
+impl Engines {
+    /// Marks `engine` the most recently asked for; returns the one it puts
+    /// out of the kept ones, if any, for the caller to drop outside the
+    /// lock (dropping an engine unmaps its pool).
+    fn keep(&mut self, engine: &Arc<WasmEngine>) -> Option<Arc<WasmEngine>> {
+        self.recent.retain(|e| !Arc::ptr_eq(e, engine));
+        self.recent.push_back(Arc::clone(engine));
+        (self.recent.len() > KEPT_ENGINES)
+            .then(|| self.recent.pop_front())
+            .flatten()
+    }
+}
+
+pub(super) static ENGINES: OnceLock<Mutex<Engines>> = OnceLock::new();
 
 pub(super) fn engine_config(meter: CpuMeter, pool_size: u32) -> Config {
     let mut c = Config::new();
@@ -221,10 +256,13 @@ impl WasmEngine {
             config.pool_size,
             config.baseline_compile,
         );
-        let map = ENGINES.get_or_init(|| Mutex::new(HashMap::new()));
-        let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = map.get(&key) {
-            return Ok(e.clone());
+        let engines = ENGINES.get_or_init(Mutex::default);
+        let mut engines = engines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = engines.by_key.get(&key).and_then(std::sync::Weak::upgrade) {
+            let out = engines.keep(&e);
+            drop(engines);
+            drop(out);
+            return Ok(e);
         }
         let engine = Engine::new(&engine_config(config.cpu_meter, config.pool_size))?;
         super::epoch::register(&engine)?;
@@ -258,7 +296,11 @@ impl WasmEngine {
             tier_ups: Default::default(),
             tier_up_slot: Arc::new(tokio::sync::Semaphore::new(1)),
         });
-        map.insert(key, e.clone());
+        engines.by_key.retain(|_, w| w.strong_count() > 0);
+        engines.by_key.insert(key, Arc::downgrade(&e));
+        let out = engines.keep(&e);
+        drop(engines);
+        drop(out);
         Ok(e)
     }
 
@@ -697,5 +739,51 @@ pub(super) fn file_key(meta: &cap_std::fs::Metadata, path: &Path) -> FileKey {
             ctime_ns: 0,
             path: path.to_path_buf(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A configuration of its own (no other test uses the dir), without a
+    /// pool, so that its engine is cheap to make.
+    fn config(cache: &Path) -> WasmConfig {
+        WasmConfig {
+            cache_dir: Some(cache.to_path_buf()),
+            pool_size: 0,
+            ..WasmConfig::default()
+        }
+    }
+
+    #[test]
+    fn an_engine_goes_with_its_last_holder_once_newer_ones_are_kept() {
+        let dirs: Vec<_> = (0..KEPT_ENGINES + 3)
+            .map(|_| tempfile::tempdir().expect("dir"))
+            .collect();
+        let engine = |i: usize| WasmEngine::shared(&config(dirs[i].path())).expect("engine");
+        let held = engine(0);
+        let let_go = engine(1);
+        let gone = Arc::downgrade(&let_go);
+        // One engine per configuration while something holds it.
+        assert!(Arc::ptr_eq(&held, &engine(0)));
+        assert!(Arc::ptr_eq(&let_go, &engine(1)));
+        drop(let_go);
+        // More configurations than are kept, each let go at once (other
+        // tests' engines, made meanwhile, only push the unheld one out
+        // sooner).
+        for i in 2..dirs.len() {
+            drop(engine(i));
+        }
+        assert!(
+            gone.upgrade().is_none(),
+            "an engine nothing holds outlived {} newer ones",
+            dirs.len() - 2
+        );
+        // The held one is still the one its configuration gets.
+        assert!(Arc::ptr_eq(&held, &engine(0)));
+        // The one let go is made anew when asked for again.
+        let again = engine(1);
+        assert!(!Engine::same(again.engine(), held.engine()));
     }
 }

@@ -173,10 +173,11 @@ fn main() {
         .expect("runtime");
     let sb = Arc::new(sandbox(ws.path(), CpuMeter::Epoch, cache.path()));
     let call = || RunRequest::new(["./probe.wasm", "exit", "0"]);
-    let engine = WasmBackend::new(&wasm_config(CpuMeter::Epoch, cache.path()))
-        .expect("engine")
-        .engine()
-        .clone();
+    // Held for the whole run: the sandbox's engine is this one only while
+    // something holds it (an engine no sandbox holds may go, and `sb` makes
+    // its backend at its first call).
+    let backend = WasmBackend::new(&wasm_config(CpuMeter::Epoch, cache.path())).expect("engine");
+    let engine = backend.engine().clone();
     let bare = Bare::new(&engine, &probe, ws.path());
 
     // A tool's first compile is Winch's (`baseline_compile`) and Cranelift's

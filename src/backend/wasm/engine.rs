@@ -82,7 +82,8 @@ pub(super) struct FileKey {
     pub(super) path: PathBuf,
 }
 
-/// The engine of one CPU meter, shared by every sandbox of the process.
+/// The engine of one configuration, shared by the process's sandboxes of
+/// it ([`Engines`]).
 pub(crate) struct WasmEngine {
     pub(super) engine: Engine,
     pub(super) meter: CpuMeter,
@@ -160,31 +161,62 @@ type EngineKey = (CpuMeter, Option<PathBuf>, u64, u32, bool);
 pub(super) const KEPT_ENGINES: usize = 4;
 
 /// The process's engines ([`WasmEngine::shared`]): each found by its
-/// configuration while anything holds it (a sandbox's backend, a compile
-/// or tier-up under way), and the last [`KEPT_ENGINES`] asked for kept
-/// even when nothing does, so that a sandbox made per request finds its
-/// engine warm, with the tools it loaded. Any other engine goes with its
-/// last holder: a pooled engine reserves about 540 GB of address space
-/// (a pool of 64) and keeps its tools' code, and a process that made
-/// sandboxes of ever new configurations (a cache dir per tenant) ran out
-/// of address space after some 240 of them when every engine was kept.
-#[derive(Default)]
+/// configuration while anything holds it (a sandbox's backend, a call's
+/// store, a compile or tier-up under way), and the last [`KEPT_ENGINES`]
+/// asked for kept even when nothing does, so that a sandbox made per
+/// request finds its engine warm, with the tools it loaded. Any other
+/// engine goes with its last holder: a pooled engine reserves address
+/// space for its whole pool (about 540 GB for the default 64 slots) and
+/// keeps its tools' code, and a process that made sandboxes of ever new
+/// configurations (a cache dir per tenant) ran out of address space after
+/// some 240 of them when every engine was kept.
 pub(super) struct Engines {
     by_key: HashMap<EngineKey, std::sync::Weak<WasmEngine>>,
-    /// Oldest first.
-    recent: std::collections::VecDeque<Arc<WasmEngine>>,
+    recent: Recent<WasmEngine>,
 }
 
-impl Engines {
-    /// Marks `engine` the most recently asked for; returns the one it puts
-    /// out of the kept ones, if any, for the caller to drop outside the
-    /// lock (dropping an engine unmaps its pool).
-    fn keep(&mut self, engine: &Arc<WasmEngine>) -> Option<Arc<WasmEngine>> {
-        self.recent.retain(|e| !Arc::ptr_eq(e, engine));
-        self.recent.push_back(Arc::clone(engine));
-        (self.recent.len() > KEPT_ENGINES)
-            .then(|| self.recent.pop_front())
+impl Default for Engines {
+    fn default() -> Self {
+        Engines {
+            by_key: HashMap::new(),
+            recent: Recent::new(KEPT_ENGINES),
+        }
+    }
+}
+
+/// The last `cap` items asked for, oldest first: what keeps them alive
+/// when nothing else does.
+struct Recent<T> {
+    items: std::collections::VecDeque<Arc<T>>,
+    cap: usize,
+}
+
+impl<T> Recent<T> {
+    fn new(cap: usize) -> Self {
+        Recent {
+            items: std::collections::VecDeque::new(),
+            cap,
+        }
+    }
+
+    /// Marks `item` the most recently asked for; returns the one it puts
+    /// out, if any, for the caller to drop outside its lock (dropping an
+    /// engine unmaps its pool).
+    fn keep(&mut self, item: &Arc<T>) -> Option<Arc<T>> {
+        self.items.retain(|e| !Arc::ptr_eq(e, item));
+        self.items.push_back(Arc::clone(item));
+        (self.items.len() > self.cap)
+            .then(|| self.items.pop_front())
             .flatten()
+    }
+
+    /// Takes out the items nothing else holds.
+    fn take_unheld(&mut self) -> Vec<Arc<T>> {
+        let (unheld, held): (std::collections::VecDeque<_>, _) = std::mem::take(&mut self.items)
+            .into_iter()
+            .partition(|e| Arc::strong_count(e) == 1);
+        self.items = held;
+        unheld.into()
     }
 }
 
@@ -246,7 +278,9 @@ pub(super) fn configured_cache_dir(config: &WasmConfig) -> Option<PathBuf> {
 }
 
 impl WasmEngine {
-    /// The process-wide engine for this configuration, created on first use.
+    /// The engine for this configuration: the one the process has while
+    /// anything holds it or it is among the last kept ([`Engines`]), else
+    /// a new one.
     pub(crate) fn shared(config: &WasmConfig) -> wasmtime::Result<Arc<WasmEngine>> {
         let cache_dir = configured_cache_dir(config);
         let key = (
@@ -259,16 +293,42 @@ impl WasmEngine {
         let engines = ENGINES.get_or_init(Mutex::default);
         let mut engines = engines.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = engines.by_key.get(&key).and_then(std::sync::Weak::upgrade) {
-            let out = engines.keep(&e);
+            let out = engines.recent.keep(&e);
             drop(engines);
             drop(out);
             return Ok(e);
         }
+        let e = match WasmEngine::make(config, cache_dir.clone()) {
+            Ok(e) => e,
+            Err(first) => {
+                // The kept engines nothing else holds may hold the address
+                // space this one lacks (a large pool each): let them go,
+                // and try once more. (A failure path: their pools are
+                // unmapped under the lock.)
+                let idle = engines.recent.take_unheld();
+                if idle.is_empty() {
+                    return Err(first);
+                }
+                drop(idle);
+                WasmEngine::make(config, cache_dir)?
+            }
+        };
+        let e = Arc::new(e);
+        engines.by_key.retain(|_, w| w.strong_count() > 0);
+        engines.by_key.insert(key, Arc::downgrade(&e));
+        let out = engines.recent.keep(&e);
+        drop(engines);
+        drop(out);
+        Ok(e)
+    }
+
+    /// A new engine for `config`, its cache in `cache_dir`.
+    fn make(config: &WasmConfig, cache_dir: Option<PathBuf>) -> wasmtime::Result<WasmEngine> {
         let engine = Engine::new(&engine_config(config.cpu_meter, config.pool_size))?;
         super::epoch::register(&engine)?;
         let linker = build_linker(&engine)?;
         let component_linker = component::build_linker(&engine)?;
-        let e = Arc::new(WasmEngine {
+        Ok(WasmEngine {
             component_linker,
             cache: crate::sys::code_cache::DiskCache::new(
                 &engine,
@@ -295,13 +355,7 @@ impl WasmEngine {
             baseline: OnceLock::new(),
             tier_ups: Default::default(),
             tier_up_slot: Arc::new(tokio::sync::Semaphore::new(1)),
-        });
-        engines.by_key.retain(|_, w| w.strong_count() > 0);
-        engines.by_key.insert(key, Arc::downgrade(&e));
-        let out = engines.keep(&e);
-        drop(engines);
-        drop(out);
-        Ok(e)
+        })
     }
 
     /// The wasmtime engine.
@@ -771,19 +825,44 @@ mod tests {
         drop(let_go);
         // More configurations than are kept, each let go at once (other
         // tests' engines, made meanwhile, only push the unheld one out
-        // sooner).
+        // sooner; one of them may hold it for a moment on its way to
+        // dropping it, so its end is waited for).
         for i in 2..dirs.len() {
             drop(engine(i));
+        }
+        let start = std::time::Instant::now();
+        while gone.upgrade().is_some() && start.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert!(
             gone.upgrade().is_none(),
             "an engine nothing holds outlived {} newer ones",
             dirs.len() - 2
         );
-        // The held one is still the one its configuration gets.
+        // The held one is still the one its configuration gets; the one
+        // let go is made anew when asked for again (the old allocation is
+        // still there, held by the weak handle, so a new one is elsewhere).
         assert!(Arc::ptr_eq(&held, &engine(0)));
-        // The one let go is made anew when asked for again.
         let again = engine(1);
-        assert!(!Engine::same(again.engine(), held.engine()));
+        assert!(!std::ptr::eq(gone.as_ptr(), Arc::as_ptr(&again)));
+    }
+
+    #[test]
+    fn the_kept_ones_are_the_last_asked_for() {
+        let mut recent = Recent::new(2);
+        let (a, b, c) = (Arc::new('a'), Arc::new('b'), Arc::new('c'));
+        assert!(recent.keep(&a).is_none());
+        assert!(recent.keep(&b).is_none());
+        // Asked for again: the newest, so `b` is the oldest.
+        assert!(recent.keep(&a).is_none());
+        let out = recent.keep(&c).expect("one put out");
+        assert!(Arc::ptr_eq(&out, &b));
+        assert_eq!(recent.items.len(), 2);
+        // Only what nothing else holds is taken out.
+        drop((out, b, c));
+        let unheld = recent.take_unheld();
+        assert_eq!(unheld.iter().map(|e| **e).collect::<Vec<_>>(), ['c']);
+        assert_eq!(recent.items.len(), 1);
+        assert!(Arc::ptr_eq(&recent.items[0], &a));
     }
 }

@@ -11,7 +11,8 @@
 //! bytes written to files by the host, per call; the whole call by a wall-clock
 //! timeout that also ends a guest blocked inside a host call.
 //!
-//! One `Engine` per process and CPU meter; compiled modules are cached on disk
+//! One `Engine` per configuration while something holds it (`engine`);
+//! compiled modules are cached on disk
 //! (`cache`) and as `InstancePre`s in memory; each call gets a fresh `Store`.
 
 use std::sync::Arc;
@@ -221,7 +222,8 @@ pub struct WasmBackend {
 }
 
 impl WasmBackend {
-    /// The backend over the process-wide engine for this configuration.
+    /// The backend over the engine of this configuration, shared with the
+    /// process's other backends of it (`engine::Engines`).
     pub fn new(config: &WasmConfig) -> wasmtime::Result<Self> {
         Ok(WasmBackend {
             engine: WasmEngine::shared(config)?,
@@ -685,6 +687,7 @@ impl WasmBackend {
             initial_fuel = Some(fuel);
         }
         let slots = self.engine.slots.clone();
+        let held_engine = Arc::clone(&self.engine);
         let call = async move {
             // The pool slot is released only after the store (and the instance
             // it holds) is gone, whether the call ends or is cancelled.
@@ -699,6 +702,7 @@ impl WasmBackend {
                 store,
                 _permit: permit,
                 _inline: inline,
+                _engine: held_engine,
             };
             let store = &mut held.store;
             let result = body(store).await;
@@ -832,6 +836,11 @@ struct PooledStore<T: 'static> {
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
     /// An inline call's slot, held to its end (`inline_io`).
     _inline: Option<inline_io::InlineSlot>,
+    /// The engine whose pool and slots these are, held while the store
+    /// lives: a call moved to a runner can outlive its sandbox, and while
+    /// it does its configuration gets this engine (`engine::Engines`), not
+    /// a new one with slots of its own.
+    _engine: Arc<WasmEngine>,
 }
 
 /// How an executed call ended.

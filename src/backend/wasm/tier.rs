@@ -197,7 +197,8 @@ impl Baseline {
     fn new(meter: crate::config::CpuMeter) -> wasmtime::Result<Baseline> {
         use super::{component, engine::engine_config, p1::build_linker};
         // On demand, not pooled: baseline code runs for a tool's first calls
-        // only, and a second pool would reserve its address space for good.
+        // only, and a second pool would reserve its address space for as long
+        // as its engine lives.
         // The store's limiter holds instances to the pool's counts and
         // sizes all the same (`limits::Limiter`).
         let mut c = engine_config(meter, 0);

@@ -1147,6 +1147,55 @@ async fn a_call_waiting_on_a_dead_filesystem_holds_no_worker() {
     drop(sb);
 }
 
+/// A write lease on `leased.txt` in a workspace that also holds
+/// `note.txt` (two lines): opening `leased.txt` waits while it is held.
+#[cfg(target_os = "linux")]
+struct Leased(std::fs::File);
+
+#[cfg(target_os = "linux")]
+impl Leased {
+    fn take(t: &Tmp) -> Leased {
+        use std::os::fd::AsRawFd;
+        builtin_tools_built();
+        assert!(toolhost::backend::wasm::fifo_watchdog_available());
+        // SAFETY: ignoring SIGIO (a lease's break notice), which nothing in
+        // this test process uses.
+        unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
+        std::fs::write(t.ws().join("note.txt"), "one\ntwo\n").unwrap();
+        let file = t.ws().join("leased.txt");
+        std::fs::write(&file, "held\n").unwrap();
+        let held = std::fs::File::open(&file).unwrap();
+        // SAFETY: fcntl on a descriptor we own.
+        let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        Leased(held)
+    }
+
+    fn give_up(self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fcntl on a descriptor we own.
+        let r = unsafe { libc::fcntl(self.0.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+        assert_eq!(r, 0);
+    }
+}
+
+/// Waits (10 s at most) until `wc -l note.txt` runs inline again: the
+/// calls left waiting have ended.
+#[cfg(target_os = "linux")]
+async fn inline_again(sb: &Sandbox) {
+    use toolhost::backend::wasm::last_call_file_io_inline as inline;
+    let started = std::time::Instant::now();
+    loop {
+        let r = sb.run(RunRequest::new(["wc", "-l", "note.txt"])).await;
+        assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
+        if inline() == Some(true) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A moved call that waits keeps its store and pool slot until its
 /// operation returns, so at most a quarter of an engine's pool runs inline
 /// at once: with a pool of 4, four calls started together and left waiting
@@ -1157,21 +1206,9 @@ async fn a_call_waiting_on_a_dead_filesystem_holds_no_worker() {
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_left_waiting_hold_at_most_a_quarter_of_the_pool() {
-    use std::os::fd::AsRawFd;
     use toolhost::backend::wasm::last_call_file_io_inline as inline;
-    builtin_tools_built();
-    assert!(toolhost::backend::wasm::fifo_watchdog_available());
-    // SAFETY: ignoring SIGIO (a lease's break notice), which nothing in
-    // this test process uses.
-    unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
     let t = Tmp::new();
-    std::fs::write(t.ws().join("note.txt"), "one\ntwo\n").unwrap();
-    let file = t.ws().join("leased.txt");
-    std::fs::write(&file, "held\n").unwrap();
-    let held = std::fs::File::open(&file).unwrap();
-    // SAFETY: fcntl on a descriptor we own.
-    let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) };
-    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    let held = Leased::take(&t);
     let mut config = wasm_config();
     config.wasm.pool_size = 4;
     config.timeout = Duration::from_secs(1);
@@ -1190,20 +1227,55 @@ async fn calls_left_waiting_hold_at_most_a_quarter_of_the_pool() {
         assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
         assert_eq!(inline(), Some(false), "a quarter of the pool is held");
     }
-    // SAFETY: as above.
-    let r = unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
-    assert_eq!(r, 0);
-    drop(held);
-    let started = std::time::Instant::now();
-    loop {
+    held.give_up();
+    inline_again(&sb).await;
+}
+
+/// The same bound across sandboxes: calls left waiting on a lease after
+/// their sandbox is gone keep their engine (whose pool slots they hold),
+/// so a sandbox of the same configuration made after it, and after more
+/// configurations than the process keeps unheld engines of, still finds
+/// a quarter of the pool taken and hands each operation off. (An engine
+/// made anew would have slots of its own: more calls left waiting, and
+/// more pools reserved, with every sandbox made again.) The allowed twin:
+/// once the lease is given up, its calls run inline again.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_left_waiting_keep_their_engine_after_their_sandbox() {
+    use toolhost::backend::wasm::last_call_file_io_inline as inline;
+    let t = Tmp::new();
+    let held = Leased::take(&t);
+    // A configuration of this test's own (its cache dir).
+    let mut config = wasm_config();
+    config.wasm.pool_size = 4;
+    config.wasm.cache_dir = Some(t.root.join("cache"));
+    config.timeout = Duration::from_secs(1);
+    let wc = || RunRequest::new(["wc", "-l", "note.txt"]);
+    {
+        let sb = t.sandbox(config.clone());
         let r = sb.run(wc()).await;
-        assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
-        if inline() == Some(true) {
-            break;
+        assert_eq!((r.stdout.trim(), inline()), ("2 note.txt", Some(true)));
+        let cat = || sb.run(RunRequest::new(["cat", "leased.txt"]));
+        let waited = tokio::join!(cat(), cat(), cat(), cat());
+        for r in [waited.0, waited.1, waited.2, waited.3] {
+            assert!(r.timed_out, "{r:?}");
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "never ended");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // More configurations asked for than the process keeps unheld engines
+    // of (4), each let go.
+    let others: Vec<_> = (0..6).map(|i| t.root.join(format!("other-{i}"))).collect();
+    for dir in &others {
+        let mut other = wasm_config();
+        other.wasm.cache_dir = Some(dir.clone());
+        let sb = t.sandbox(other);
+        sb.wasm_backend().expect("wasm backend");
+    }
+    let sb = t.sandbox(config);
+    let r = sb.run(wc()).await;
+    assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
+    assert_eq!(inline(), Some(false), "a quarter of the pool is held");
+    held.give_up();
+    inline_again(&sb).await;
 }
 
 /// A guest whose first host call opens an existing file for writing (the

@@ -11,8 +11,9 @@
 //! bytes written to files by the host, per call; the whole call by a wall-clock
 //! timeout that also ends a guest blocked inside a host call.
 //!
-//! One `Engine` per configuration while something holds it (`engine`);
-//! compiled modules are cached on disk
+//! One `Engine` per configuration while something holds it, and for the
+//! last few configurations asked for (`engine::Engines`); compiled modules
+//! are cached on disk
 //! (`cache`) and as `InstancePre`s in memory; each call gets a fresh `Store`.
 
 use std::sync::Arc;

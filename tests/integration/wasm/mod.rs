@@ -1245,14 +1245,25 @@ async fn calls_left_waiting_keep_their_engine_after_their_sandbox() {
     use toolhost::backend::wasm::last_call_file_io_inline as inline;
     let t = Tmp::new();
     let held = Leased::take(&t);
-    // A configuration of this test's own (its cache dir).
+    // A configuration of this test's own (its cache dir), with no tier-up
+    // (which would hold the engine on its own while it runs), and the
+    // tools compiled first, under a timeout long enough for that (the
+    // timeout is not the engine's): the calls below wait on the lease,
+    // not on a compile.
     let mut config = wasm_config();
     config.wasm.pool_size = 4;
     config.wasm.cache_dir = Some(t.root.join("cache"));
+    config.wasm.baseline_compile = false;
+    let warm = t.sandbox(config.clone());
+    for tool in ["wc", "cat"] {
+        let r = warm.run(RunRequest::new([tool, "note.txt"])).await;
+        assert!(r.success(), "{r:?}");
+    }
     config.timeout = Duration::from_secs(1);
     let wc = || RunRequest::new(["wc", "-l", "note.txt"]);
     {
         let sb = t.sandbox(config.clone());
+        drop(warm);
         let r = sb.run(wc()).await;
         assert_eq!((r.stdout.trim(), inline()), ("2 note.txt", Some(true)));
         let cat = || sb.run(RunRequest::new(["cat", "leased.txt"]));
@@ -1267,6 +1278,7 @@ async fn calls_left_waiting_keep_their_engine_after_their_sandbox() {
     for dir in &others {
         let mut other = wasm_config();
         other.wasm.cache_dir = Some(dir.clone());
+        other.wasm.pool_size = 0;
         let sb = t.sandbox(other);
         sb.wasm_backend().expect("wasm backend");
     }

@@ -121,6 +121,15 @@ impl Bare {
     }
 }
 
+/// How many compiled entries (`.cwasm`) a compile cache dir holds.
+fn cwasm_entries(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .expect("ls cache")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+        .count()
+}
+
 /// The figures of the JSON line; `None` where a section did not run.
 #[derive(Default)]
 struct Figures {
@@ -188,18 +197,11 @@ fn main() {
     // is then in the disk cache and in the engine's memory.
     let settle = |sbs: &[&Sandbox], tools: usize| {
         let t = Instant::now();
-        let entries = || {
-            std::fs::read_dir(cache.path())
-                .expect("ls cache")
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
-                .count()
-        };
         loop {
             for sb in sbs {
                 rt.block_on(sb.shutdown());
             }
-            if entries() >= tools {
+            if cwasm_entries(cache.path()) >= tools {
                 break;
             }
             assert!(
@@ -415,12 +417,7 @@ fn main() {
             ),
         )
         .expect("cfg");
-        let entry = || {
-            std::fs::read_dir(cli_cache.path())
-                .expect("ls")
-                .flatten()
-                .any(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
-        };
+        let entry = || cwasm_entries(cli_cache.path()) > 0;
         // Until the optimized code is in the cache, from a call's start.
         let ready = std::cell::RefCell::new(Vec::new());
         let cold_with = |cfg: &Path, clear: bool, baseline: bool| {

@@ -180,7 +180,10 @@ pub struct Sandbox {
     wasm_env: Vec<(OsString, OsString)>,
     registry: Registry,
     /// Created on first use: the engine costs a thread and some memory.
-    wasm: OnceLock<Result<WasmBackend, String>>,
+    /// A failure is not kept: the next wasm call tries again (an engine
+    /// refused for want of address space may be made once others are let
+    /// go).
+    wasm: OnceLock<WasmBackend>,
     /// Created on first use; connects to the engine on its first call.
     docker: OnceLock<DockerBackend>,
     /// `config.isolation_read_paths`, shared by every plan.
@@ -655,7 +658,7 @@ impl Sandbox {
         Backend::shutdown(self.docker_backend()).await;
         Backend::shutdown(&self.direct).await;
         match self.wasm.get() {
-            Some(Ok(wasm)) => Backend::shutdown(wasm).await,
+            Some(wasm) => Backend::shutdown(wasm).await,
             // The FIFO watchdog's self-test is the process's: a wasm call of
             // another sandbox may have started it.
             _ => crate::backend::wasm::settle_background_checks_async().await,
@@ -784,14 +787,16 @@ impl Sandbox {
         ToolCallOutput { output, error, run }
     }
 
-    /// The wasm backend, created on first use.
+    /// The wasm backend, created on first use. A failure to create it is
+    /// returned, not kept: each use tries again until one succeeds. Two
+    /// first uses at once may both create one (the engine itself is shared,
+    /// `WasmEngine::shared`); the first kept is the one every use gets.
     pub fn wasm_backend(&self) -> Result<&WasmBackend, String> {
-        self.wasm
-            .get_or_init(|| {
-                WasmBackend::new(&self.config.wasm).map_err(|e| format!("wasm engine: {e}"))
-            })
-            .as_ref()
-            .map_err(Clone::clone)
+        if let Some(w) = self.wasm.get() {
+            return Ok(w);
+        }
+        let made = WasmBackend::new(&self.config.wasm).map_err(|e| format!("wasm engine: {e}"))?;
+        Ok(self.wasm.get_or_init(|| made))
     }
 
     /// Runs a request (the seed's `run_subprocess`). Never panics and never

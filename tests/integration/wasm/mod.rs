@@ -1290,6 +1290,97 @@ async fn calls_left_waiting_keep_their_engine_after_their_sandbox() {
     inline_again(&sb).await;
 }
 
+/// Set for the helper of [`an_engine_refused_once_is_made_at_the_next_call`].
+#[cfg(target_os = "linux")]
+const ENGINE_RETRY_ENV: &str = "TOOLHOST_TEST_ENGINE_RETRY";
+
+/// A sandbox whose wasm engine could not be made (no address space for its
+/// pool) makes it at its next wasm call once it can: the failure is not
+/// kept. Both sides in one process, a fresh one (this test binary run as
+/// [`engine_refused_then_made`]), since the address-space limit is the
+/// process's: the denied call under a soft `RLIMIT_AS` of 4 GiB is refused
+/// as the backend unavailable, and the allowed one, after the limit is
+/// raised in the same process, runs.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_engine_refused_once_is_made_at_the_next_call() {
+    let out = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "--exact",
+            "wasm::engine_refused_then_made",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(ENGINE_RETRY_ENV, "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the helper");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the helper failed: {text}");
+    assert!(text.contains("1 passed"), "the helper ran: {text}");
+}
+
+/// The helper of [`an_engine_refused_once_is_made_at_the_next_call`]
+/// (without its variable set, it does nothing: it lowers the process's
+/// address-space limit).
+#[cfg(target_os = "linux")]
+#[test]
+#[ignore = "run by an_engine_refused_once_is_made_at_the_next_call, in a process of its own"]
+fn engine_refused_then_made() {
+    if std::env::var_os(ENGINE_RETRY_ENV).is_none() {
+        return;
+    }
+    builtin_tools_built();
+    let set_soft = |soft: u64| {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit of this process, with a struct on
+        // this stack.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_AS, &mut l), 0);
+            l.rlim_cur = soft.min(l.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_AS, &l), 0);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let t = Tmp::new();
+        std::fs::write(t.ws().join("note.txt"), "one\ntwo\n").expect("write note.txt");
+        let mut config = wasm_config();
+        config.wasm.cache_dir = Some(t.root.join("cache"));
+        let sb = t.sandbox(config);
+        let wc = || RunRequest::new(["wc", "-l", "note.txt"]);
+        set_soft(4 << 30);
+        let refused = sb.run(wc()).await;
+        assert_eq!(
+            refused.outcome.kind,
+            OutcomeKind::BackendUnavailable,
+            "{refused:?}"
+        );
+        assert!(
+            refused.outcome.message.contains("wasm engine"),
+            "{refused:?}"
+        );
+        assert!(sb.wasm_backend().is_err(), "still refused under the limit");
+        set_soft(libc::RLIM_INFINITY);
+        let r = sb.run(wc()).await;
+        assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
+        sb.shutdown().await;
+    });
+}
+
 /// A guest whose first host call opens an existing file for writing (the
 /// protected-path guard's own open, before any of wasmtime-wasi's) gets the
 /// file: the guard gives wasmtime-wasi the call's host-call budget first.

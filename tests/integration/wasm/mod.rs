@@ -1196,6 +1196,17 @@ async fn inline_again(sb: &Sandbox) {
     }
 }
 
+/// Four calls at once that read the leased file ([`Leased`]), each left
+/// waiting on the lease past its timeout.
+#[cfg(target_os = "linux")]
+async fn four_left_waiting(sb: &Sandbox) {
+    let cat = || sb.run(RunRequest::new(["cat", "leased.txt"]));
+    let waited = tokio::join!(cat(), cat(), cat(), cat());
+    for r in [waited.0, waited.1, waited.2, waited.3] {
+        assert!(r.timed_out, "{r:?}");
+    }
+}
+
 /// A moved call that waits keeps its store and pool slot until its
 /// operation returns, so at most a quarter of an engine's pool runs inline
 /// at once: with a pool of 4, four calls started together and left waiting
@@ -1217,11 +1228,7 @@ async fn calls_left_waiting_hold_at_most_a_quarter_of_the_pool() {
     let r = sb.run(wc()).await;
     assert_eq!((r.stdout.trim(), inline()), ("2 note.txt", Some(true)));
     // As many calls at once as the pool has slots, each left waiting.
-    let cat = || sb.run(RunRequest::new(["cat", "leased.txt"]));
-    let waited = tokio::join!(cat(), cat(), cat(), cat());
-    for r in [waited.0, waited.1, waited.2, waited.3] {
-        assert!(r.timed_out, "{r:?}");
-    }
+    four_left_waiting(&sb).await;
     for _ in 0..4 {
         let r = sb.run(wc()).await;
         assert_eq!(r.stdout.trim(), "2 note.txt", "{r:?}");
@@ -1266,11 +1273,7 @@ async fn calls_left_waiting_keep_their_engine_after_their_sandbox() {
         drop(warm);
         let r = sb.run(wc()).await;
         assert_eq!((r.stdout.trim(), inline()), ("2 note.txt", Some(true)));
-        let cat = || sb.run(RunRequest::new(["cat", "leased.txt"]));
-        let waited = tokio::join!(cat(), cat(), cat(), cat());
-        for r in [waited.0, waited.1, waited.2, waited.3] {
-            assert!(r.timed_out, "{r:?}");
-        }
+        four_left_waiting(&sb).await;
     }
     // More configurations asked for than the process keeps unheld engines
     // of (4), each let go.

@@ -803,11 +803,13 @@ fn host_mounts_below_a_held_dir_stay_as_the_host_has_them() {
 }
 
 /// The read-only view holds in every call of a sandbox, those that take
-/// the spare made ahead of them too: a root tool cannot chmod a host file
-/// (the mode is as before), while it can in the workspace. A host mount
-/// made between calls is read-only in the next call: anything made ahead
-/// of it (a view made ahead would show the mount writable; tried, see
-/// `benchmarks.md`) must not be used. Twin under `off`: the chmod is made.
+/// the spare and the supervisor made ahead of them too: a root tool cannot
+/// chmod a host file (the mode is as before), while it can in the
+/// workspace. A host mount made between calls is in the next call, and
+/// read-only there: anything made ahead of it must not be used. A view
+/// made ahead would show it writable where the host's mounts propagate
+/// (the place is a shared mount here, as `/` is on a systemd host), and
+/// not at all where they do not. Twin under `off`: the chmod is made.
 #[tokio::test]
 async fn the_view_holds_in_every_call_and_after_a_host_mount() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -826,19 +828,46 @@ async fn the_view_holds_in_every_call_and_after_a_host_mount() {
     let host = t.outside().join("host.txt");
     std::fs::write(&host, CANARY).unwrap();
     std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o640)).unwrap();
+    // The host's mounts below `outside` propagate to the calls' views.
+    let out = std::ffi::CString::new(t.outside().to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            out.as_ptr(),
+            out.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    let _bound = Mounted(out.clone());
+    // SAFETY: as above.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            out.as_ptr(),
+            std::ptr::null(),
+            libc::MS_SHARED,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
     let script = |p: &std::path::Path| {
         format!(
-            "chmod 666 {} 2>/dev/null; echo rc=$?; touch mine && chmod 600 mine; echo ws=$?",
-            p.display()
+            "stat -c %a {p}; chmod 666 {p} 2>/dev/null; echo rc=$?; touch mine && chmod 600 mine; echo ws=$?",
+            p = p.display()
         )
     };
     let sb = t.sandbox(level(IsolationLevel::BestEffort));
     for i in 0..4 {
         let r = sh(&sb, &script(&host)).await;
-        assert_eq!(r.stdout, "rc=1\nws=0\n", "call {i}: {r:?}");
+        assert_eq!(r.stdout, "640\nrc=1\nws=0\n", "call {i}: {r:?}");
         assert!(applied(&r).contains(&"readonly_host"), "{r:?}");
     }
     assert_eq!(std::fs::metadata(&host).unwrap().mode() & 0o7777, 0o640);
+    // What is made ahead of the next call is made by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
 
     let m = t.outside().join("m");
     std::fs::create_dir_all(&m).unwrap();
@@ -860,13 +889,16 @@ async fn the_view_holds_in_every_call_and_after_a_host_mount() {
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
     for i in 0..2 {
         let r = sh(&sb, &script(&f)).await;
-        assert_eq!(r.stdout, "rc=1\nws=0\n", "after the mount, call {i}: {r:?}");
+        assert_eq!(
+            r.stdout, "640\nrc=1\nws=0\n",
+            "after the mount, call {i}: {r:?}"
+        );
     }
     assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o7777, 0o640);
     // Twin: without the kernel layers the chmod is made.
     let off = t.sandbox(level(IsolationLevel::Off));
     let r = sh(&off, &script(&f)).await;
-    assert_eq!(r.stdout, "rc=0\nws=0\n", "{r:?}");
+    assert_eq!(r.stdout, "640\nrc=0\nws=0\n", "{r:?}");
     assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o7777, 0o666);
 }
 
@@ -1410,4 +1442,157 @@ async fn protected_paths_are_mounts_of_the_call_only() {
     let other = Tmp::new();
     let r = sh(&other.sandbox(level(IsolationLevel::Strict)), "echo ok").await;
     assert!(applied(&r).contains(&"protected_paths"), "{r:?}");
+}
+
+/// A supervisor made ahead of a call (a root toolhost's, with the read-only
+/// view) is used only where its mounts are the ones the call makes now: a
+/// protected path made after it (a `.git` created between two calls) is
+/// held read-only in the next call, as in a call that makes its own
+/// supervisor. Twin: the workspace stays writable in the same call.
+#[tokio::test]
+async fn a_protected_path_made_between_calls_is_held_in_the_next() {
+    let t = Tmp::new();
+    let sb = t.sandbox(level(IsolationLevel::BestEffort));
+    for i in 0..3 {
+        let r = sh(&sb, "true").await;
+        assert!(r.success(), "call {i}: {r:?}");
+    }
+    // What is made ahead of the next call is made by now, without a `.git`.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::create_dir(t.ws().join(".git")).unwrap();
+    let r = sh(
+        &sb,
+        "touch .git/config 2>/dev/null; echo git=$?; echo ok > ok.txt; echo ws=$?",
+    )
+    .await;
+    assert_eq!(r.stdout, "git=1\nws=0\n", "{r:?}");
+    assert!(!t.ws().join(".git/config").exists());
+    assert_eq!(
+        std::fs::read_to_string(t.ws().join("ok.txt")).unwrap(),
+        "ok\n"
+    );
+}
+
+/// Set for the helper of [`a_supervisor_made_ahead_goes_with_its_sandbox_and_with_toolhost`].
+const AHEAD_ENV: &str = "TOOLHOST_TEST_AHEAD";
+
+/// Host pids of this process's children (those of each of its threads).
+fn children() -> Vec<i32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        if let Ok(s) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(s.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        }
+    }
+    out
+}
+
+/// A supervisor made ahead of a sandbox's next call (a root toolhost's) is
+/// a process that waits: it must never outlive what it waits for. In a
+/// process of its own, whose children are all toolhost's (this test binary
+/// run as [`supervisor_ahead_helper`]):
+/// - after three calls, one child waits, the init of a PID namespace of
+///   its own; once the sandbox is shut down, it is gone, and no child is
+///   left;
+/// - with a second sandbox's supervisor waiting, the helper is killed
+///   (SIGKILL): the waiting supervisor is gone within a few seconds.
+#[test]
+fn a_supervisor_made_ahead_goes_with_its_sandbox_and_with_toolhost() {
+    use std::io::BufRead;
+    if !is_root() {
+        return;
+    }
+    let mut helper = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "--exact",
+            "isolation::supervisor_ahead_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(AHEAD_ENV, "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("run the helper");
+    let _guard = HangGuard::new("the supervisor-ahead helper", Duration::from_secs(60));
+    let mut lines = std::io::BufReader::new(helper.stdout.take().unwrap()).lines();
+    let mut waiting = None;
+    let mut shut = false;
+    for line in lines.by_ref() {
+        // The harness prints the test's name, then its output, on one line.
+        let line = line.unwrap();
+        if line.ends_with("shutdown: none left") {
+            shut = true;
+        } else if let Some((_, pid)) = line.split_once("waiting: ") {
+            waiting = pid.trim().parse::<i32>().ok();
+            break;
+        }
+    }
+    assert!(shut, "the helper's first sandbox");
+    let pid = waiting.expect("a supervisor waiting for the second sandbox");
+    assert!(alive(pid), "{pid} waits while the helper lives");
+    // SAFETY: kill of the helper, our own child.
+    unsafe { libc::kill(helper.id() as i32, libc::SIGKILL) };
+    let _ = helper.wait();
+    assert_eq!(
+        still_alive(&[pid], Duration::from_secs(5)),
+        Vec::<i32>::new(),
+        "the waiting supervisor outlived toolhost"
+    );
+}
+
+/// The helper of [`a_supervisor_made_ahead_goes_with_its_sandbox_and_with_toolhost`]
+/// (without its variable set, it does nothing).
+#[test]
+#[ignore = "run by a_supervisor_made_ahead_goes_with_its_sandbox_and_with_toolhost, in a process of its own"]
+fn supervisor_ahead_helper() {
+    if std::env::var_os(AHEAD_ENV).is_none() {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let t = Tmp::new();
+    let made = |sb: &toolhost::Sandbox| {
+        for i in 0..3 {
+            let r = rt.block_on(sh(sb, "true"));
+            assert!(r.success(), "call {i}: {r:?}");
+        }
+        // The last call's supervisor reaped, the next one's made.
+        std::thread::sleep(Duration::from_millis(500));
+        let kids = children();
+        assert_eq!(kids.len(), 1, "one supervisor waits: {kids:?}");
+        let status = std::fs::read_to_string(format!("/proc/{}/status", kids[0])).unwrap();
+        let nspid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .unwrap_or_default();
+        assert_eq!(nspid.len(), 2, "in a PID namespace of its own: {status}");
+        assert_eq!(nspid[1], "1", "its init: {status}");
+        kids[0]
+    };
+    let sb = t.sandbox(level(IsolationLevel::BestEffort));
+    let first = made(&sb);
+    rt.block_on(sb.shutdown());
+    drop(sb);
+    assert_eq!(
+        still_alive(&[first], Duration::from_secs(5)),
+        Vec::<i32>::new()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !children().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(children(), Vec::<i32>::new(), "reaped");
+    println!("shutdown: none left");
+    let sb = t.sandbox(level(IsolationLevel::BestEffort));
+    let second = made(&sb);
+    println!("waiting: {second}");
+    std::thread::sleep(Duration::from_secs(50));
 }

@@ -246,7 +246,7 @@ impl Control {
             if reap(self.pidfd.get_ref().as_raw_fd(), false) {
                 kept.settle(clean);
             } else {
-                hand_to_reaper(&self.pidfd, Reaped::After(clean), kept);
+                hand_to_reaper(self.pidfd.get_ref(), Reaped::After(clean), kept);
             }
         }
         let Some(r) = report else {
@@ -341,8 +341,8 @@ enum Reaped {
 /// sent a kill request or has reported, so it exits within its cleanup
 /// budget; one that takes long only delays the settling of those queued
 /// after it.
-fn hand_to_reaper(pidfd: &AsyncFd<OwnedFd>, how: Reaped, kept: Kept) {
-    let fd = match pidfd.get_ref().try_clone() {
+fn hand_to_reaper(pidfd: &OwnedFd, how: Reaped, kept: Kept) {
+    let fd = match pidfd.try_clone() {
         Ok(fd) => fd,
         Err(e) => {
             tracing::error!("direct backend: cannot wait for a supervisor: {e}");
@@ -411,7 +411,11 @@ impl Drop for Control {
                 r.request_kill();
             }
             let _ = pidfd_signal(self.pidfd.get_ref().as_raw_fd(), supervisor::KILL_REQUEST);
-            hand_to_reaper(&self.pidfd, Reaped::Report(self.status.take()), kept);
+            hand_to_reaper(
+                self.pidfd.get_ref(),
+                Reaped::Report(self.status.take()),
+                kept,
+            );
         }
     }
 }
@@ -481,6 +485,9 @@ fn owned_above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
 }
 
 pub(super) fn spawn(_cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::Result<Spawned> {
+    if let Some(w) = h.0.take_waiting() {
+        return w.go(plan, &h.0);
+    }
     let cwd = plan
         .cwd
         .as_ref()
@@ -597,4 +604,280 @@ pub(super) fn spawn(_cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::R
             report,
         },
     })
+}
+
+/// A supervisor made ahead of its call (`harden::spare`, for a root
+/// toolhost's calls with the read-only view): already the init of the
+/// call's PID namespace, in the call's mount namespace with its mounts
+/// made, waiting for its go, with its pipes made. A call takes it only if
+/// it is ready and its mounts are the ones the call would make now
+/// ([`usable`](Self::usable)); the call then writes its part of the
+/// parameters (argv, environment, limits, isolation, cwd) and sends the
+/// go ([`go`](Self::go)). Dropped unused, the supervisor is killed (it has
+/// no child yet) and reaped on the supervisors' reaper.
+pub(super) struct Waiting {
+    params: Option<Box<Params>>,
+    region: Option<Region>,
+    pidfd: Option<OwnedFd>,
+    /// The write end of the go pipe.
+    go: Option<OwnedFd>,
+    /// toolhost's ends: the report, and the tool's stdin, stdout, stderr.
+    status: Option<OwnedFd>,
+    stdin: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    /// `/proc/self/mountinfo`, opened before the mounts were planned: a
+    /// change of toolhost's mount table since shows when it is polled.
+    watch: File,
+    /// The supervisor's numbers of the ruleset and network namespace fds.
+    ruleset_fd: RawFd,
+    netns_fd: RawFd,
+}
+
+impl Waiting {
+    /// Starts a supervisor for a call with `mounts`, whose Landlock
+    /// ruleset will be `ruleset` (a duplicate of the spare's, rules added
+    /// to either reach both) and whose tool enters `netns_fd`. `watch`
+    /// must have been opened before `mounts` were planned.
+    pub(super) fn make(
+        mut tool: harden::ToolHardening,
+        ruleset: OwnedFd,
+        mounts: super::mounts::MountPlan,
+        watch: File,
+    ) -> io::Result<Waiting> {
+        let pidfd = own_pidfd();
+        if pidfd < 0 || !tool.pidns || tool.userns_fd >= 0 || !mounts.readonly_host() {
+            return Err(io::Error::other("no supervisor made ahead for this call"));
+        }
+        let (status_read, status_write) = cloexec_pipe()?;
+        set_nonblocking(&status_read)?;
+        let status_write = owned_above_stdio(status_write)?;
+        let (stdin_tool, stdin_ours) = cloexec_pipe()?;
+        let stdin_tool = owned_above_stdio(stdin_tool)?;
+        let (stdout_ours, stdout_tool) = cloexec_pipe()?;
+        let stdout_tool = owned_above_stdio(stdout_tool)?;
+        let (stderr_ours, stderr_tool) = cloexec_pipe()?;
+        let stderr_tool = owned_above_stdio(stderr_tool)?;
+        let (go_read, go_write) = cloexec_pipe()?;
+        let go_read = owned_above_stdio(go_read)?;
+        let ruleset = owned_above_stdio(ruleset)?;
+        let mut fds = Vec::new();
+        tool.ruleset_fd = ruleset.as_raw_fd();
+        tool.netns_fd = above_stdio(tool.netns_fd, &mut fds)?;
+        let mut params = Box::new(Params::ahead(
+            // SAFETY: getpid cannot fail.
+            unsafe { libc::getpid() },
+            status_write.as_raw_fd(),
+            tool,
+        )?);
+        params.stdio = [
+            stdin_tool.as_raw_fd(),
+            stdout_tool.as_raw_fd(),
+            stderr_tool.as_raw_fd(),
+        ];
+        params.mounts = Some(mounts);
+        params.toolhost_pidfd = pidfd;
+        params.go_fd = go_read.as_raw_fd();
+        let started = supervisor::start(&params)?;
+        // The supervisor has its own copies.
+        drop((status_write, stdin_tool, stdout_tool, stderr_tool, go_read));
+        Ok(Waiting {
+            params: Some(params),
+            region: Some(started.region),
+            pidfd: Some(started.pidfd),
+            go: Some(go_write),
+            status: Some(status_read),
+            stdin: Some(stdin_ours),
+            stdout: Some(stdout_ours),
+            stderr: Some(stderr_ours),
+            watch,
+            ruleset_fd: ruleset.as_raw_fd(),
+            netns_fd: tool.netns_fd,
+        })
+        // `ruleset` and `fds` (toolhost's copies) close here.
+    }
+
+    /// Whether a call whose mounts are `call` may take it: the supervisor
+    /// is waiting (its namespaces and mounts made, nothing failed), the
+    /// mount table has not changed since its mounts were planned (a mount
+    /// made since would show in its namespace as the host has it, not
+    /// read-only), and its mounts are the ones `call` makes: the same places
+    /// kept writable, each the same directory now, the same paths held.
+    pub(super) fn usable(&self, call: &super::mounts::MountPlan) -> bool {
+        let (Some(region), Some(pidfd), Some(params)) = (&self.region, &self.pidfd, &self.params)
+        else {
+            return false;
+        };
+        let mut pfd = [
+            libc::pollfd {
+                fd: self.watch.as_raw_fd(),
+                events: libc::POLLPRI,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds, borrowed for the call; timeout 0.
+        let changed = unsafe { libc::poll(pfd.as_mut_ptr(), 2, 0) } != 0;
+        // `ready` is read after the poll: a supervisor that failed after
+        // it was ready never was (it fails only before).
+        !changed && region.ready() && params.mounts.as_ref().is_some_and(|m| m.same_mounts(call))
+    }
+
+    /// The numbers the call's isolation must use here, for the fds the
+    /// supervisor holds.
+    pub(super) fn fds(&self) -> (RawFd, RawFd) {
+        (self.ruleset_fd, self.netns_fd)
+    }
+
+    /// Gives the supervisor its call, and sends the go.
+    fn go(mut self, plan: &ExecPlan, prepared: &Prepared) -> io::Result<Spawned> {
+        let cwd = plan
+            .cwd
+            .as_ref()
+            .ok_or_else(|| io::Error::other("no working directory"))?;
+        let st = rustix::fs::fstat(&cwd.dir)?;
+        let l = &plan.limits;
+        let limit = |resource: libc::__rlimit_resource_t, v: Option<u64>| {
+            v.map(|value| RLimit {
+                resource: resource as libc::c_int,
+                value,
+            })
+        };
+        let mut tool = prepared.tool;
+        (tool.ruleset_fd, tool.netns_fd) = self.fds();
+        let (Some(mut params), Some(region), Some(pidfd), Some(go), Some(status)) = (
+            self.params.take(),
+            self.region.take(),
+            self.pidfd.take(),
+            self.go.take(),
+            self.status.take(),
+        ) else {
+            return Err(io::Error::other("the supervisor made ahead was used"));
+        };
+        // From here on, what goes wrong drops these: the supervisor, which
+        // has no child yet, is killed and reaped (see `abandon`).
+        let abandon = |params, region, pidfd: OwnedFd| {
+            let _ = pidfd_signal(pidfd.as_raw_fd(), libc::SIGKILL);
+            hand_to_reaper(
+                &pidfd,
+                Reaped::After(true),
+                Kept {
+                    params: Some(params),
+                    region: Some(region),
+                    _fds: Vec::new(),
+                },
+            );
+        };
+        let set = params.set_call(
+            [
+                limit(libc::RLIMIT_AS, l.memory_bytes),
+                limit(libc::RLIMIT_CPU, l.cpu_seconds),
+                limit(libc::RLIMIT_NPROC, l.processes),
+                limit(libc::RLIMIT_FSIZE, l.file_size_bytes),
+            ],
+            tool,
+            &plan.argv,
+            &plan.env,
+            prepared.tmp.as_ref().map(|t| t.path()),
+        );
+        if let Err(e) = set {
+            abandon(params, region, pidfd);
+            return Err(e);
+        }
+        params.mounts = prepared.mounts.clone();
+        params.stdin_null = plan.stdin.is_none();
+        // `st_dev` and `st_ino` are `u64` on Linux.
+        #[allow(clippy::unnecessary_cast)]
+        {
+            params.cwd_id = (st.st_dev as u64, st.st_ino as u64);
+        }
+        // toolhost's ends, ready before the go: nothing can fail after it.
+        let ends = (|| -> io::Result<_> {
+            // SAFETY: a fresh duplicate, moved into the AsyncFd, which owns it.
+            let report =
+                unsafe { AsyncFd::register_with_interest(status.try_clone()?, Interest::READABLE) }
+                    .map_err(|e| e.into_parts().1)?;
+            let receiver = |fd: Option<OwnedFd>| -> io::Result<pipe::Receiver> {
+                let fd = fd.ok_or_else(|| io::Error::other("no pipe"))?;
+                set_nonblocking(&fd)?;
+                pipe::Receiver::from_owned_fd_unchecked(fd)
+            };
+            let stdin = match (plan.stdin.is_some(), self.stdin.take()) {
+                (true, Some(w)) => {
+                    set_nonblocking(&w)?;
+                    Some(pipe::Sender::from_owned_fd_unchecked(w)?)
+                }
+                _ => None,
+            };
+            let stdout = receiver(self.stdout.take())?;
+            let stderr = receiver(self.stderr.take())?;
+            let watched = pidfd.try_clone()?;
+            // SAFETY: the OwnedFd moved in is owned by the AsyncFd.
+            let watched = unsafe { AsyncFd::register_with_interest(watched, Interest::READABLE) }
+                .map_err(|e| e.into_parts().1)?;
+            Ok((report, stdin, stdout, stderr, watched))
+        })();
+        let (report, stdin, stdout, stderr, watched) = match ends {
+            Ok(ends) => ends,
+            Err(e) => {
+                abandon(params, region, pidfd);
+                return Err(e);
+            }
+        };
+        region.mark_go();
+        // SAFETY: a one-byte write from this stack to our pipe's write end.
+        let sent = unsafe { libc::write(go.as_raw_fd(), [1u8].as_ptr().cast(), 1) } == 1;
+        drop(go);
+        drop(pidfd);
+        let pidfd = Arc::new(watched);
+        let kept = Kept {
+            params: Some(params),
+            region: Some(region),
+            _fds: Vec::new(),
+        };
+        if !sent {
+            // The supervisor is gone: the call reads no report.
+            let _ = pidfd_signal(pidfd.get_ref().as_raw_fd(), libc::SIGKILL);
+        }
+        Ok(Spawned {
+            control: Control {
+                pidfd: Arc::clone(&pidfd),
+                status: Some(File::from(status)),
+                kept: Some(kept),
+            },
+            child: Child {
+                stdin,
+                stdout: Some(stdout),
+                stderr: Some(stderr),
+                pidfd,
+                report,
+            },
+        })
+    }
+}
+
+impl Drop for Waiting {
+    /// Unused: the supervisor is killed (it has no child) and reaped on the
+    /// supervisors' reaper, which then gives its region back.
+    fn drop(&mut self) {
+        drop(self.go.take());
+        if let (Some(params), Some(region), Some(pidfd)) =
+            (self.params.take(), self.region.take(), self.pidfd.take())
+        {
+            let _ = pidfd_signal(pidfd.as_raw_fd(), libc::SIGKILL);
+            hand_to_reaper(
+                &pidfd,
+                Reaped::After(true),
+                Kept {
+                    params: Some(params),
+                    region: Some(region),
+                    _fds: Vec::new(),
+                },
+            );
+        }
+    }
 }

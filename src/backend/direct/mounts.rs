@@ -78,7 +78,7 @@ pub(super) const MAX_WRITABLE: usize = 32;
 
 /// A place kept writable in the read-only view: its path, and the device
 /// and inode it must lead to.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Writable {
     path: CString,
     dev: u64,
@@ -112,7 +112,7 @@ pub(super) struct MountFailure {
 /// A bind mount of a place over itself, with the mounts below it (a clone
 /// without them would hide them, and in a user namespace the kernel
 /// refuses one that would uncover what a mount covers).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Bind {
     place: CString,
     /// Read-only (and nosuid, nodev), or as it is (a pin).
@@ -131,7 +131,7 @@ struct Bind {
 }
 
 /// One mount made in the call's namespace, in order.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Step {
     /// The tree of `writable[i]`, cloned before anything was made
     /// read-only, put back over its place.
@@ -348,6 +348,13 @@ impl MountPlan {
         self.steps.iter().any(|s| matches!(s, Step::Bind(_)))
     }
 
+    /// Whether `other` makes the same mounts (its cwd aside): the same
+    /// places kept writable, each the same directory, the same view, the
+    /// same steps with the same identities expected.
+    pub(super) fn same_mounts(&self, other: &MountPlan) -> bool {
+        self.writable == other.writable && self.view == other.view && self.steps == other.steps
+    }
+
     /// In the supervisor, before the tool is created: a new mount namespace
     /// (slave to toolhost's, so nothing here reaches the host) with the
     /// mounts, and `cwd_fd` replaced by the same directory opened in it.
@@ -359,6 +366,34 @@ impl MountPlan {
     /// # Safety
     /// Only in the supervisor (raw system calls only); `cwd_fd` is open.
     pub(super) unsafe fn apply(&self, cwd_fd: c_int) -> Result<(), MountFailure> {
+        // SAFETY: the contract of both.
+        unsafe {
+            self.apply_mounts()?;
+            let mut want: libc::stat = std::mem::zeroed();
+            let r = match sys::fstat(cwd_fd, &mut want) {
+                Ok(_) => self.enter_cwd((want.st_dev as u64, want.st_ino as u64)),
+                Err(e) => Err((e, self.first_layer())),
+            };
+            r.and_then(|new| {
+                let r = sys::dup3(new, cwd_fd, libc::O_CLOEXEC);
+                let _ = sys::close(new);
+                r.map(|_| ()).map_err(|e| (e, self.first_layer()))
+            })
+            .map_err(|(errno, layer)| MountFailure {
+                errno,
+                layer,
+                made: true,
+            })
+        }
+    }
+
+    /// The mount namespace and its mounts, without the cwd (a supervisor
+    /// made ahead of its call, which learns its cwd later:
+    /// [`enter_cwd`](Self::enter_cwd)).
+    ///
+    /// # Safety
+    /// Only in the supervisor (raw system calls only).
+    pub(super) unsafe fn apply_mounts(&self) -> Result<(), MountFailure> {
         // SAFETY: unshare takes no pointers; `make` has the same contract.
         unsafe {
             sys::unshare(libc::CLONE_NEWNS).map_err(|errno| MountFailure {
@@ -366,7 +401,7 @@ impl MountPlan {
                 layer: self.first_layer(),
                 made: false,
             })?;
-            self.make(cwd_fd).map_err(|(errno, layer)| MountFailure {
+            self.make().map_err(|(errno, layer)| MountFailure {
                 errno,
                 layer,
                 made: true,
@@ -383,14 +418,13 @@ impl MountPlan {
         }
     }
 
-    /// The mounts and the cwd, in the new namespace.
+    /// The mounts, in the new namespace.
     ///
     /// # Safety
     /// As [`apply`](Self::apply), after `unshare(CLONE_NEWNS)`.
-    unsafe fn make(&self, cwd_fd: c_int) -> Result<(), (c_int, Layer)> {
-        // SAFETY: only system calls on NUL-terminated strings owned by `self`
-        // or literals, on fds opened here or `cwd_fd` (open by the caller's
-        // contract), and on stat buffers on this stack.
+    unsafe fn make(&self) -> Result<(), (c_int, Layer)> {
+        // SAFETY: only system calls on a literal and on fds opened here
+        // (`mounts` has the same contract).
         unsafe {
             sys::call(
                 libc::SYS_mount,
@@ -409,9 +443,22 @@ impl MountPlan {
             for t in trees.into_iter().filter(|&t| t >= 0) {
                 let _ = sys::close(t);
             }
-            r?;
-            // The working directory is the namespace's as a whole.
-            let whole = |e| (e, self.first_layer());
+            r
+        }
+    }
+
+    /// The plan's cwd opened (`O_PATH`) in this namespace, which must be
+    /// the directory `want` (device, inode) names: the working directory is
+    /// the namespace's as a whole. Close-on-exec, for the tool to enter.
+    ///
+    /// # Safety
+    /// Only in the supervisor, in the call's namespace (after the mounts):
+    /// raw system calls only.
+    pub(super) unsafe fn enter_cwd(&self, want: (u64, u64)) -> Result<c_int, (c_int, Layer)> {
+        let whole = |e| (e, self.first_layer());
+        // SAFETY: system calls on a NUL-terminated string owned by `self`,
+        // on an fd opened here and on a stat buffer on this stack.
+        unsafe {
             let new = match open_no_symlinks(&self.cwd, libc::O_PATH | libc::O_DIRECTORY) {
                 Ok(fd) => fd,
                 // A symlink in the cwd's own path (the plan keeps the path
@@ -423,20 +470,15 @@ impl MountPlan {
                 )
                 .map_err(whole)? as c_int,
             };
-            let mut a: libc::stat = std::mem::zeroed();
             let mut b: libc::stat = std::mem::zeroed();
-            if sys::fstat(cwd_fd, &mut a).is_err()
-                || sys::fstat(new, &mut b).is_err()
-                || a.st_dev != b.st_dev
-                || a.st_ino != b.st_ino
+            if sys::fstat(new, &mut b).is_err()
+                || b.st_dev as u64 != want.0
+                || b.st_ino as u64 != want.1
             {
                 let _ = sys::close(new);
                 return Err(whole(libc::ESTALE));
             }
-            let r = sys::dup3(new, cwd_fd, libc::O_CLOEXEC);
-            let _ = sys::close(new);
-            r.map_err(whole)?;
-            Ok(())
+            Ok(new)
         }
     }
 

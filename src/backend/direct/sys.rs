@@ -573,6 +573,43 @@ pub(super) unsafe fn poll_in(fd: c_int) -> bool {
     }
 }
 
+/// Waits, without a timeout, until `a` or `b` is readable (or hung up);
+/// returns which: `(a, b)`. `Err` on a failed poll (not EINTR, retried).
+pub(super) unsafe fn wait_either(a: c_int, b: c_int) -> Result<(bool, bool), c_int> {
+    let mut pfd = [
+        libc::pollfd {
+            fd: a,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: b,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: two pollfds on this stack, no timeout, no signal mask.
+        match unsafe {
+            sys!(
+                libc::SYS_ppoll,
+                pfd.as_mut_ptr(),
+                2usize,
+                0usize,
+                0usize,
+                8usize
+            )
+        } {
+            Err(libc::EINTR) => continue,
+            Err(e) => return Err(e),
+            Ok(_) => {
+                let [x, y] = &pfd;
+                return Ok((x.revents != 0, y.revents != 0));
+            }
+        }
+    }
+}
+
 pub(super) unsafe fn futex_wait(word: *const u32, expected: u32) {
     // SAFETY: `word` is a live, aligned u32 (caller); no timeout.
     unsafe {

@@ -382,6 +382,12 @@ impl PartRuleset {
     pub(super) fn files(&self) -> &Arc<SeenFiles> {
         &self.files
     }
+
+    /// A duplicate of the ruleset's fd: a rule added through either is in
+    /// both (one ruleset).
+    pub(super) fn dup_fd(&self) -> io::Result<OwnedFd> {
+        into_fd(self.ruleset.try_clone()?)
+    }
 }
 
 /// The first part of a call's ruleset (see [`PartRuleset`]): the allowed

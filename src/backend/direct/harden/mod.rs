@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use libc::c_int;
 
+use super::platform::Waiting;
 use super::sys;
 use crate::isolation::{IsolationLevel, Layer};
 use crate::outcome::{Outcome, OutcomeKind};
@@ -92,7 +93,74 @@ pub(super) struct Prepared {
     pub tmp: Option<PrivateTmp>,
     /// The call's mount namespace over its protected paths, if any exist.
     pub mounts: Option<super::mounts::MountPlan>,
+    /// The supervisor made ahead for this call, where the spare had one
+    /// that holds for it (`spare`); `spawn` takes it.
+    waiting: std::sync::Mutex<Option<Waiting>>,
     _ruleset: Option<OwnedFd>,
+}
+
+impl Prepared {
+    /// The supervisor made ahead for this call, if there is one (once).
+    pub(super) fn take_waiting(&self) -> Option<Waiting> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// Whether this process makes supervisors ahead of calls (with the spare
+/// tmp and ruleset): a root toolhost, where the supervisor shares its
+/// memory (the go's parameters are written there).
+fn supervisor_ahead() -> bool {
+    // SAFETY: geteuid cannot fail.
+    sys::SHARED_VM && unsafe { libc::geteuid() } == 0
+}
+
+/// On the reaper, with the spare for the next call of `plan`'s sandbox: a
+/// supervisor made ahead for it, in its PID namespace and its mount
+/// namespace with the read-only view made (`linux::Waiting`), planned as
+/// `prepare` would plan it now, with `tmp` and `ruleset`. Only for a call
+/// that has the view (a root toolhost's default); `None` where it cannot
+/// be made, and the call then makes its own.
+fn waiting_for(
+    plan: &ExecPlan,
+    tmp: &PrivateTmp,
+    ruleset: &landlock::PartRuleset,
+) -> Option<Waiting> {
+    if !supervisor_ahead() || plan.isolation == IsolationLevel::Off {
+        return None;
+    }
+    // Before anything is planned: a mount made after this shows.
+    let watch = std::fs::File::open("/proc/self/mountinfo").ok()?;
+    let look = crate::backend::protect::look(plan);
+    let places = writable_places(plan, Some(tmp));
+    if !view_wanted(plan, &places).ok()? {
+        return None;
+    }
+    let mounts = super::mounts::MountPlan::prepare(plan, places.ok()?, true, look.held).ok()??;
+    let netns_fd = if plan.allow_network {
+        -1
+    } else {
+        shared_netns().ok()?
+    };
+    // Only its fds count until the go, which gives the call's own.
+    let tool = ToolHardening {
+        ruleset_fd: -1,
+        ruleset_layers: 0,
+        userns_fd: -1,
+        netns_fd,
+        pidns: true,
+        seccomp: None,
+        seccomp_layers: 0,
+        drop_caps: true,
+        drop_net_raw: false,
+        strict: plan.isolation == IsolationLevel::Strict,
+        hardened: true,
+    };
+    Waiting::make(tool, ruleset.dup_fd().ok()?, mounts, watch)
+        .inspect_err(|e| tracing::debug!("direct backend: no supervisor made ahead: {e}"))
+        .ok()
 }
 
 /// Logs, once per process, why an unprivileged toolhost has no user namespace.
@@ -250,6 +318,7 @@ pub(super) fn prepare(
             parent_applied: Layer::Subreaper.bit(),
             tmp: None,
             mounts: None,
+            waiting: std::sync::Mutex::new(None),
             _ruleset: None,
         });
     }
@@ -288,9 +357,9 @@ pub(super) fn prepare(
     // same look.
     let files = (abi >= 1).then(|| read_files(&plan.isolation_read_paths).0);
     let spare = files.as_ref().and_then(|f| spares.take(plan, abi, f));
-    let (tmp, part) = match spare {
-        Some(s) => (Ok(s.tmp), Some(s.ruleset)),
-        None => (PrivateTmp::create(), None),
+    let (tmp, part, waiting) = match spare {
+        Some(s) => (Ok(s.tmp), Some(s.ruleset), s.waiting),
+        None => (PrivateTmp::create(), None, None),
     };
     let tmp = match tmp {
         Ok(t) => {
@@ -367,6 +436,9 @@ pub(super) fn prepare(
     let mounts = mounts.filter(|_| tool.pidns);
 
     let mut ruleset = None;
+    // Whether the call's ruleset is the spare's (the one a supervisor made
+    // ahead holds).
+    let mut spare_ruleset = false;
     match abi {
         0 if strict => {
             return Err(unavailable(Layer::LandlockFs, "the kernel has no Landlock"));
@@ -380,7 +452,10 @@ pub(super) fn prepare(
         1.. => {
             // The spare's rules, else this call's own.
             let part = match (part, files) {
-                (Some(part), _) => Ok(part),
+                (Some(part), _) => {
+                    spare_ruleset = true;
+                    Ok(part)
+                }
                 (None, Some(files)) => {
                     start_ruleset(&Grants::of(plan), tmp.as_ref().map(|t| &t.fd), abi, files)
                 }
@@ -397,6 +472,7 @@ pub(super) fn prepare(
                 Err(e) => {
                     tracing::warn!("direct backend: no Landlock rules for this call: {e}");
                     tool.ruleset_fd = minimal_domain(abi);
+                    spare_ruleset = false;
                 }
             }
         }
@@ -434,6 +510,16 @@ pub(super) fn prepare(
         tool.drop_net_raw = true;
     }
 
+    // The spare's supervisor, if it is what this call would start: the
+    // same ruleset, the same namespaces, the same mounts (else dropped:
+    // killed).
+    let waiting = waiting.filter(|w| {
+        spare_ruleset
+            && tool.pidns
+            && tool.userns_fd < 0
+            && (tool.netns_fd >= 0) == (w.fds().1 >= 0)
+            && mounts.as_ref().is_some_and(|m| w.usable(m))
+    });
     Ok(Prepared {
         level,
         tool,
@@ -441,6 +527,7 @@ pub(super) fn prepare(
         parent_applied,
         tmp,
         mounts,
+        waiting: std::sync::Mutex::new(waiting),
         _ruleset: ruleset,
     })
 }

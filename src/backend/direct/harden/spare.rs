@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 
 use super::landlock::{Grants, PartRuleset, SeenFiles, read_files, start_ruleset};
 use super::tmp::{PrivateTmp, run_on_reaper};
+use crate::backend::direct::platform::Waiting;
 use crate::isolation::IsolationLevel;
 use crate::plan::ExecPlan;
 
@@ -40,6 +41,9 @@ struct Key {
     grants: Grants,
     level: IsolationLevel,
     abi: u32,
+    /// The plan of the call that had the spare made, where a supervisor
+    /// is made ahead too (`super::waiting_for`).
+    plan: Option<Box<ExecPlan>>,
 }
 
 impl Key {
@@ -53,6 +57,9 @@ pub(super) struct Spare {
     key: Key,
     pub(super) tmp: PrivateTmp,
     pub(super) ruleset: PartRuleset,
+    /// The next call's supervisor, waiting in its namespaces, where one
+    /// could be made (dropped unused, it is killed).
+    pub(super) waiting: Option<Waiting>,
 }
 
 /// A sandbox's spare, if one is made.
@@ -135,6 +142,7 @@ impl Spares {
             grants: Grants::of(plan),
             level: plan.isolation,
             abi,
+            plan: super::supervisor_ahead().then(|| Box::new(plan.clone())),
         };
         let spares = Arc::clone(self);
         let queued = run_on_reaper(Box::new(move || {
@@ -203,7 +211,18 @@ fn make(key: Key) -> Option<Spare> {
     }
     let tmp = PrivateTmp::create().ok()?;
     match start_ruleset(&key.grants, Some(&tmp.fd), key.abi, files) {
-        Ok(ruleset) => Some(Spare { key, tmp, ruleset }),
+        Ok(ruleset) => {
+            let waiting = key
+                .plan
+                .as_deref()
+                .and_then(|plan| super::waiting_for(plan, &tmp, &ruleset));
+            Some(Spare {
+                key,
+                tmp,
+                ruleset,
+                waiting,
+            })
+        }
         Err(_) => {
             tmp.discard(true);
             None

@@ -134,6 +134,16 @@ pub(super) struct Params {
     pub mounts: Option<MountPlan>,
     /// Whether the tool's stdin is `/dev/null` (the call has none).
     pub stdin_null: bool,
+    /// A supervisor made ahead of its call (`linux::Waiting`): the read end
+    /// of the pipe its go comes on (else -1). Made ahead, it stops once its
+    /// namespaces and mounts are made, and waits there (`wait_for_go`);
+    /// what it reads after that (the exec arguments, the limits, the
+    /// isolation, the mounts' cwd, `cwd_id`, `stdin_null`) toolhost writes
+    /// before the go.
+    pub go_fd: c_int,
+    /// The device and inode the cwd must be, where the supervisor has no
+    /// fd of it (made ahead).
+    pub cwd_id: (u64, u64),
     exec: ExecArgs,
 }
 
@@ -219,6 +229,8 @@ impl Params {
             harden,
             mounts: None,
             stdin_null: false,
+            go_fd: -1,
+            cwd_id: (0, 0),
             exec: ExecArgs {
                 program,
                 search_path,
@@ -228,6 +240,52 @@ impl Params {
                 envp_ptrs,
             },
         })
+    }
+}
+
+impl Params {
+    /// The parameters of a supervisor made ahead of its call: its own
+    /// fds, with no call yet (an empty argv, never exec'd: `set_call` gives
+    /// the call's before the go).
+    pub fn ahead(toolhost_pid: pid_t, status_fd: c_int, harden: ToolHardening) -> io::Result<Self> {
+        Params::new(
+            toolhost_pid,
+            status_fd,
+            -1,
+            [None; 4],
+            harden,
+            &[std::ffi::OsString::new()],
+            &[],
+            None,
+        )
+    }
+
+    /// The call's exec arguments, limits and isolation, for a supervisor
+    /// made ahead (before its go): everything of [`Params::new`] but the
+    /// fds, which are the waiting supervisor's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_call(
+        &mut self,
+        limits: [Option<RLimit>; 4],
+        harden: ToolHardening,
+        argv: &[std::ffi::OsString],
+        env: &[(std::ffi::OsString, std::ffi::OsString)],
+        tmpdir: Option<&std::path::Path>,
+    ) -> io::Result<()> {
+        let new = Params::new(
+            self.toolhost_pid,
+            self.status_fd,
+            self.cwd_fd,
+            limits,
+            harden,
+            argv,
+            env,
+            tmpdir,
+        )?;
+        self.limits = new.limits;
+        self.harden = new.harden;
+        self.exec = new.exec;
+        Ok(())
     }
 }
 
@@ -355,11 +413,21 @@ struct Shared {
     /// call's own processes can signal pid 1 and no siginfo proves the
     /// sender (see `reap::supervise`).
     kill_requested: AtomicU32,
+    /// Set by a supervisor made ahead once its namespaces and mounts are
+    /// made and it waits for its go ([`READY`]); read by toolhost, which
+    /// takes only a ready one.
+    ready: AtomicU32,
+    /// 1 once the call's parameters are written: before the clone, or by
+    /// toolhost before the go of a supervisor made ahead.
+    go: AtomicU32,
+    /// The fd of the cwd the tool enters, set by the supervisor.
+    cwd_fd: AtomicI32,
     /// The stack tops, in this region.
     init_stack_top: *mut c_void,
     tool_stack_top: *mut c_void,
 }
 
+const READY: u32 = 1;
 const LAUNCH_PENDING: u32 = 1;
 const LAUNCH_DONE: u32 = 2;
 
@@ -462,6 +530,18 @@ impl Region {
         unsafe { (*self.shared()).kill_requested.store(1, Ordering::SeqCst) };
     }
 
+    /// Whether its supervisor, made ahead, waits for its go.
+    pub(super) fn ready(&self) -> bool {
+        // SAFETY: as in `request_kill`.
+        unsafe { (*self.shared()).ready.load(Ordering::SeqCst) == READY }
+    }
+
+    /// Marks the call's parameters written, before the go byte.
+    pub(super) fn mark_go(&self) {
+        // SAFETY: as in `request_kill`.
+        unsafe { (*self.shared()).go.store(1, Ordering::SeqCst) };
+    }
+
     /// Back to the pool: the call's processes are all gone.
     pub(super) fn release(self) {
         let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
@@ -513,6 +593,9 @@ pub(super) fn start(params: &Params) -> io::Result<Started> {
             proc_dir: AtomicI32::new(-1),
             handlers_cleared: AtomicU32::new(1),
             kill_requested: AtomicU32::new(0),
+            ready: AtomicU32::new(0),
+            go: AtomicU32::new(u32::from(params.go_fd < 0)),
+            cwd_fd: AtomicI32::new(params.cwd_fd),
             init_stack_top: region.at(init),
             tool_stack_top: region.at(tool),
         });
@@ -612,104 +695,143 @@ pub(super) fn start(params: &Params) -> io::Result<Started> {
 }
 
 /// The supervisor: sets itself up, creates the tool and supervises it. It
-/// never returns: it exits when the call is over.
+/// never returns: it exits when the call is over. One made ahead of its
+/// call (`Params::go_fd`) stops once its namespaces and mounts are made,
+/// until its go; should anything fail before, it exits without a report
+/// (toolhost then does not take it).
 extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the call's Shared, whose Params outlive us (`start`).
     // Raw system calls only, on plain values and on fds and memory of this
-    // call; nothing allocates or takes a lock.
+    // call; nothing allocates or takes a lock. The Params are read through
+    // a reference taken anew after the go: toolhost writes the call's part
+    // of them before it.
     unsafe {
         let sh = &*(arg as *const Shared);
-        let p = &*sh.params;
-        let _ = sys::sigprocmask(libc::SIG_SETMASK, &ALL_SIGNALS);
-        if sh.handlers_cleared.load(Ordering::SeqCst) == 1 {
-            // The kernel reset the handlers; an ignored SIGCHLD stays
-            // ignored by CLONE_CLEAR_SIGHAND (see `default_handlers`).
-            let _ = sys::set_disposition(libc::SIGCHLD, libc::SIG_DFL);
-        } else {
-            default_handlers();
-        }
-        if sys::setsid().is_err() {
-            sys::exit(1);
-        }
-        let _ = sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
-        let _ = sys::prctl(libc::PR_SET_PDEATHSIG, PARENT_DEATH as usize);
-        // pid 1: the init of the call's PID namespace (`start`).
-        let as_init = sys::getpid() == 1;
-        if toolhost_gone(p, as_init) {
-            sys::exit(1);
-        }
-        if !sys::SHARED_VM {
-            // A forked copy of toolhost: keep a same-user tool from reading
-            // toolhost's environment through /proc/<supervisor>/environ.
-            // (Shared memory is toolhost's own mm, dumpable or not as
-            // `protect_host_environ` says.)
-            let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
-        }
-        // The tool's stdio at 0-2, and nothing else of toolhost's but the
-        // fds this call uses (each above 2: `linux::spawn`).
-        for (i, &fd) in p.stdio.iter().enumerate() {
-            if sys::dup3(fd, i as c_int, 0).is_err() {
-                report_not_started(p, libc::EBADF, STAGE_SETUP, 0);
-            }
-        }
-        let mut keep = [
-            p.status_fd,
-            p.toolhost_pidfd,
-            p.cwd_fd,
-            p.harden.ruleset_fd,
-            p.harden.netns_fd,
-            p.harden.userns_fd,
-        ];
-        close_all_but(&mut keep);
-
-        // An unprivileged toolhost's user namespace: it lets us make the PID
-        // namespace below, and the tool enter the network namespace.
         let mut ns_layers = 0;
-        if p.harden.userns_fd >= 0 && sys::setns(p.harden.userns_fd, libc::CLONE_NEWUSER).is_ok() {
-            ns_layers |= Layer::UserNamespace.bit();
-        }
-        // The call's mount namespace, before anything of the tool's exists.
-        if let Some(m) = &p.mounts {
-            if m.readonly_host() {
-                // Close-on-exec: the tool uses it before exec, and only
-                // there, to set its OOM score (`/proc` is read-only in the
-                // view). Without it the tool would lose that: no call.
-                match sys::openat(
-                    libc::AT_FDCWD,
-                    c"/proc".as_ptr(),
-                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                ) {
-                    Ok(fd) => sh.proc_dir.store(fd as c_int, Ordering::SeqCst),
-                    Err(e) => report_not_started(p, e, STAGE_SETUP, 0),
+        let as_init;
+        let ahead;
+        {
+            let p = &*sh.params;
+            ahead = p.go_fd >= 0;
+            // Made ahead, a failure is no call's: exit, unreported.
+            let fail = |errno, stage, layers| -> ! {
+                if ahead {
+                    sys::exit(1)
+                }
+                report_not_started(p, errno, stage, layers)
+            };
+            let _ = sys::sigprocmask(libc::SIG_SETMASK, &ALL_SIGNALS);
+            if sh.handlers_cleared.load(Ordering::SeqCst) == 1 {
+                // The kernel reset the handlers; an ignored SIGCHLD stays
+                // ignored by CLONE_CLEAR_SIGHAND (see `default_handlers`).
+                let _ = sys::set_disposition(libc::SIGCHLD, libc::SIG_DFL);
+            } else {
+                default_handlers();
+            }
+            if sys::setsid().is_err() {
+                sys::exit(1);
+            }
+            let _ = sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+            let _ = sys::prctl(libc::PR_SET_PDEATHSIG, PARENT_DEATH as usize);
+            // pid 1: the init of the call's PID namespace (`start`).
+            as_init = sys::getpid() == 1;
+            if toolhost_gone(p, as_init) || (ahead && !as_init) {
+                sys::exit(1);
+            }
+            if !sys::SHARED_VM {
+                // A forked copy of toolhost: keep a same-user tool from reading
+                // toolhost's environment through /proc/<supervisor>/environ.
+                // (Shared memory is toolhost's own mm, dumpable or not as
+                // `protect_host_environ` says.)
+                let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0);
+            }
+            // The tool's stdio at 0-2, and nothing else of toolhost's but the
+            // fds this call uses (each above 2: `linux::spawn`).
+            for (i, &fd) in p.stdio.iter().enumerate() {
+                if sys::dup3(fd, i as c_int, 0).is_err() {
+                    fail(libc::EBADF, STAGE_SETUP, 0);
                 }
             }
-            match m.apply(p.cwd_fd) {
-                Ok(()) => {
-                    ns_layers |= Layer::ProtectedPaths.bit();
-                    if m.readonly_host() {
-                        ns_layers |= Layer::ReadonlyHost.bit();
-                        // An fd opened in toolhost's namespace reaches the
-                        // host's mounts, read-only view or not: a call
-                        // without stdin gets the view's `/dev/null`, so
-                        // that a root tool cannot fchmod, fchown or
-                        // futimens the host's through its fd 0.
-                        if p.stdin_null && !reopen_null_stdin() {
-                            report_not_started(
-                                p,
-                                libc::EBADF,
-                                STAGE_ISOLATION,
-                                Layer::ReadonlyHost.bit(),
-                            );
-                        }
+            let mut keep = [
+                p.status_fd,
+                p.toolhost_pidfd,
+                p.cwd_fd,
+                p.harden.ruleset_fd,
+                p.harden.netns_fd,
+                p.harden.userns_fd,
+                p.go_fd,
+            ];
+            close_all_but(&mut keep);
+
+            // An unprivileged toolhost's user namespace: it lets us make the PID
+            // namespace below, and the tool enter the network namespace.
+            if p.harden.userns_fd >= 0
+                && sys::setns(p.harden.userns_fd, libc::CLONE_NEWUSER).is_ok()
+            {
+                ns_layers |= Layer::UserNamespace.bit();
+            }
+            // The call's mount namespace, before anything of the tool's exists.
+            if let Some(m) = &p.mounts {
+                if m.readonly_host() {
+                    // Close-on-exec: the tool uses it before exec, and only
+                    // there, to set its OOM score (`/proc` is read-only in the
+                    // view). Without it the tool would lose that: no call.
+                    match sys::openat(
+                        libc::AT_FDCWD,
+                        c"/proc".as_ptr(),
+                        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    ) {
+                        Ok(fd) => sh.proc_dir.store(fd as c_int, Ordering::SeqCst),
+                        Err(e) => fail(e, STAGE_SETUP, 0),
                     }
                 }
-                // Half made (or the cwd changed under us): never run.
-                Err(f) if f.made || p.harden.strict => {
-                    report_not_started(p, f.errno, STAGE_ISOLATION, f.layer.bit())
+                let r = if ahead {
+                    m.apply_mounts()
+                } else {
+                    m.apply(p.cwd_fd)
+                };
+                match r {
+                    Ok(()) => {
+                        ns_layers |= Layer::ProtectedPaths.bit();
+                        if m.readonly_host() {
+                            ns_layers |= Layer::ReadonlyHost.bit();
+                        }
+                    }
+                    // Half made (or the cwd changed under us): never run.
+                    Err(f) if f.made || p.harden.strict || ahead => {
+                        fail(f.errno, STAGE_ISOLATION, f.layer.bit())
+                    }
+                    // No mount namespace at all, best effort: the call runs, and
+                    // reports the layer missing.
+                    Err(_) => {}
                 }
-                // No mount namespace at all, best effort: the call runs, and
-                // reports the layer missing.
-                Err(_) => {}
+            }
+        }
+        if ahead {
+            sh.ready.store(READY, Ordering::SeqCst);
+            if !wait_for_go(sh) {
+                sys::exit(1);
+            }
+        }
+        // The call's parameters, complete from here on.
+        let p = &*sh.params;
+        if let Some(m) = &p.mounts
+            && ns_layers & Layer::ProtectedPaths.bit() != 0
+        {
+            if ahead {
+                // The call's cwd, by path in this namespace: the directory
+                // toolhost planned the call with, or no call.
+                match m.enter_cwd(p.cwd_id) {
+                    Ok(fd) => sh.cwd_fd.store(fd, Ordering::SeqCst),
+                    Err((e, layer)) => report_not_started(p, e, STAGE_ISOLATION, layer.bit()),
+                }
+            }
+            // An fd opened in toolhost's namespace reaches the host's
+            // mounts, read-only view or not: a call without stdin gets the
+            // view's `/dev/null`, so that a root tool cannot fchmod, fchown
+            // or futimens the host's through its fd 0.
+            if m.readonly_host() && p.stdin_null && !reopen_null_stdin() {
+                report_not_started(p, libc::EBADF, STAGE_ISOLATION, Layer::ReadonlyHost.bit());
             }
         }
         if as_init {
@@ -768,6 +890,33 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
             let tool = start_tool(sh, arg);
             supervise(p, sh, tool, Contain::Group, ns_layers)
         }
+    }
+}
+
+/// A supervisor made ahead: waits for its go (a byte on `go_fd`, with
+/// `Shared::go` set), or for toolhost to be gone (its pidfd readable).
+/// Whether the go came: anything else (toolhost gone, the pipe closed
+/// unwritten: the supervisor is not wanted) ends the supervisor.
+///
+/// # Safety
+/// In the supervisor only: raw system calls on fds of its own.
+unsafe fn wait_for_go(sh: &Shared) -> bool {
+    // SAFETY: the Params outlive us; the fds are ours (kept above).
+    unsafe {
+        let (go_fd, pidfd) = {
+            let p = &*sh.params;
+            (p.go_fd, p.toolhost_pidfd)
+        };
+        let Ok((go, gone)) = sys::wait_either(go_fd, pidfd) else {
+            return false;
+        };
+        if gone || !go {
+            return false;
+        }
+        let mut b = [0u8; 1];
+        let read = sys::read(go_fd, &mut b);
+        let _ = sys::close(go_fd);
+        read == Ok(1) && sh.go.load(Ordering::SeqCst) == 1
     }
 }
 

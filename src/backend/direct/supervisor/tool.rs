@@ -55,7 +55,9 @@ pub(super) unsafe fn prepare_tool(p: &Params, sh: &Shared) -> Result<(), (c_int,
             let _ = sys::write(fd as c_int, b"1000");
             let _ = sys::close(fd as c_int);
         }
-        sys::fchdir(p.cwd_fd).map_err(|e| (e, None))?;
+        // The cwd toolhost opened, or the one the supervisor opened in the
+        // call's mount namespace (`supervisor_main`).
+        sys::fchdir(sh.cwd_fd.load(Ordering::SeqCst)).map_err(|e| (e, None))?;
         for l in p.limits.iter().flatten() {
             set_limit(l.resource, l.value).map_err(|e| (e, None))?;
         }

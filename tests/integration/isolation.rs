@@ -1492,8 +1492,10 @@ fn children() -> Vec<i32> {
 /// process of its own, whose children are all toolhost's (this test binary
 /// run as [`supervisor_ahead_helper`]):
 /// - after three calls, one child waits, the init of a PID namespace of
-///   its own; once the sandbox is shut down, it is gone, and no child is
-///   left;
+///   its own, and the next call's tool is its child (the call took it);
+/// - the one made during that call exits by itself when the host's mount
+///   table changes (it would hold a copy of unmounted filesystems);
+/// - once the sandbox is shut down, no child is left;
 /// - with a second sandbox's supervisor waiting, the helper is killed
 ///   (SIGKILL): the waiting supervisor is gone within a few seconds.
 #[test]
@@ -1579,6 +1581,44 @@ fn supervisor_ahead_helper() {
     };
     let sb = t.sandbox(level(IsolationLevel::BestEffort));
     let first = made(&sb);
+    // The tool's parent, as the host sees it (`/proc` is the host's).
+    let r = rt.block_on(sh(
+        &sb,
+        "read a b c ppid rest < /proc/self/stat; echo $ppid",
+    ));
+    assert_eq!(
+        r.stdout.trim(),
+        first.to_string(),
+        "the call took it: {r:?}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let next: Vec<i32> = children()
+        .into_iter()
+        .filter(|&k| k != first && alive(k))
+        .collect();
+    assert_eq!(next.len(), 1, "the next call's: {next:?}");
+    // A mount made and unmounted on the host: the waiting one goes.
+    let m = t.outside().join("m");
+    std::fs::create_dir_all(&m).unwrap();
+    let c = std::ffi::CString::new(m.to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            c.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::umount2(c.as_ptr(), 0) }, 0);
+    assert_eq!(
+        still_alive(&next, Duration::from_secs(5)),
+        Vec::<i32>::new(),
+        "it went with the mount table's change"
+    );
     rt.block_on(sb.shutdown());
     drop(sb);
     assert_eq!(

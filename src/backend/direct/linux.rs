@@ -629,9 +629,40 @@ pub(super) struct Waiting {
     /// `/proc/self/mountinfo`, opened before the mounts were planned: a
     /// change of toolhost's mount table since shows when it is polled.
     watch: File,
+    /// Set once `watch` has shown a change (a poll shows each change once).
+    changed: std::sync::atomic::AtomicBool,
     /// The supervisor's numbers of the ruleset and network namespace fds.
     ruleset_fd: RawFd,
     netns_fd: RawFd,
+    _live: Live,
+}
+
+/// Supervisors made ahead and not yet taken or let go, in this process.
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// At most this many wait at once (each holds a process, its PID and mount
+/// namespaces, and six fds of toolhost's); sandboxes past it have their
+/// calls start their own.
+const MAX_LIVE: usize = 16;
+
+/// One of [`LIVE`], given back when dropped.
+struct Live;
+
+impl Live {
+    fn take() -> Option<Live> {
+        use std::sync::atomic::Ordering;
+        (LIVE.fetch_add(1, Ordering::AcqRel) < MAX_LIVE)
+            .then_some(Live)
+            .or_else(|| {
+                LIVE.fetch_sub(1, Ordering::AcqRel);
+                None
+            })
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl Waiting {
@@ -649,6 +680,9 @@ impl Waiting {
         if pidfd < 0 || !tool.pidns || tool.userns_fd >= 0 || !mounts.readonly_host() {
             return Err(io::Error::other("no supervisor made ahead for this call"));
         }
+        let live = Live::take().ok_or_else(|| {
+            io::Error::other(format!("{MAX_LIVE} supervisors made ahead already wait"))
+        })?;
         let (status_read, status_write) = cloexec_pipe()?;
         set_nonblocking(&status_read)?;
         let status_write = owned_above_stdio(status_write)?;
@@ -691,8 +725,10 @@ impl Waiting {
             stdout: Some(stdout_ours),
             stderr: Some(stderr_ours),
             watch,
+            changed: std::sync::atomic::AtomicBool::new(false),
             ruleset_fd: ruleset.as_raw_fd(),
             netns_fd: tool.netns_fd,
+            _live: live,
         })
         // `ruleset` and `fds` (toolhost's copies) close here.
     }
@@ -721,10 +757,26 @@ impl Waiting {
             },
         ];
         // SAFETY: two valid pollfds, borrowed for the call; timeout 0.
-        let changed = unsafe { libc::poll(pfd.as_mut_ptr(), 2, 0) } != 0;
+        let polled = unsafe { libc::poll(pfd.as_mut_ptr(), 2, 0) } != 0;
+        let [watched, _] = &pfd;
+        if watched.revents != 0 {
+            self.changed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let changed = polled || self.changed.load(std::sync::atomic::Ordering::Relaxed);
         // `ready` is read after the poll: a supervisor that failed after
         // it was ready never was (it fails only before).
         !changed && region.ready() && params.mounts.as_ref().is_some_and(|m| m.same_mounts(call))
+    }
+
+    /// Whether its supervisor is still on its way to waiting (neither
+    /// ready nor gone): a call leaves it for a later one.
+    pub(super) fn starting(&self) -> bool {
+        let (Some(region), Some(pidfd)) = (&self.region, &self.pidfd) else {
+            return false;
+        };
+        // SAFETY: a zero-timeout poll of our pidfd.
+        !region.ready() && !unsafe { supervisor::exited(pidfd.as_raw_fd()) }
     }
 
     /// The numbers the call's isolation must use here, for the fds the

@@ -447,6 +447,47 @@ impl MountPlan {
         }
     }
 
+    /// In a namespace made ahead of its call, at the call: each place kept
+    /// writable is still the directory planned at its path, and each held
+    /// place that must be a given file or directory still is (a host
+    /// process may have moved one away and made another at its path since
+    /// the mounts were made: the mount went with the one moved). The
+    /// checks `make` made, made again now; `Err` as they fail there.
+    ///
+    /// # Safety
+    /// Only in the supervisor, in the call's namespace (after the mounts):
+    /// raw system calls only.
+    pub(super) unsafe fn recheck(&self) -> Result<(), (c_int, Layer)> {
+        // SAFETY: system calls on NUL-terminated strings owned by `self`,
+        // on fds opened here and on stat buffers on this stack.
+        unsafe {
+            for w in &self.writable {
+                let fd = open_same_dir(w).map_err(|e| (e, self.first_layer()))?;
+                let _ = sys::close(fd);
+            }
+            for step in &self.steps {
+                let Step::Bind(b) = step else { continue };
+                let Some((dev, ino)) = b.expect else { continue };
+                let flags = if b.link {
+                    libc::O_PATH | libc::O_NOFOLLOW
+                } else {
+                    libc::O_PATH
+                };
+                let fd =
+                    open_no_symlinks(&b.place, flags).map_err(|e| (e, Layer::ProtectedPaths))?;
+                let mut st: libc::stat = std::mem::zeroed();
+                let same = sys::fstat(fd, &mut st).is_ok()
+                    && st.st_dev as u64 == dev
+                    && st.st_ino as u64 == ino;
+                let _ = sys::close(fd);
+                if !same {
+                    return Err((libc::ESTALE, Layer::ProtectedPaths));
+                }
+            }
+            Ok(())
+        }
+    }
+
     /// The plan's cwd opened (`O_PATH`) in this namespace, which must be
     /// the directory `want` (device, inode) names: the working directory is
     /// the namespace's as a whole. Close-on-exec, for the tool to enter.

@@ -573,39 +573,29 @@ pub(super) unsafe fn poll_in(fd: c_int) -> bool {
     }
 }
 
-/// Waits, without a timeout, until `a` or `b` is readable (or hung up);
-/// returns which: `(a, b)`. `Err` on a failed poll (not EINTR, retried).
-pub(super) unsafe fn wait_either(a: c_int, b: c_int) -> Result<(bool, bool), c_int> {
-    let mut pfd = [
-        libc::pollfd {
-            fd: a,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: b,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
+/// Waits until one of `fds` has one of its events (or an error, a hang-up)
+/// or `timeout_ns` has passed; the number of fds with events (0: the
+/// timeout). EINTR is retried with the whole timeout.
+pub(super) unsafe fn wait_any(fds: &mut [libc::pollfd], timeout_ns: i64) -> Result<usize, c_int> {
+    let ts = libc::timespec {
+        tv_sec: timeout_ns / 1_000_000_000,
+        tv_nsec: timeout_ns % 1_000_000_000,
+    };
     loop {
-        // SAFETY: two pollfds on this stack, no timeout, no signal mask.
+        // SAFETY: `fds` is a live slice of pollfds, for the kernel to write
+        // their `revents`; a timespec on this stack; no signal mask.
         match unsafe {
             sys!(
                 libc::SYS_ppoll,
-                pfd.as_mut_ptr(),
-                2usize,
-                0usize,
+                fds.as_mut_ptr(),
+                fds.len(),
+                &ts as *const libc::timespec,
                 0usize,
                 8usize
             )
         } {
             Err(libc::EINTR) => continue,
-            Err(e) => return Err(e),
-            Ok(_) => {
-                let [x, y] = &pfd;
-                return Ok((x.revents != 0, y.revents != 0));
-            }
+            r => return r,
         }
     }
 }

@@ -17,6 +17,12 @@
 //!   directory at its path and by its fd, the same owner, group, mode and
 //!   change time, empty).
 //!
+//! For a root toolhost the spare also holds the next call's supervisor,
+//! started ahead and waiting in its namespaces with the call's read-only
+//! view made (`linux::Waiting`, see [`super::waiting_for`]); the call takes
+//! it only if its mounts are the ones the call makes now, and a spare whose
+//! supervisor is still on its way is left for a later call.
+//!
 //! Rules on paths that are opened at every call (`/dev/null`, read files
 //! that are symlinks or mounts) are added when the call takes the spare.
 //! Anything else is made anew, on the call's path, as without a spare. A
@@ -106,7 +112,19 @@ impl Spares {
     /// look at the read files the call finds current (see the module). A
     /// spare that does not hold is removed.
     pub(super) fn take(&self, plan: &ExecPlan, abi: u32, files: &Arc<SeenFiles>) -> Option<Spare> {
-        let spare = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let spare = {
+            let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+            // Its supervisor is being made (a call right after the one that
+            // stocked it): left for a later call, not wasted.
+            if slot
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .is_some_and(Waiting::starting)
+            {
+                return None;
+            }
+            slot.take()?
+        };
         if spare.key.matches(plan, abi)
             && Arc::ptr_eq(spare.ruleset.files(), files)
             && spare.tmp.path().parent() == Some(std::env::temp_dir().as_path())

@@ -57,6 +57,13 @@
 //!   the init can be reaped; to end the call early, the supervisor SIGKILLs
 //!   the init.
 //!
+//! A root toolhost makes the supervisor of a sandbox's next call ahead of
+//! it (`linux::Waiting`, with the spare of `harden::spare`): it stops once
+//! its namespaces and mounts are made, and waits for its go
+//! (`wait_for_go`); the call then writes its part of the [`Params`] and
+//! sends the go, and the supervisor checks its mounts again and enters the
+//! call's cwd before it starts the tool.
+//!
 //! toolhost takes the call as ended when the report arrives (the status
 //! pipe is readable), not when the supervisor has exited: what the
 //! supervisor's exit tears down (the call's mount and PID namespaces) is
@@ -571,7 +578,10 @@ pub(super) struct Started {
 }
 
 /// Starts the supervisor of a call. `params` must stay where it is, unread
-/// and unchanged by anyone else, until the supervisor has been reaped.
+/// and unchanged by anyone else, until the supervisor has been reaped; but
+/// for a supervisor made ahead (`Params::go_fd`), whose call's part toolhost
+/// writes before the go, while the supervisor holds no reference to them
+/// (`supervisor_main`).
 pub(super) fn start(params: &Params) -> io::Result<Started> {
     let region = Region::take()?;
     let (sup, init, tool, _) = layout();
@@ -710,6 +720,11 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
         let mut ns_layers = 0;
         let as_init;
         let ahead;
+        // Made ahead: its go pipe, toolhost's pidfd, and toolhost's mount
+        // table (`wait_for_go`), taken before the wait: toolhost writes the
+        // Params before the go, and no reference to them is held across it.
+        let (go_fd, toolhost_pidfd);
+        let mut watch = -1;
         {
             let p = &*sh.params;
             ahead = p.go_fd >= 0;
@@ -786,6 +801,15 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
                     }
                 }
                 let r = if ahead {
+                    // toolhost's mount table, before this namespace exists.
+                    match sys::openat(
+                        libc::AT_FDCWD,
+                        c"/proc/self/mountinfo".as_ptr(),
+                        libc::O_RDONLY | libc::O_CLOEXEC,
+                    ) {
+                        Ok(fd) => watch = fd as c_int,
+                        Err(e) => fail(e, STAGE_SETUP, 0),
+                    }
                     m.apply_mounts()
                 } else {
                     m.apply(p.cwd_fd)
@@ -806,10 +830,11 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
                     Err(_) => {}
                 }
             }
+            (go_fd, toolhost_pidfd) = (p.go_fd, p.toolhost_pidfd);
         }
         if ahead {
             sh.ready.store(READY, Ordering::SeqCst);
-            if !wait_for_go(sh) {
+            if !wait_for_go(sh, go_fd, toolhost_pidfd, watch) {
                 sys::exit(1);
             }
         }
@@ -819,8 +844,12 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
             && ns_layers & Layer::ProtectedPaths.bit() != 0
         {
             if ahead {
-                // The call's cwd, by path in this namespace: the directory
-                // toolhost planned the call with, or no call.
+                // What `apply_mounts` checked, checked again at the call,
+                // and the call's cwd, by path in this namespace: the
+                // directory toolhost planned the call with, or no call.
+                if let Err((e, layer)) = m.recheck() {
+                    report_not_started(p, e, STAGE_ISOLATION, layer.bit());
+                }
                 match m.enter_cwd(p.cwd_id) {
                     Ok(fd) => sh.cwd_fd.store(fd, Ordering::SeqCst),
                     Err((e, layer)) => report_not_started(p, e, STAGE_ISOLATION, layer.bit()),
@@ -893,29 +922,52 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
     }
 }
 
+/// How long a supervisor made ahead waits for its go before it exits: a
+/// sandbox idle that long has its next call start its own.
+const AHEAD_WAIT_NS: i64 = 30_000_000_000;
+
 /// A supervisor made ahead: waits for its go (a byte on `go_fd`, with
-/// `Shared::go` set), or for toolhost to be gone (its pidfd readable).
-/// Whether the go came: anything else (toolhost gone, the pipe closed
-/// unwritten: the supervisor is not wanted) ends the supervisor.
+/// `Shared::go` set). Whether the go came. Anything else ends the
+/// supervisor, with the namespaces it holds: toolhost gone (its pidfd
+/// readable); the go pipe closed unwritten (toolhost does not want it); a
+/// change of toolhost's mount table (`watch`: its `mountinfo`, opened
+/// before this namespace was made; its mounts would no longer be the
+/// host's, and a host filesystem unmounted would stay mounted here); or
+/// [`AHEAD_WAIT_NS`] without a call.
 ///
 /// # Safety
 /// In the supervisor only: raw system calls on fds of its own.
-unsafe fn wait_for_go(sh: &Shared) -> bool {
-    // SAFETY: the Params outlive us; the fds are ours (kept above).
+unsafe fn wait_for_go(sh: &Shared, go_fd: c_int, toolhost_pidfd: c_int, watch: c_int) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd: go_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: toolhost_pidfd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: watch,
+            events: libc::POLLPRI,
+            revents: 0,
+        },
+    ];
+    // SAFETY: pollfds on this stack; fds of our own.
     unsafe {
-        let (go_fd, pidfd) = {
-            let p = &*sh.params;
-            (p.go_fd, p.toolhost_pidfd)
-        };
-        let Ok((go, gone)) = sys::wait_either(go_fd, pidfd) else {
+        if sys::wait_any(&mut fds, AHEAD_WAIT_NS) != Ok(1) {
             return false;
-        };
-        if gone || !go {
+        }
+        let [go, _, _] = &fds;
+        if go.revents & libc::POLLIN == 0 {
             return false;
         }
         let mut b = [0u8; 1];
         let read = sys::read(go_fd, &mut b);
         let _ = sys::close(go_fd);
+        let _ = sys::close(watch);
         read == Ok(1) && sh.go.load(Ordering::SeqCst) == 1
     }
 }
@@ -942,6 +994,15 @@ unsafe fn start_tool(sh: &Shared, arg: *mut c_void) -> Result<pid_t, c_int> {
         )
         .map(|pid| pid as pid_t)
     }
+}
+
+/// Whether the process of `pidfd` has exited (a zero-timeout poll).
+///
+/// # Safety
+/// `pidfd` is an open pidfd.
+pub(super) unsafe fn exited(pidfd: c_int) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe { sys::poll_in(pidfd) }
 }
 
 /// Whether toolhost has exited. The supervisor's parent is the toolhost

@@ -802,6 +802,35 @@ fn host_mounts_below_a_held_dir_stay_as_the_host_has_them() {
     assert!(!ws.join("a/ro/w/n0").exists() && !ws.join("a/ro/y").exists());
 }
 
+/// A mount, unmounted (lazily) on drop, so that a failed assertion leaves
+/// none.
+struct Mounted(std::ffi::CString);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        // SAFETY: a NUL-terminated path owned by self.
+        unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// A tmpfs mounted at `at` (made if missing), on the host.
+fn mount_tmpfs(at: &std::path::Path) -> Mounted {
+    std::fs::create_dir_all(at).unwrap();
+    let c = std::ffi::CString::new(at.to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            c.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    Mounted(c)
+}
+
 /// The read-only view holds in every call of a sandbox, those that take
 /// the spare and the supervisor made ahead of them too: a root tool cannot
 /// chmod a host file (the mode is as before), while it can in the
@@ -815,14 +844,6 @@ async fn the_view_holds_in_every_call_and_after_a_host_mount() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     if !is_root() {
         return;
-    }
-    /// Unmounts on drop, so that a failed assertion leaves no mount.
-    struct Mounted(std::ffi::CString);
-    impl Drop for Mounted {
-        fn drop(&mut self) {
-            // SAFETY: a NUL-terminated path owned by self.
-            unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
-        }
     }
     let t = Tmp::new();
     let host = t.outside().join("host.txt");
@@ -870,20 +891,7 @@ async fn the_view_holds_in_every_call_and_after_a_host_mount() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let m = t.outside().join("m");
-    std::fs::create_dir_all(&m).unwrap();
-    let c = std::ffi::CString::new(m.to_str().unwrap()).unwrap();
-    // SAFETY: NUL-terminated strings; no data argument.
-    let rc = unsafe {
-        libc::mount(
-            c"tmpfs".as_ptr(),
-            c.as_ptr(),
-            c"tmpfs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-    let _mounted = Mounted(c);
+    let _mounted = mount_tmpfs(&m);
     let f = m.join("f");
     std::fs::write(&f, CANARY).unwrap();
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
@@ -1598,22 +1606,7 @@ fn supervisor_ahead_helper() {
         .collect();
     assert_eq!(next.len(), 1, "the next call's: {next:?}");
     // A mount made and unmounted on the host: the waiting one goes.
-    let m = t.outside().join("m");
-    std::fs::create_dir_all(&m).unwrap();
-    let c = std::ffi::CString::new(m.to_str().unwrap()).unwrap();
-    // SAFETY: NUL-terminated strings; no data argument.
-    let rc = unsafe {
-        libc::mount(
-            c"tmpfs".as_ptr(),
-            c.as_ptr(),
-            c"tmpfs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::umount2(c.as_ptr(), 0) }, 0);
+    drop(mount_tmpfs(&t.outside().join("m")));
     assert_eq!(
         still_alive(&next, Duration::from_secs(5)),
         Vec::<i32>::new(),

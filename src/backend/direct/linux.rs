@@ -484,6 +484,23 @@ fn owned_above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(keep.pop().unwrap_or(fd))
 }
 
+/// The tool's resource limits, from the plan.
+fn limits_of(plan: &ExecPlan) -> [Option<RLimit>; 4] {
+    let l = &plan.limits;
+    let limit = |resource: libc::__rlimit_resource_t, v: Option<u64>| {
+        v.map(|value| RLimit {
+            resource: resource as libc::c_int,
+            value,
+        })
+    };
+    [
+        limit(libc::RLIMIT_AS, l.memory_bytes),
+        limit(libc::RLIMIT_CPU, l.cpu_seconds),
+        limit(libc::RLIMIT_NPROC, l.processes),
+        limit(libc::RLIMIT_FSIZE, l.file_size_bytes),
+    ]
+}
+
 pub(super) fn spawn(_cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::Result<Spawned> {
     if let Some(w) = h.0.take_waiting() {
         return w.go(plan, &h.0);
@@ -516,13 +533,6 @@ pub(super) fn spawn(_cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::R
     let stderr_tool = owned_above_stdio(stderr_tool)?;
 
     let mut fds = Vec::new();
-    let l = &plan.limits;
-    let limit = |resource: libc::__rlimit_resource_t, v: Option<u64>| {
-        v.map(|value| RLimit {
-            resource: resource as libc::c_int,
-            value,
-        })
-    };
     let mut tool = h.0.tool;
     tool.ruleset_fd = above_stdio(tool.ruleset_fd, &mut fds)?;
     tool.netns_fd = above_stdio(tool.netns_fd, &mut fds)?;
@@ -532,12 +542,7 @@ pub(super) fn spawn(_cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::R
         unsafe { libc::getpid() },
         status_write.as_raw_fd(),
         above_stdio(cwd.dir.as_raw_fd(), &mut fds)?,
-        [
-            limit(libc::RLIMIT_AS, l.memory_bytes),
-            limit(libc::RLIMIT_CPU, l.cpu_seconds),
-            limit(libc::RLIMIT_NPROC, l.processes),
-            limit(libc::RLIMIT_FSIZE, l.file_size_bytes),
-        ],
+        limits_of(plan),
         tool,
         &plan.argv,
         &plan.env,
@@ -590,20 +595,43 @@ pub(super) fn spawn(_cmd: &mut Command, plan: &ExecPlan, h: &Hardening) -> io::R
             return Err(e);
         }
     };
-    Ok(Spawned {
-        control: Control {
-            pidfd: Arc::clone(&pidfd),
-            status: Some(File::from(status_read)),
-            kept: Some(kept),
-        },
-        child: Child {
-            stdin,
-            stdout: Some(stdout),
-            stderr: Some(stderr),
-            pidfd,
-            report,
-        },
-    })
+    Ok(Spawned::of(
+        pidfd,
+        status_read,
+        kept,
+        stdin,
+        (stdout, stderr),
+        report,
+    ))
+}
+
+impl Spawned {
+    /// A call started: its supervisor's pidfd, the status pipe's end (and
+    /// its watched duplicate, `report`), what the supervisor reads, and
+    /// toolhost's ends of the tool's pipes.
+    fn of(
+        pidfd: Arc<AsyncFd<OwnedFd>>,
+        status: OwnedFd,
+        kept: Kept,
+        stdin: Option<pipe::Sender>,
+        (stdout, stderr): (pipe::Receiver, pipe::Receiver),
+        report: AsyncFd<OwnedFd>,
+    ) -> Spawned {
+        Spawned {
+            control: Control {
+                pidfd: Arc::clone(&pidfd),
+                status: Some(File::from(status)),
+                kept: Some(kept),
+            },
+            child: Child {
+                stdin,
+                stdout: Some(stdout),
+                stderr: Some(stderr),
+                pidfd,
+                report,
+            },
+        }
+    }
 }
 
 /// A supervisor made ahead of its call (`harden::spare`, for a root
@@ -764,19 +792,20 @@ impl Waiting {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let changed = polled || self.changed.load(std::sync::atomic::Ordering::Relaxed);
-        // `ready` is read after the poll: a supervisor that failed after
-        // it was ready never was (it fails only before).
-        !changed && region.ready() && params.mounts.as_ref().is_some_and(|m| m.same_mounts(call))
+        // Claimed last, once everything else holds: a supervisor that
+        // leaves on its own (a timeout, a mount change) does so only if no
+        // call claimed it first; one that failed never was waiting.
+        !changed && params.mounts.as_ref().is_some_and(|m| m.same_mounts(call)) && region.claim()
     }
 
     /// Whether its supervisor is still on its way to waiting (neither
-    /// ready nor gone): a call leaves it for a later one.
+    /// waiting, taken, leaving nor gone): a call leaves it for a later one.
     pub(super) fn starting(&self) -> bool {
         let (Some(region), Some(pidfd)) = (&self.region, &self.pidfd) else {
             return false;
         };
         // SAFETY: a zero-timeout poll of our pidfd.
-        !region.ready() && !unsafe { supervisor::exited(pidfd.as_raw_fd()) }
+        region.making() && !unsafe { supervisor::exited(pidfd.as_raw_fd()) }
     }
 
     /// The numbers the call's isolation must use here, for the fds the
@@ -792,13 +821,6 @@ impl Waiting {
             .as_ref()
             .ok_or_else(|| io::Error::other("no working directory"))?;
         let st = rustix::fs::fstat(&cwd.dir)?;
-        let l = &plan.limits;
-        let limit = |resource: libc::__rlimit_resource_t, v: Option<u64>| {
-            v.map(|value| RLimit {
-                resource: resource as libc::c_int,
-                value,
-            })
-        };
         let mut tool = prepared.tool;
         (tool.ruleset_fd, tool.netns_fd) = self.fds();
         let (Some(mut params), Some(region), Some(pidfd), Some(go), Some(status)) = (
@@ -810,27 +832,9 @@ impl Waiting {
         ) else {
             return Err(io::Error::other("the supervisor made ahead was used"));
         };
-        // From here on, what goes wrong drops these: the supervisor, which
-        // has no child yet, is killed and reaped (see `abandon`).
-        let abandon = |params, region, pidfd: OwnedFd| {
-            let _ = pidfd_signal(pidfd.as_raw_fd(), libc::SIGKILL);
-            hand_to_reaper(
-                &pidfd,
-                Reaped::After(true),
-                Kept {
-                    params: Some(params),
-                    region: Some(region),
-                    _fds: Vec::new(),
-                },
-            );
-        };
+        // From here on, what goes wrong lets go of the supervisor (`abandon`).
         let set = params.set_call(
-            [
-                limit(libc::RLIMIT_AS, l.memory_bytes),
-                limit(libc::RLIMIT_CPU, l.cpu_seconds),
-                limit(libc::RLIMIT_NPROC, l.processes),
-                limit(libc::RLIMIT_FSIZE, l.file_size_bytes),
-            ],
+            limits_of(plan),
             tool,
             &plan.argv,
             &plan.env,
@@ -895,20 +899,14 @@ impl Waiting {
             // The supervisor is gone: the call reads no report.
             let _ = pidfd_signal(pidfd.get_ref().as_raw_fd(), libc::SIGKILL);
         }
-        Ok(Spawned {
-            control: Control {
-                pidfd: Arc::clone(&pidfd),
-                status: Some(File::from(status)),
-                kept: Some(kept),
-            },
-            child: Child {
-                stdin,
-                stdout: Some(stdout),
-                stderr: Some(stderr),
-                pidfd,
-                report,
-            },
-        })
+        Ok(Spawned::of(
+            pidfd,
+            status,
+            kept,
+            stdin,
+            (stdout, stderr),
+            report,
+        ))
     }
 }
 
@@ -920,16 +918,23 @@ impl Drop for Waiting {
         if let (Some(params), Some(region), Some(pidfd)) =
             (self.params.take(), self.region.take(), self.pidfd.take())
         {
-            let _ = pidfd_signal(pidfd.as_raw_fd(), libc::SIGKILL);
-            hand_to_reaper(
-                &pidfd,
-                Reaped::After(true),
-                Kept {
-                    params: Some(params),
-                    region: Some(region),
-                    _fds: Vec::new(),
-                },
-            );
+            abandon(params, region, pidfd);
         }
     }
+}
+
+/// A supervisor made ahead that no call will use: killed (it has no child
+/// yet) and reaped on the supervisors' reaper, which then gives its region
+/// back.
+fn abandon(params: Box<Params>, region: Region, pidfd: OwnedFd) {
+    let _ = pidfd_signal(pidfd.as_raw_fd(), libc::SIGKILL);
+    hand_to_reaper(
+        &pidfd,
+        Reaped::After(true),
+        Kept {
+            params: Some(params),
+            region: Some(region),
+            _fds: Vec::new(),
+        },
+    );
 }

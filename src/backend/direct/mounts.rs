@@ -130,6 +130,19 @@ struct Bind {
     required: bool,
 }
 
+impl Bind {
+    /// How its place is opened: a symlink itself with `O_PATH |
+    /// O_NOFOLLOW` (the one symlink openat2 then allows; the mount covers
+    /// the link), else `O_PATH`.
+    fn open_flags(&self) -> c_int {
+        if self.link {
+            libc::O_PATH | libc::O_NOFOLLOW
+        } else {
+            libc::O_PATH
+        }
+    }
+}
+
 /// One mount made in the call's namespace, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Step {
@@ -448,11 +461,14 @@ impl MountPlan {
     }
 
     /// In a namespace made ahead of its call, at the call: each place kept
-    /// writable is still the directory planned at its path, and each held
-    /// place that must be a given file or directory still is (a host
-    /// process may have moved one away and made another at its path since
-    /// the mounts were made: the mount went with the one moved). The
-    /// checks `make` made, made again now; `Err` as they fail there.
+    /// writable is still the directory planned at its path, each held
+    /// place that must be a given file or directory still is, and each is
+    /// still the root of a mount (a host process may have moved one away
+    /// and made another at its path since the mounts were made, or moved
+    /// the same one out from under a pinned directory and back: the mount
+    /// stays where it was). The checks `make` made, made again now, and
+    /// the mounts' places; `Err` as they fail there (ENOTSUP where the
+    /// kernel cannot say what a mount's root is).
     ///
     /// # Safety
     /// Only in the supervisor, in the call's namespace (after the mounts):
@@ -463,29 +479,48 @@ impl MountPlan {
         unsafe {
             for w in &self.writable {
                 let fd = open_same_dir(w).map_err(|e| (e, self.first_layer()))?;
+                let root = sys::is_mount_root(fd);
                 let _ = sys::close(fd);
+                match root {
+                    Ok(true) => {}
+                    Ok(false) => return Err((libc::ESTALE, self.first_layer())),
+                    Err(e) => return Err((e, self.first_layer())),
+                }
             }
             for step in &self.steps {
                 let Step::Bind(b) = step else { continue };
-                let Some((dev, ino)) = b.expect else { continue };
-                let flags = if b.link {
-                    libc::O_PATH | libc::O_NOFOLLOW
-                } else {
-                    libc::O_PATH
+                let fd = match open_no_symlinks(&b.place, b.open_flags()) {
+                    Ok(fd) => fd,
+                    // As `mounts`: an alias hidden under another mount.
+                    Err(libc::ENOENT) if b.expect.is_none() && !b.required => continue,
+                    Err(e) => return Err((e, Layer::ProtectedPaths)),
                 };
-                let fd =
-                    open_no_symlinks(&b.place, flags).map_err(|e| (e, Layer::ProtectedPaths))?;
                 let mut st: libc::stat = std::mem::zeroed();
                 let same = sys::fstat(fd, &mut st).is_ok()
-                    && st.st_dev as u64 == dev
-                    && st.st_ino as u64 == ino;
+                    && b.expect.is_none_or(|(dev, ino)| {
+                        st.st_dev as u64 == dev && st.st_ino as u64 == ino
+                    });
+                let root = sys::is_mount_root(fd);
                 let _ = sys::close(fd);
-                if !same {
-                    return Err((libc::ESTALE, Layer::ProtectedPaths));
+                match root {
+                    Ok(true) if same => {}
+                    Ok(_) => return Err((libc::ESTALE, Layer::ProtectedPaths)),
+                    Err(e) => return Err((e, Layer::ProtectedPaths)),
                 }
             }
             Ok(())
         }
+    }
+
+    /// Whether a supervisor may be made ahead with this plan: the view,
+    /// and every held place one that must be a given file or directory
+    /// (no pins and no aliases, which are held as they are found).
+    pub(super) fn ahead_ok(&self) -> bool {
+        self.view
+            && self
+                .steps
+                .iter()
+                .all(|s| !matches!(s, Step::Bind(b) if b.expect.is_none()))
     }
 
     /// The plan's cwd opened (`O_PATH`) in this namespace, which must be
@@ -560,15 +595,7 @@ impl MountPlan {
                         r.map_err(kept)?;
                     }
                     Step::Bind(b) => {
-                        // A symlink itself: O_PATH | O_NOFOLLOW opens the
-                        // link (the one symlink openat2 then allows), and
-                        // the mount covers it.
-                        let flags = if b.link {
-                            libc::O_PATH | libc::O_NOFOLLOW
-                        } else {
-                            libc::O_PATH
-                        };
-                        let fd = match open_no_symlinks(&b.place, flags) {
+                        let fd = match open_no_symlinks(&b.place, b.open_flags()) {
                             Ok(fd) => fd,
                             // An alias hidden under another mount is not
                             // reachable. A protected place gone since the

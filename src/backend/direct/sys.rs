@@ -453,6 +453,31 @@ pub(super) unsafe fn fstat(fd: c_int, st: &mut libc::stat) -> SysResult {
     unsafe { sys!(libc::SYS_fstat, fd, st as *mut libc::stat) }
 }
 
+/// Whether the file open as `fd` is the root of a mount (`statx`'s
+/// `STATX_ATTR_MOUNT_ROOT`); `Err(ENOTSUP)` where the kernel does not say
+/// (before Linux 5.8).
+pub(super) unsafe fn is_mount_root(fd: c_int) -> Result<bool, c_int> {
+    // SAFETY: all zeroes is a valid statx (plain integers).
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: an empty NUL-terminated path with AT_EMPTY_PATH, and a
+    // writable statx on this stack.
+    unsafe {
+        sys!(
+            libc::SYS_statx,
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            0usize,
+            &mut st as *mut libc::statx
+        )?;
+    }
+    let bit = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    if st.stx_attributes_mask & bit == 0 {
+        return Err(libc::ENOTSUP);
+    }
+    Ok(st.stx_attributes & bit != 0)
+}
+
 pub(super) unsafe fn prlimit(
     resource: c_int,
     new: Option<&libc::rlimit>,
@@ -577,19 +602,20 @@ pub(super) unsafe fn poll_in(fd: c_int) -> bool {
 /// or `timeout_ns` has passed; the number of fds with events (0: the
 /// timeout). EINTR is retried with the whole timeout.
 pub(super) unsafe fn wait_any(fds: &mut [libc::pollfd], timeout_ns: i64) -> Result<usize, c_int> {
-    let ts = libc::timespec {
-        tv_sec: timeout_ns / 1_000_000_000,
-        tv_nsec: timeout_ns % 1_000_000_000,
-    };
     loop {
+        // The kernel writes the time left into it.
+        let mut ts = libc::timespec {
+            tv_sec: timeout_ns / 1_000_000_000,
+            tv_nsec: timeout_ns % 1_000_000_000,
+        };
         // SAFETY: `fds` is a live slice of pollfds, for the kernel to write
-        // their `revents`; a timespec on this stack; no signal mask.
+        // their `revents`; a writable timespec on this stack; no signal mask.
         match unsafe {
             sys!(
                 libc::SYS_ppoll,
                 fds.as_mut_ptr(),
                 fds.len(),
-                &ts as *const libc::timespec,
+                &mut ts as *mut libc::timespec,
                 0usize,
                 8usize
             )

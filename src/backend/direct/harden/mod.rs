@@ -139,6 +139,9 @@ fn waiting_for(
         return None;
     }
     let mounts = super::mounts::MountPlan::prepare(plan, places.ok()?, true, look.held).ok()??;
+    if !mounts.ahead_ok() {
+        return None;
+    }
     let netns_fd = if plan.allow_network {
         -1
     } else {

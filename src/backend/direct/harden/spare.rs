@@ -160,7 +160,16 @@ impl Spares {
             grants: Grants::of(plan),
             level: plan.isolation,
             abi,
-            plan: super::supervisor_ahead().then(|| Box::new(plan.clone())),
+            // Its grants and places only: not the call's argv, environment
+            // or input, which the spare would keep until the next call.
+            plan: super::supervisor_ahead().then(|| {
+                Box::new(ExecPlan {
+                    argv: Vec::new(),
+                    env: Vec::new(),
+                    stdin: None,
+                    ..plan.clone()
+                })
+            }),
         };
         let spares = Arc::clone(self);
         let queued = run_on_reaper(Box::new(move || {

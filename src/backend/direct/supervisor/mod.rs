@@ -434,7 +434,12 @@ struct Shared {
     tool_stack_top: *mut c_void,
 }
 
+/// `Shared::ready`: waiting for its go; taken by a call (toolhost's, once
+/// it has checked it: the supervisor then waits for the go whatever else
+/// happens); leaving (it exits without a call).
 const READY: u32 = 1;
+const TAKEN: u32 = 2;
+const LEAVING: u32 = 3;
 const LAUNCH_PENDING: u32 = 1;
 const LAUNCH_DONE: u32 = 2;
 
@@ -537,10 +542,24 @@ impl Region {
         unsafe { (*self.shared()).kill_requested.store(1, Ordering::SeqCst) };
     }
 
-    /// Whether its supervisor, made ahead, waits for its go.
-    pub(super) fn ready(&self) -> bool {
+    /// Whether its supervisor, made ahead, is still on its way to waiting
+    /// for its go (nor waiting, taken or leaving).
+    pub(super) fn making(&self) -> bool {
         // SAFETY: as in `request_kill`.
-        unsafe { (*self.shared()).ready.load(Ordering::SeqCst) == READY }
+        unsafe { (*self.shared()).ready.load(Ordering::SeqCst) == 0 }
+    }
+
+    /// Takes its supervisor, made ahead and waiting, for a call: from
+    /// here on it waits for the go (or toolhost gone, or its go pipe
+    /// closed) rather than leave on its own. Whether it was waiting.
+    pub(super) fn claim(&self) -> bool {
+        // SAFETY: as in `request_kill`.
+        unsafe {
+            (*self.shared())
+                .ready
+                .compare_exchange(READY, TAKEN, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        }
     }
 
     /// Marks the call's parameters written, before the go byte.
@@ -810,7 +829,16 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
                         Ok(fd) => watch = fd as c_int,
                         Err(e) => fail(e, STAGE_SETUP, 0),
                     }
-                    m.apply_mounts()
+                    // The places checked as a call's go checks them (a
+                    // kernel that cannot say a mount's root: no wait).
+                    m.apply_mounts().and_then(|()| {
+                        m.recheck()
+                            .map_err(|(errno, layer)| super::mounts::MountFailure {
+                                errno,
+                                layer,
+                                made: true,
+                            })
+                    })
                 } else {
                     m.apply(p.cwd_fd)
                 };
@@ -957,12 +985,31 @@ unsafe fn wait_for_go(sh: &Shared, go_fd: c_int, toolhost_pidfd: c_int, watch: c
     ];
     // SAFETY: pollfds on this stack; fds of our own.
     unsafe {
-        if sys::wait_any(&mut fds, AHEAD_WAIT_NS) != Ok(1) {
-            return false;
-        }
-        let [go, _, _] = &fds;
-        if go.revents & libc::POLLIN == 0 {
-            return false;
+        loop {
+            for f in fds.iter_mut() {
+                f.revents = 0;
+            }
+            if sys::wait_any(&mut fds, AHEAD_WAIT_NS).is_err() {
+                return false;
+            }
+            let [go, gone, changed] = &mut fds;
+            if go.revents != 0 {
+                break;
+            }
+            if gone.revents != 0 {
+                return false;
+            }
+            // The timeout or a mount change: leave, unless a call has
+            // taken us (its go is on its way: toolhost checked the mount
+            // table itself).
+            if sh
+                .ready
+                .compare_exchange(READY, LEAVING, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return false;
+            }
+            changed.fd = -1;
         }
         let mut b = [0u8; 1];
         let read = sys::read(go_fd, &mut b);

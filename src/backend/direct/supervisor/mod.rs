@@ -862,8 +862,15 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
         }
         if ahead {
             sh.ready.store(READY, Ordering::SeqCst);
-            if !wait_for_go(sh, go_fd, toolhost_pidfd, watch) {
-                sys::exit(1);
+            match wait_for_go(sh, go_fd, toolhost_pidfd, watch) {
+                Go::Run => {}
+                Go::Stale => report_not_started(
+                    &*sh.params,
+                    libc::ESTALE,
+                    STAGE_ISOLATION,
+                    Layer::ReadonlyHost.bit(),
+                ),
+                Go::Gone => sys::exit(1),
             }
         }
         // The call's parameters, complete from here on.
@@ -955,8 +962,9 @@ extern "C" fn supervisor_main(arg: *mut c_void) -> c_int {
 const AHEAD_WAIT_NS: i64 = 30_000_000_000;
 
 /// A supervisor made ahead: waits for its go (a byte on `go_fd`, with
-/// `Shared::go` set). Whether the go came. Anything else ends the
-/// supervisor, with the namespaces it holds: toolhost gone (its pidfd
+/// `Shared::go` set): [`Go::Run`], or [`Go::Stale`] when toolhost's mount
+/// table changed after a call took it. Anything else ends the supervisor,
+/// with the namespaces it holds: toolhost gone (its pidfd
 /// readable); the go pipe closed unwritten (toolhost does not want it); a
 /// change of toolhost's mount table (`watch`: its `mountinfo`, opened
 /// before this namespace was made; its mounts would no longer be the
@@ -965,7 +973,8 @@ const AHEAD_WAIT_NS: i64 = 30_000_000_000;
 ///
 /// # Safety
 /// In the supervisor only: raw system calls on fds of its own.
-unsafe fn wait_for_go(sh: &Shared, go_fd: c_int, toolhost_pidfd: c_int, watch: c_int) -> bool {
+unsafe fn wait_for_go(sh: &Shared, go_fd: c_int, toolhost_pidfd: c_int, watch: c_int) -> Go {
+    let mut stale = false;
     let mut fds = [
         libc::pollfd {
             fd: go_fd,
@@ -990,33 +999,72 @@ unsafe fn wait_for_go(sh: &Shared, go_fd: c_int, toolhost_pidfd: c_int, watch: c
                 f.revents = 0;
             }
             if sys::wait_any(&mut fds, AHEAD_WAIT_NS).is_err() {
-                return false;
+                return Go::Gone;
             }
             let [go, gone, changed] = &mut fds;
             if go.revents != 0 {
                 break;
             }
             if gone.revents != 0 {
-                return false;
+                return Go::Gone;
             }
             // The timeout or a mount change: leave, unless a call has
             // taken us (its go is on its way: toolhost checked the mount
-            // table itself).
+            // table itself, up to its claim).
             if sh
                 .ready
                 .compare_exchange(READY, LEAVING, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
-                return false;
+                return Go::Gone;
+            }
+            // Taken: a change since is the call's to know (`GoneStale`).
+            if changed.revents != 0 {
+                stale = true;
             }
             changed.fd = -1;
         }
         let mut b = [0u8; 1];
         let read = sys::read(go_fd, &mut b);
         let _ = sys::close(go_fd);
+        // A change up to the go: the view may lack a host mount made
+        // since, or hold it writable (propagated); the call must not run.
+        if !stale && changed_now(watch) {
+            stale = true;
+        }
         let _ = sys::close(watch);
-        read == Ok(1) && sh.go.load(Ordering::SeqCst) == 1
+        if read != Ok(1) || sh.go.load(Ordering::SeqCst) != 1 {
+            return Go::Gone;
+        }
+        if stale { Go::Stale } else { Go::Run }
     }
+}
+
+/// How a supervisor made ahead stopped waiting (`wait_for_go`).
+#[derive(PartialEq, Eq)]
+enum Go {
+    /// Its go came: the call runs.
+    Run,
+    /// Its go came, but toolhost's mount table changed after the call took
+    /// it: the call does not run.
+    Stale,
+    /// No go: the supervisor exits.
+    Gone,
+}
+
+/// Whether toolhost's mount table changed since `watch` (its `mountinfo`)
+/// last said (a zero-timeout poll); -1: no.
+///
+/// # Safety
+/// In the supervisor only: a poll of an fd of its own.
+unsafe fn changed_now(watch: c_int) -> bool {
+    let mut fds = [libc::pollfd {
+        fd: watch,
+        events: libc::POLLPRI,
+        revents: 0,
+    }];
+    // SAFETY: one pollfd on this stack; zero timeout.
+    watch >= 0 && matches!(unsafe { sys::wait_any(&mut fds, 0) }, Ok(n) if n > 0)
 }
 
 /// Starts the tool (`tool_main`) as a child of this process; returns once
